@@ -1,0 +1,187 @@
+"""EngineConfig: the one configuration object every layer takes."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pagedkv.dtypes import canonical_dtype_name
+from pagedkv.errors import ConfigError
+
+MambaCacheMode = Literal["none", "align"]
+
+
+def _check_positive(part: object, *names: str, allow_none: bool = False) -> None:
+    for name in names:
+        value = getattr(part, name)
+        if value is None and allow_none:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(
+                f"{type(part).__name__}.{name} must be a positive integer, got {value!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """The model: its name, length limit and weight dtype.
+
+    ``max_model_len == -1`` asks the planner for the largest length that fits.
+    ``kv_cache_grouping`` is an object implementing ``SupportsKVCacheGrouping``;
+    ``kv_cache_config_builder`` is a qualified builder class name the model declares.
+    """
+
+    name: str = "model"
+    max_model_len: int = 8192
+    dtype: str = "bfloat16"
+    kv_cache_config_builder: str | None = None
+    kv_cache_grouping: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_model_len, int) or (
+            self.max_model_len <= 0 and self.max_model_len != -1
+        ):
+            raise ConfigError(
+                f"ModelConfig.max_model_len must be a positive integer or -1, "
+                f"got {self.max_model_len!r}"
+            )
+        object.__setattr__(self, "dtype", canonical_dtype_name(self.dtype))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheConfig:
+    """KV cache options."""
+
+    block_size: int = 16
+    cache_dtype: str = "auto"
+    enable_prefix_caching: bool = True
+    num_gpu_blocks_override: int | None = None
+    gpu_memory_utilization: float = 0.9
+    kv_cache_memory_bytes: int | None = None
+    mamba_cache_mode: MambaCacheMode | None = None
+    hash_algo: str = "sha256_cbor"
+    enable_hybrid_kv_cache: bool = True
+    kv_cache_layout: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "block_size")
+        _check_positive(self, "num_gpu_blocks_override", "kv_cache_memory_bytes", allow_none=True)
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(
+                "CacheConfig.gpu_memory_utilization must be in (0, 1], "
+                f"got {self.gpu_memory_utilization!r}"
+            )
+        if self.mamba_cache_mode not in (None, "none", "align"):
+            raise ConfigError(
+                "CacheConfig.mamba_cache_mode must be 'none' or 'align', "
+                f"got {self.mamba_cache_mode!r}"
+            )
+        if self.cache_dtype != "auto":
+            object.__setattr__(self, "cache_dtype", canonical_dtype_name(self.cache_dtype))
+
+    @property
+    def resolved_mamba_cache_mode(self) -> MambaCacheMode:
+        """Align (checkpoint per block) with prefix caching on, else none."""
+        if self.mamba_cache_mode is not None:
+            return self.mamba_cache_mode
+        return "align" if self.enable_prefix_caching else "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelConfig:
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "tensor_parallel_size", "pipeline_parallel_size")
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    max_num_encoder_input_tokens: int | None = None
+    async_scheduling: bool = False
+    num_lookahead_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "max_num_batched_tokens", "max_num_seqs")
+        _check_positive(self, "max_num_encoder_input_tokens", allow_none=True)
+        if self.num_lookahead_tokens < 0:
+            raise ConfigError("SchedulerConfig.num_lookahead_tokens must be >= 0")
+
+
+_PARTS = {
+    "model": ModelConfig,
+    "cache": CacheConfig,
+    "parallel": ParallelConfig,
+    "scheduler": SchedulerConfig,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    """Model, cache, parallel and scheduler parts; pagedkv's stand-in for VllmConfig."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+    @classmethod
+    def create(cls, **options: Any) -> EngineConfig:
+        """Build from flat field names, e.g. ``create(block_size=32, tensor_parallel_size=2)``."""
+        return cls().replace(**options)
+
+    def replace(self, **options: Any) -> EngineConfig:
+        """A copy with flat field names changed (each name belongs to one part)."""
+        changes: dict[str, dict[str, Any]] = {name: {} for name in _PARTS}
+        for key, value in options.items():
+            part = _FIELD_TO_PART.get(key)
+            if part is None:
+                known = ", ".join(sorted(_FIELD_TO_PART))
+                raise ConfigError(f"unknown EngineConfig option {key!r}; known: {known}")
+            changes[part][key] = value
+        parts = {
+            name: dataclasses.replace(getattr(self, name), **kw) if kw else getattr(self, name)
+            for name, kw in changes.items()
+        }
+        return EngineConfig(**parts)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.model.max_model_len
+
+    @property
+    def block_size(self) -> int:
+        return self.cache.block_size
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        """The cache dtype with ``auto`` resolved to the model dtype."""
+        return self.model.dtype if self.cache.cache_dtype == "auto" else self.cache.cache_dtype
+
+    @property
+    def max_concurrent_batches(self) -> int:
+        pp = self.parallel.pipeline_parallel_size
+        return 2 if (self.scheduler.async_scheduling and pp == 1) else pp
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        """Tokens that may be scheduled but not yet computed: bounds local-attention admission."""
+        return self.max_concurrent_batches * self.scheduler.max_num_batched_tokens
+
+    @property
+    def max_num_encoder_input_tokens(self) -> int:
+        value = self.scheduler.max_num_encoder_input_tokens
+        return self.scheduler.max_num_batched_tokens if value is None else value
+
+
+_FIELD_TO_PART: dict[str, str] = {
+    f.name: part for part, klass in _PARTS.items() for f in dataclasses.fields(klass)
+}

@@ -1,0 +1,40 @@
+"""Platform hooks, plugin discovery and qualified-name resolution.
+
+``current_platform`` is resolved lazily on first access.
+"""
+
+from typing import Any
+
+from pagedkv.platforms.discovery import (
+    PLATFORM_ENV,
+    PLATFORM_GROUP,
+    PLUGIN_GROUP,
+    get_current_platform,
+    load_general_plugins,
+    reset_plugins,
+    set_current_platform,
+)
+from pagedkv.platforms.interface import DEFAULT_BUILDER_QUALNAME, GenericPlatform, Platform
+from pagedkv.platforms.qualname import qualname_of, resolve_obj_by_qualname
+
+__all__ = [
+    "DEFAULT_BUILDER_QUALNAME",
+    "PLATFORM_ENV",
+    "PLATFORM_GROUP",
+    "PLUGIN_GROUP",
+    "GenericPlatform",
+    "Platform",
+    "current_platform",
+    "get_current_platform",
+    "load_general_plugins",
+    "qualname_of",
+    "reset_plugins",
+    "resolve_obj_by_qualname",
+    "set_current_platform",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "current_platform":
+        return get_current_platform()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

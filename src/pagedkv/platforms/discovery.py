@@ -1,0 +1,112 @@
+"""Finding the current platform and loading plugins through entry points."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from pagedkv.errors import PlatformError
+from pagedkv.platforms.interface import GenericPlatform, Platform
+from pagedkv.platforms.qualname import resolve_obj_by_qualname
+
+logger = logging.getLogger(__name__)
+
+PLATFORM_ENV = "PAGEDKV_PLATFORM"
+PLATFORM_GROUP = "pagedkv.platforms"
+PLUGIN_GROUP = "pagedkv.plugins"
+
+_lock = threading.RLock()
+_current: type[Platform] | None = None
+_plugins_loaded = False
+
+
+def _as_platform_class(obj: Any, origin: str) -> type[Platform] | None:
+    """An entry point may name a Platform class, or a function returning a qualname or None."""
+    if isinstance(obj, type):
+        if not issubclass(obj, Platform):
+            raise PlatformError(f"{origin}: {obj.__qualname__} is not a pagedkv Platform subclass")
+        return obj
+    if callable(obj):
+        result = obj()
+        if result is None:
+            return None
+        return _as_platform_class(
+            resolve_obj_by_qualname(result) if isinstance(result, str) else result, origin
+        )
+    raise PlatformError(f"{origin}: expected a Platform class or a callable, got {obj!r}")
+
+
+def _load_entry_point(ep: EntryPoint, group: str) -> Any:
+    try:
+        return ep.load()
+    except Exception as exc:
+        raise PlatformError(
+            f"cannot load entry point {ep.name!r} ({ep.value}) of group {group!r}: {exc}"
+        ) from exc
+
+
+def _resolve_platform() -> type[Platform]:
+    name = os.environ.get(PLATFORM_ENV)
+    if name:
+        return _as_platform_class(resolve_obj_by_qualname(name), f"${PLATFORM_ENV}") or (
+            GenericPlatform
+        )
+    active: list[tuple[str, type[Platform]]] = []
+    for ep in entry_points(group=PLATFORM_GROUP):
+        cls = _as_platform_class(
+            _load_entry_point(ep, PLATFORM_GROUP), f"platform plugin {ep.name!r}"
+        )
+        if cls is not None:
+            active.append((ep.name, cls))
+    if len(active) > 1:
+        names = ", ".join(f"{n} ({c.__qualname__})" for n, c in active)
+        raise PlatformError(
+            f"more than one platform plugin is active: {names}; uninstall one or set "
+            f"${PLATFORM_ENV} to the platform class to use"
+        )
+    return active[0][1] if active else GenericPlatform
+
+
+def get_current_platform() -> type[Platform]:
+    """The platform class, resolved once: env var, else the one plugin, else generic."""
+    global _current
+    if _current is None:
+        with _lock:
+            if _current is None:
+                _current = _resolve_platform()
+    return _current
+
+
+def set_current_platform(platform: type[Platform] | None) -> None:
+    """Force a platform (None: resolve again on next use). For engines and tests."""
+    global _current
+    with _lock:
+        _current = platform
+
+
+def load_general_plugins(force: bool = False) -> list[str]:
+    """Call every ``pagedkv.plugins`` entry point once; return their names."""
+    global _plugins_loaded
+    with _lock:
+        if _plugins_loaded and not force:
+            return []
+        _plugins_loaded = True
+        loaded = []
+        for ep in entry_points(group=PLUGIN_GROUP):
+            func = _load_entry_point(ep, PLUGIN_GROUP)
+            if not callable(func):
+                raise PlatformError(f"plugin {ep.name!r} ({ep.value}) is not callable")
+            func()
+            loaded.append(ep.name)
+            logger.debug("loaded pagedkv plugin %s", ep.name)
+        return loaded
+
+
+def reset_plugins() -> None:
+    """Forget that plugins were loaded (tests)."""
+    global _plugins_loaded
+    with _lock:
+        _plugins_loaded = False

@@ -1,0 +1,187 @@
+"""The base KV cache spec and the attention spec every attention kind builds on."""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+from pagedkv.dtypes import canonical_dtype_name, get_kv_dtype
+from pagedkv.errors import KVCacheSpecError, RegistryError
+from pagedkv.registry import KVCacheSpecRegistry
+
+if TYPE_CHECKING:
+    from pagedkv.config import EngineConfig
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_positive_int(spec: object, name: str, value: Any, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise KVCacheSpecError(
+            f"{type(spec).__name__}.{name} must be a positive integer, got {value!r}"
+        )
+
+
+def compared_fields(spec_cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(spec_cls) if f.compare]
+
+
+def merge_checked(
+    cls: type[KVCacheSpec], specs: Sequence[KVCacheSpec], reconciled: Iterable[str] = ()
+) -> None:
+    """Check that ``specs`` are all of ``cls``'s exact type and agree on every
+    compared field except ``reconciled``; raise KVCacheSpecError naming the field."""
+    if not specs:
+        raise KVCacheSpecError(f"{cls.__name__}.merge needs at least one spec")
+    first = specs[0]
+    for spec in specs:
+        if type(spec) is not type(first) or not isinstance(spec, cls):
+            raise KVCacheSpecError(
+                f"{cls.__name__}.merge: cannot merge {type(first).__name__} with "
+                f"{type(spec).__name__} in one KV cache group"
+            )
+    skip = set(reconciled)
+    for name in compared_fields(type(first)):
+        if name in skip:
+            continue
+        values = {repr(getattr(s, name)) for s in specs}
+        if len(values) > 1:
+            raise KVCacheSpecError(
+                f"{cls.__name__}.merge: layers in one KV cache group differ in "
+                f"{name!r}: {', '.join(sorted(values))}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVCacheSpec(ABC):
+    """How much memory one block of a layer takes and how long blocks live."""
+
+    block_size: int
+    # Draft (speculative) layers group with identical target layers.
+    is_draft: bool = field(default=False, compare=False)
+
+    kind: ClassVar[str] = "kv_cache"
+
+    def __post_init__(self) -> None:
+        check_positive_int(self, "block_size", self.block_size)
+
+    @property
+    @abstractmethod
+    def page_size_bytes(self) -> int:
+        """Bytes one block of one layer takes, padding included."""
+
+    @property
+    def real_page_size_bytes(self) -> int:
+        """Bytes one block of one layer holds, padding excluded."""
+        return self.page_size_bytes
+
+    @property
+    def padding_bytes(self) -> int:
+        return self.page_size_bytes - self.real_page_size_bytes
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        return True
+
+    @abstractmethod
+    def max_memory_usage_bytes(self, config: EngineConfig) -> int:
+        """Bytes one request of ``config.max_model_len`` can hold at most, per layer."""
+
+    def max_num_blocks_per_req(self, config: EngineConfig, max_model_len: int | None = None) -> int:
+        """Length of this layer's block-table row for one request."""
+        length = config.max_model_len if max_model_len is None else max_model_len
+        return cdiv(length, self.block_size)
+
+    def max_memory_usage_blocks(self, config: EngineConfig) -> int:
+        return cdiv(self.max_memory_usage_bytes(config), self.page_size_bytes)
+
+    def copy_with_new_block_size(self, block_size: int) -> Self:
+        return dataclasses.replace(self, block_size=block_size)
+
+    @classmethod
+    def merge(cls, specs: Sequence[KVCacheSpec]) -> Self:
+        """One spec standing for all ``specs``; they must be equal in every field."""
+        merge_checked(cls, specs)
+        return specs[0]  # type: ignore[return-value]
+
+    def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
+        """Whether every spec of the collection can share one uniform-type group with this one."""
+        base = KVCacheSpecRegistry.get_uniform_type_base_spec(self)
+        if base is None:
+            raise RegistryError(
+                f"unsupported KV cache spec type {type(self).__name__}; "
+                "register it with @register_kv_cache_spec"
+            )
+        return all(isinstance(spec, base) for spec in kv_cache_specs.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionSpec(KVCacheSpec):
+    """Keys and values per token and KV head. Abstract: not registered on its own."""
+
+    num_kv_heads: int
+    head_size: int
+    dtype: str = "bfloat16"
+    head_size_v: int | None = None
+    page_size_padded: int | None = None
+    # Bytes per token and head slot for packed formats the dtype cannot describe.
+    state_content_bytes: int | None = None
+    # Distinct tensor-parallel shards of this layer's heads; ranks beyond replicate.
+    max_tp_shards: int | None = None
+
+    kind: ClassVar[str] = "attention"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_int(self, "num_kv_heads", self.num_kv_heads)
+        check_positive_int(self, "head_size", self.head_size)
+        check_positive_int(self, "max_tp_shards", self.max_tp_shards, allow_none=True)
+        check_positive_int(self, "state_content_bytes", self.state_content_bytes, allow_none=True)
+        object.__setattr__(self, "dtype", canonical_dtype_name(self.dtype))
+        if self.head_size_v is None:
+            object.__setattr__(self, "head_size_v", self.head_size)
+        if not isinstance(self.head_size_v, int) or self.head_size_v < 0:
+            raise KVCacheSpecError(
+                f"{type(self).__name__}.head_size_v must be a non-negative integer, "
+                f"got {self.head_size_v!r}"
+            )
+        if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
+            raise KVCacheSpecError(
+                f"{type(self).__name__}.page_size_padded ({self.page_size_padded}) is smaller "
+                f"than the real page size ({self.real_page_size_bytes})"
+            )
+
+    @property
+    def bytes_per_token(self) -> int:
+        """K and V bytes of one token over all this layer's KV heads (scales included)."""
+        if self.state_content_bytes is not None:
+            return self.num_kv_heads * self.state_content_bytes
+        fmt = get_kv_dtype(self.dtype)
+        head_size_v = self.head_size_v or 0
+        per_head = fmt.bytes_per_vector(self.head_size) + fmt.bytes_per_vector(head_size_v)
+        return self.num_kv_heads * per_head
+
+    @property
+    def real_page_size_bytes(self) -> int:
+        return self.block_size * self.bytes_per_token
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.real_page_size_bytes if self.page_size_padded is None else self.page_size_padded
+
+    def max_memory_usage_bytes(self, config: EngineConfig) -> int:
+        raise NotImplementedError(f"{type(self).__name__} does not say how long blocks live")
+
+    def copy_with_new_block_size(self, block_size: int) -> Self:
+        # A padded page scales with the block size; the real page is recomputed.
+        padded = self.page_size_padded
+        if padded is not None:
+            padded = padded * block_size // self.block_size
+        return dataclasses.replace(self, block_size=block_size, page_size_padded=padded)

@@ -1,0 +1,100 @@
+"""Local attention: sliding window (plain and MLA) and chunked local attention."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from pagedkv.errors import KVCacheSpecError
+from pagedkv.specs.base import AttentionSpec, KVCacheSpec, cdiv, check_positive_int
+
+if TYPE_CHECKING:
+    from pagedkv.config import EngineConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlidingWindowSpec(AttentionSpec):
+    """Each token attends to the last ``sliding_window`` tokens; older blocks are freed."""
+
+    sliding_window: int
+    # Trailing tokens kept alive (not attended) for multi-token speculative prefill.
+    extra_retained_tokens: int = 0
+
+    kind: ClassVar[str] = "sliding_window"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_int(self, "sliding_window", self.sliding_window)
+        if not isinstance(self.extra_retained_tokens, int) or self.extra_retained_tokens < 0:
+            raise KVCacheSpecError(
+                f"{type(self).__name__}.extra_retained_tokens must be >= 0, "
+                f"got {self.extra_retained_tokens!r}"
+            )
+
+    @property
+    def num_retained_tokens(self) -> int:
+        return self.sliding_window - 1 + self.extra_retained_tokens
+
+    def max_admission_blocks_per_request(self, in_flight_tokens: int, max_model_len: int) -> int:
+        """Blocks a request can hold at once; +1 because the window may start mid-block."""
+        tokens = min(self.num_retained_tokens + in_flight_tokens, max_model_len)
+        return cdiv(tokens, self.block_size) + 1
+
+    def max_memory_usage_bytes(self, config: EngineConfig) -> int:
+        blocks = self.max_admission_blocks_per_request(
+            config.max_in_flight_tokens, config.max_model_len
+        )
+        return blocks * self.page_size_bytes
+
+    def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
+        return all(
+            isinstance(s, SlidingWindowSpec) and s.sliding_window == self.sliding_window
+            for s in kv_cache_specs.values()
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlidingWindowMLASpec(SlidingWindowSpec):
+    """Sliding window over MLA latents."""
+
+    num_kv_heads: int = 1
+    head_size_v: int | None = 0
+
+    kind: ClassVar[str] = "sliding_window_mla"
+
+    def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
+        return all(
+            isinstance(s, SlidingWindowMLASpec) and s.sliding_window == self.sliding_window
+            for s in kv_cache_specs.values()
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkedLocalAttentionSpec(AttentionSpec):
+    """Tokens attend within their ``attention_chunk_size`` chunk only."""
+
+    attention_chunk_size: int
+
+    kind: ClassVar[str] = "chunked_local_attention"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_int(self, "attention_chunk_size", self.attention_chunk_size)
+
+    def max_admission_blocks_per_request(self, in_flight_tokens: int, max_model_len: int) -> int:
+        tokens = min(self.attention_chunk_size + in_flight_tokens, max_model_len)
+        return cdiv(tokens, self.block_size)
+
+    def max_memory_usage_bytes(self, config: EngineConfig) -> int:
+        blocks = self.max_admission_blocks_per_request(
+            config.max_in_flight_tokens, config.max_model_len
+        )
+        return blocks * self.page_size_bytes
+
+    def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
+        return all(
+            isinstance(s, ChunkedLocalAttentionSpec)
+            and s.attention_chunk_size == self.attention_chunk_size
+            for s in kv_cache_specs.values()
+        )
