@@ -116,6 +116,10 @@ class KVCacheSpecRegistry:
         """Use ``manager_class`` for every group with ``role``, whatever its spec."""
         if not isinstance(role, str) or not role:
             raise RegistryError(f"role must be a non-empty string, got {role!r}")
+        if not isinstance(manager_class, type):
+            raise RegistryError(
+                f"manager_class for group role {role!r} must be a class, got {manager_class!r}"
+            )
         with _lock:
             old = _roles.get(role)
             if old is not None and old is not manager_class:
@@ -179,6 +183,20 @@ class KVCacheSpecRegistry:
         cls._ensure_registered()
         with _lock:
             return dict(_roles)
+
+    @classmethod
+    def builtins_registered(cls) -> bool:
+        """Whether the start-up registration (built-ins, platform, plugins) has run."""
+        return _builtins_registered
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forget every registration, as at import: the next query registers the built-ins."""
+        global _builtins_registered
+        with _lock:
+            _specs.clear()
+            _roles.clear()
+            _builtins_registered = False
 
     @classmethod
     def snapshot(cls) -> RegistrySnapshot:
