@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from pagedkv.dtypes import canonical_dtype_name, get_kv_dtype
-from pagedkv.errors import KVCacheSpecError, RegistryError
+from pagedkv.errors import KVCacheSpecError, RegistryError, UnknownDtypeError
 from pagedkv.registry import KVCacheSpecRegistry
 
 if TYPE_CHECKING:
@@ -27,6 +27,21 @@ def check_positive_int(spec: object, name: str, value: Any, *, allow_none: bool 
         raise KVCacheSpecError(
             f"{type(spec).__name__}.{name} must be a positive integer, got {value!r}"
         )
+
+
+def check_non_negative_int(spec: object, name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise KVCacheSpecError(
+            f"{type(spec).__name__}.{name} must be a non-negative integer, got {value!r}"
+        )
+
+
+def spec_dtype_name(spec: object, name: str, value: Any) -> str:
+    """Canonical dtype name of a spec field, with errors naming the class and field."""
+    try:
+        return canonical_dtype_name(value)
+    except UnknownDtypeError as exc:
+        raise UnknownDtypeError(f"{type(spec).__name__}.{name}: {exc}") from None
 
 
 def compared_fields(spec_cls: type) -> list[str]:
@@ -51,11 +66,15 @@ def merge_checked(
     for name in compared_fields(type(first)):
         if name in skip:
             continue
-        values = {repr(getattr(s, name)) for s in specs}
+        values: list[Any] = []
+        for spec in specs:
+            value = getattr(spec, name)
+            if value not in values:
+                values.append(value)
         if len(values) > 1:
             raise KVCacheSpecError(
                 f"{cls.__name__}.merge: layers in one KV cache group differ in "
-                f"{name!r}: {', '.join(sorted(values))}"
+                f"{name!r}: {', '.join(repr(v) for v in values)}"
             )
 
 
@@ -144,14 +163,11 @@ class AttentionSpec(KVCacheSpec):
         check_positive_int(self, "head_size", self.head_size)
         check_positive_int(self, "max_tp_shards", self.max_tp_shards, allow_none=True)
         check_positive_int(self, "state_content_bytes", self.state_content_bytes, allow_none=True)
-        object.__setattr__(self, "dtype", canonical_dtype_name(self.dtype))
+        check_positive_int(self, "page_size_padded", self.page_size_padded, allow_none=True)
+        object.__setattr__(self, "dtype", spec_dtype_name(self, "dtype", self.dtype))
         if self.head_size_v is None:
             object.__setattr__(self, "head_size_v", self.head_size)
-        if not isinstance(self.head_size_v, int) or self.head_size_v < 0:
-            raise KVCacheSpecError(
-                f"{type(self).__name__}.head_size_v must be a non-negative integer, "
-                f"got {self.head_size_v!r}"
-            )
+        check_non_negative_int(self, "head_size_v", self.head_size_v)
         if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
             raise KVCacheSpecError(
                 f"{type(self).__name__}.page_size_padded ({self.page_size_padded}) is smaller "

@@ -3,17 +3,49 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import operator
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pagedkv.config import MambaCacheMode
 from pagedkv.dtypes import canonical_dtype_name, get_kv_dtype
-from pagedkv.errors import KVCacheSpecError
-from pagedkv.specs.base import KVCacheSpec, cdiv, check_positive_int
+from pagedkv.errors import KVCacheSpecError, UnknownDtypeError
+from pagedkv.specs.base import KVCacheSpec, cdiv, check_non_negative_int, check_positive_int
 
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
+
+
+def _normalize_shapes(name: str, shapes: Any) -> tuple[tuple[int, ...], ...]:
+    if isinstance(shapes, str | bytes) or not isinstance(shapes, Iterable):
+        raise KVCacheSpecError(f"{name}.shapes must be a sequence of shapes, got {shapes!r}")
+    result = []
+    for shape in shapes:
+        if isinstance(shape, str | bytes) or not isinstance(shape, Iterable):
+            raise KVCacheSpecError(f"{name}.shapes has an invalid shape {shape!r}")
+        try:
+            dims = tuple(operator.index(d) for d in shape if not isinstance(d, bool))
+        except TypeError:
+            dims = ()
+        if not dims or len(dims) != len(tuple(shape)) or min(dims) <= 0:
+            raise KVCacheSpecError(
+                f"{name}.shapes has an invalid shape {tuple(shape)!r}: "
+                "dimensions must be positive integers"
+            )
+        result.append(dims)
+    if not result:
+        raise KVCacheSpecError(f"{name}.shapes must name at least one state tensor")
+    return tuple(result)
+
+
+def _normalize_dtypes(name: str, dtypes: Any) -> tuple[str, ...]:
+    if isinstance(dtypes, str) or not isinstance(dtypes, Iterable):
+        dtypes = (dtypes,)
+    try:
+        return tuple(canonical_dtype_name(d) for d in dtypes)
+    except UnknownDtypeError as exc:
+        raise UnknownDtypeError(f"{name}.dtypes: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,32 +68,23 @@ class MambaSpec(KVCacheSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        shapes: Any = self.shapes
-        dtypes: Any = self.dtypes
-        if isinstance(dtypes, str) or not hasattr(dtypes, "__iter__"):
-            dtypes = (dtypes,)
-        object.__setattr__(self, "shapes", tuple(tuple(int(d) for d in s) for s in shapes))
-        object.__setattr__(self, "dtypes", tuple(canonical_dtype_name(d) for d in dtypes))
-        if not self.shapes:
-            raise KVCacheSpecError("MambaSpec.shapes must name at least one state tensor")
+        name = type(self).__name__
+        object.__setattr__(self, "shapes", _normalize_shapes(name, self.shapes))
+        object.__setattr__(self, "dtypes", _normalize_dtypes(name, self.dtypes))
         if len(self.shapes) != len(self.dtypes):
             raise KVCacheSpecError(
-                f"MambaSpec.shapes has {len(self.shapes)} tensors but dtypes has {len(self.dtypes)}"
+                f"{name}.shapes has {len(self.shapes)} tensors but {name}.dtypes has "
+                f"{len(self.dtypes)}"
             )
-        for shape in self.shapes:
-            if not shape or any(d <= 0 for d in shape):
-                raise KVCacheSpecError(f"MambaSpec.shapes has an invalid shape {shape}")
         if self.mamba_cache_mode not in ("none", "align"):
             raise KVCacheSpecError(
-                f"MambaSpec.mamba_cache_mode must be 'none' or 'align', "
-                f"got {self.mamba_cache_mode!r}"
+                f"{name}.mamba_cache_mode must be 'none' or 'align', got {self.mamba_cache_mode!r}"
             )
-        if not isinstance(self.num_speculative_blocks, int) or self.num_speculative_blocks < 0:
-            raise KVCacheSpecError("MambaSpec.num_speculative_blocks must be >= 0")
+        check_non_negative_int(self, "num_speculative_blocks", self.num_speculative_blocks)
         check_positive_int(self, "page_size_padded", self.page_size_padded, allow_none=True)
         if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
             raise KVCacheSpecError(
-                f"MambaSpec.page_size_padded ({self.page_size_padded}) is smaller than the "
+                f"{name}.page_size_padded ({self.page_size_padded}) is smaller than the "
                 f"state size ({self.real_page_size_bytes})"
             )
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pagedkv.errors import KVCacheSpecError
+from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.specs.base import KVCacheSpec
 
 if TYPE_CHECKING:
@@ -98,12 +99,16 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
         """Whether the layers can share one group.
 
         Unlike vLLM this does not depend on order: every spec must accept the
-        collection, not only the first one.
+        collection, not only the first one. The layers must also resolve to one
+        manager class, so the group's manager does not depend on which layer is first.
         """
         specs = list(kv_cache_specs.values())
         if not specs or len({s.block_size for s in specs}) > 1:
             return False
-        return all(s.is_uniform_with_collection(kv_cache_specs) for s in specs)
+        if not all(s.is_uniform_with_collection(kv_cache_specs) for s in specs):
+            return False
+        managers = {KVCacheSpecRegistry.get_manager_class(s) for s in specs}
+        return len(managers) == 1
 
     @classmethod
     def from_specs(
