@@ -10,7 +10,7 @@ from typing import Any
 
 from pagedkv.errors import PlatformError
 from pagedkv.platforms.interface import GenericPlatform, Platform
-from pagedkv.platforms.qualname import resolve_obj_by_qualname
+from pagedkv.platforms.qualname import qualname_of, resolve_obj_by_qualname
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +21,7 @@ PLUGIN_GROUP = "pagedkv.plugins"
 _lock = threading.RLock()
 _current: type[Platform] | None = None
 _plugins_loaded = False
+_loaded_plugins: set[str] = set()
 
 
 def _as_platform_class(obj: Any, origin: str) -> type[Platform] | None:
@@ -48,12 +49,31 @@ def _load_entry_point(ep: EntryPoint, group: str) -> Any:
         ) from exc
 
 
+def _platform_from_env(value: str) -> type[Platform]:
+    """``$PAGEDKV_PLATFORM``: ``generic``, an installed platform plugin's name, or a qualname."""
+    origin = f"${PLATFORM_ENV}={value!r}"
+    if value == GenericPlatform.name:
+        return GenericPlatform
+    for ep in entry_points(group=PLATFORM_GROUP):
+        if ep.name == value:
+            cls = _as_platform_class(_load_entry_point(ep, PLATFORM_GROUP), origin)
+            if cls is None:
+                raise PlatformError(f"{origin}: platform plugin {value!r} is not active here")
+            return cls
+    try:
+        obj = resolve_obj_by_qualname(value)
+    except PlatformError as exc:
+        raise PlatformError(
+            f"{origin} is neither 'generic', an installed platform plugin nor a "
+            f"resolvable class: {exc}"
+        ) from exc
+    return _as_platform_class(obj, origin) or GenericPlatform
+
+
 def _resolve_platform() -> type[Platform]:
-    name = os.environ.get(PLATFORM_ENV)
+    name = os.environ.get(PLATFORM_ENV, "").strip()
     if name:
-        return _as_platform_class(resolve_obj_by_qualname(name), f"${PLATFORM_ENV}") or (
-            GenericPlatform
-        )
+        return _platform_from_env(name)
     active: list[tuple[str, type[Platform]]] = []
     for ep in entry_points(group=PLATFORM_GROUP):
         cls = _as_platform_class(
@@ -62,10 +82,10 @@ def _resolve_platform() -> type[Platform]:
         if cls is not None:
             active.append((ep.name, cls))
     if len(active) > 1:
-        names = ", ".join(f"{n} ({c.__qualname__})" for n, c in active)
+        names = ", ".join(f"{n} ({qualname_of(c)})" for n, c in active)
         raise PlatformError(
             f"more than one platform plugin is active: {names}; uninstall one or set "
-            f"${PLATFORM_ENV} to the platform class to use"
+            f"${PLATFORM_ENV} to the plugin name or platform class to use"
         )
     return active[0][1] if active else GenericPlatform
 
@@ -88,25 +108,58 @@ def set_current_platform(platform: type[Platform] | None) -> None:
 
 
 def load_general_plugins(force: bool = False) -> list[str]:
-    """Call every ``pagedkv.plugins`` entry point once; return their names."""
+    """Call every ``pagedkv.plugins`` entry point once per process; return the names called.
+
+    A plugin that fails raises PlatformError naming it; the plugins already called
+    are not called again, the rest are tried on the next call.
+    """
     global _plugins_loaded
     with _lock:
-        if _plugins_loaded and not force:
+        if force:
+            _loaded_plugins.clear()
+        elif _plugins_loaded:
             return []
+        # Set first: a plugin that queries the registry must not re-enter loading.
         _plugins_loaded = True
-        loaded = []
-        for ep in entry_points(group=PLUGIN_GROUP):
-            func = _load_entry_point(ep, PLUGIN_GROUP)
-            if not callable(func):
-                raise PlatformError(f"plugin {ep.name!r} ({ep.value}) is not callable")
-            func()
-            loaded.append(ep.name)
-            logger.debug("loaded pagedkv plugin %s", ep.name)
-        return loaded
+        called: list[str] = []
+        try:
+            for ep in entry_points(group=PLUGIN_GROUP):
+                key = f"{ep.name}={ep.value}"
+                if key in _loaded_plugins:
+                    continue
+                _loaded_plugins.add(key)
+                _call_plugin(ep)
+                called.append(ep.name)
+        except BaseException:
+            _plugins_loaded = False
+            raise
+        return called
+
+
+def _call_plugin(ep: EntryPoint) -> None:
+    func = _load_entry_point(ep, PLUGIN_GROUP)
+    if not callable(func):
+        raise PlatformError(f"plugin {ep.name!r} ({ep.value}) is not callable")
+    try:
+        func()
+    except PlatformError:
+        raise
+    except Exception as exc:
+        raise PlatformError(
+            f"plugin {ep.name!r} ({ep.value}) failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    logger.debug("loaded pagedkv plugin %s", ep.name)
+
+
+def loaded_plugins() -> list[str]:
+    """``name=value`` of every general plugin called so far."""
+    with _lock:
+        return sorted(_loaded_plugins)
 
 
 def reset_plugins() -> None:
-    """Forget that plugins were loaded (tests)."""
+    """Forget that plugins were loaded, so the next load calls them all again (tests)."""
     global _plugins_loaded
     with _lock:
         _plugins_loaded = False
+        _loaded_plugins.clear()
