@@ -12,6 +12,13 @@ from pagedkv.errors import ConfigError
 MambaCacheMode = Literal["none", "align"]
 
 
+def _check_bool(part: object, *names: str) -> None:
+    for name in names:
+        value = getattr(part, name)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{type(part).__name__}.{name} must be True or False, got {value!r}")
+
+
 def _check_positive(part: object, *names: str, allow_none: bool = False) -> None:
     for name in names:
         value = getattr(part, name)
@@ -39,8 +46,10 @@ class ModelConfig:
     kv_cache_grouping: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_model_len, int) or (
-            self.max_model_len <= 0 and self.max_model_len != -1
+        if (
+            not isinstance(self.max_model_len, int)
+            or isinstance(self.max_model_len, bool)
+            or (self.max_model_len <= 0 and self.max_model_len != -1)
         ):
             raise ConfigError(
                 f"ModelConfig.max_model_len must be a positive integer or -1, "
@@ -67,7 +76,9 @@ class CacheConfig:
     def __post_init__(self) -> None:
         _check_positive(self, "block_size")
         _check_positive(self, "num_gpu_blocks_override", "kv_cache_memory_bytes", allow_none=True)
-        if not 0 < self.gpu_memory_utilization <= 1:
+        _check_bool(self, "enable_prefix_caching", "enable_hybrid_kv_cache")
+        util = self.gpu_memory_utilization
+        if not isinstance(util, int | float) or isinstance(util, bool) or not 0 < util <= 1:
             raise ConfigError(
                 "CacheConfig.gpu_memory_utilization must be in (0, 1], "
                 f"got {self.gpu_memory_utilization!r}"
@@ -112,8 +123,12 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         _check_positive(self, "max_num_batched_tokens", "max_num_seqs")
         _check_positive(self, "max_num_encoder_input_tokens", allow_none=True)
-        if self.num_lookahead_tokens < 0:
-            raise ConfigError("SchedulerConfig.num_lookahead_tokens must be >= 0")
+        _check_bool(self, "async_scheduling")
+        value = self.num_lookahead_tokens
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(
+                f"SchedulerConfig.num_lookahead_tokens must be an integer >= 0, got {value!r}"
+            )
 
 
 _PARTS = {
@@ -133,22 +148,41 @@ class EngineConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
+    def __post_init__(self) -> None:
+        for name, klass in _PARTS.items():
+            value = getattr(self, name)
+            if not isinstance(value, klass):
+                raise ConfigError(f"EngineConfig.{name} must be a {klass.__name__}, got {value!r}")
+
     @classmethod
     def create(cls, **options: Any) -> EngineConfig:
         """Build from flat field names, e.g. ``create(block_size=32, tensor_parallel_size=2)``."""
         return cls().replace(**options)
 
     def replace(self, **options: Any) -> EngineConfig:
-        """A copy with flat field names changed (each name belongs to one part)."""
+        """A copy with flat field names changed (each name belongs to one part).
+
+        A whole part can be given too: ``replace(model=ModelConfig(...))``; flat
+        names given with it apply on top of it.
+        """
         changes: dict[str, dict[str, Any]] = {name: {} for name in _PARTS}
+        whole: dict[str, Any] = {}
         for key, value in options.items():
+            if key in _PARTS:
+                if not isinstance(value, _PARTS[key]):
+                    raise ConfigError(
+                        f"EngineConfig.{key} must be a {_PARTS[key].__name__}, got {value!r}"
+                    )
+                whole[key] = value
+                continue
             part = _FIELD_TO_PART.get(key)
             if part is None:
-                known = ", ".join(sorted(_FIELD_TO_PART))
+                known = ", ".join([*_PARTS, *sorted(_FIELD_TO_PART)])
                 raise ConfigError(f"unknown EngineConfig option {key!r}; known: {known}")
             changes[part][key] = value
+        parts = {name: whole.get(name, getattr(self, name)) for name in _PARTS}
         parts = {
-            name: dataclasses.replace(getattr(self, name), **kw) if kw else getattr(self, name)
+            name: dataclasses.replace(parts[name], **kw) if kw else parts[name]
             for name, kw in changes.items()
         }
         return EngineConfig(**parts)
