@@ -1,5 +1,12 @@
 """Planning: grouping layers, placing tensors, memory to block counts."""
 
+from pagedkv.planning.report import (
+    ConcurrencyPoint,
+    GroupingAlternative,
+    GroupReport,
+    KVCachePlan,
+    WorkerReport,
+)
 from pagedkv.planning.types import (
     DEFAULT_ROLE,
     KVCacheConfig,
@@ -8,4 +15,15 @@ from pagedkv.planning.types import (
     LayerRegion,
 )
 
-__all__ = ["DEFAULT_ROLE", "KVCacheConfig", "KVCacheGroupSpec", "KVCacheTensor", "LayerRegion"]
+__all__ = [
+    "DEFAULT_ROLE",
+    "ConcurrencyPoint",
+    "GroupReport",
+    "GroupingAlternative",
+    "KVCacheConfig",
+    "KVCacheGroupSpec",
+    "KVCachePlan",
+    "KVCacheTensor",
+    "LayerRegion",
+    "WorkerReport",
+]
