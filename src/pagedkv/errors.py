@@ -45,3 +45,7 @@ class TraceFormatError(PagedKVError, ValueError):
 
 class NoFreeBlocksError(PagedKVError, ValueError):
     """The block pool has fewer free blocks than were asked for."""
+
+
+class KVCacheRuntimeError(PagedKVError, ValueError):
+    """A runtime call (block pool, KV cache manager, request) got arguments it cannot accept."""

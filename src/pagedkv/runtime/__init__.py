@@ -1,0 +1,1 @@
+"""Run time: block hashing, the block pool, per-kind managers, coordinators, KVCacheManager."""

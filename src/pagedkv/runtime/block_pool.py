@@ -1,0 +1,369 @@
+"""The block pool: block ids, reference counts, the free queue and the prefix-cache hash map.
+
+Blocks are plain integer ids ``0 .. num_blocks - 1``; block 0 is the permanent null
+block (placeholder for positions a request does not need). Per-block state lives in two
+flat lists (reference count, cache key), so a pool of millions of blocks costs 16 bytes
+per block and builds in milliseconds.
+
+The free queue (head = next block handed out) is kept in three parts, which together
+give exactly the order of one doubly linked list:
+
+1. ``_stack``: freed blocks without a hash, most recently freed at the head (LIFO reuse);
+2. the fresh range ``[_next_fresh, num_blocks)``: never-used blocks in id order;
+3. ``_lru``: freed blocks that were cached, least recently used first (O(1) removal
+   from the middle when a cache hit revives one).
+
+A block hash lives in ``_maps[group_id][block_hash] -> block id``; further blocks with
+the same key (duplicate content) wait in ``_dups`` and are promoted when the first goes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
+from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+
+if TYPE_CHECKING:
+    from pagedkv.runtime.request import Request
+
+NULL_BLOCK = 0
+
+
+class Savepoint(NamedTuple):
+    """Where the pool was when a transaction began (see ``BlockPool.begin``)."""
+
+    num_events: int
+
+
+class BlockPool:
+    """Fixed set of KV cache blocks shared by every group of a model."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        enable_caching: bool = True,
+        hash_block_size: int = 16,
+        enable_events: bool = False,
+        medium: str = "GPU",
+    ) -> None:
+        if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
+            raise KVCacheRuntimeError(
+                f"BlockPool.num_blocks must be a positive integer, got {num_blocks!r}"
+            )
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.hash_block_size = hash_block_size
+        self.medium = medium
+        self.ref_cnt: list[int] = [0] * num_blocks
+        self.block_key: list[tuple[Any, int] | None] = [None] * num_blocks
+        self._stack: list[int] = []
+        self._next_fresh = 1  # block 0 is the null block, never free
+        self._lru: OrderedDict[int, None] = OrderedDict()
+        self._maps: list[dict[Any, int]] = []
+        self._dups: dict[tuple[Any, int], list[int]] = {}
+        self._events: list[KVCacheEvent] | None = [] if enable_events else None
+        self._journal: list[tuple[Any, ...]] | None = None
+        # Blocks cached in the current step whose content the engine has not written yet.
+        # Kinds that need complete content at admission (state checkpoints) skip them.
+        self.unwritten_blocks: set[int] = set()
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._stack) + self.num_blocks - self._next_fresh + len(self._lru)
+
+    def get_num_free_blocks(self) -> int:
+        return self.num_free_blocks
+
+    @property
+    def usage(self) -> float:
+        """Fraction of usable (non-null) blocks in use."""
+        usable = self.num_blocks - 1
+        return 0.0 if usable == 0 else 1.0 - self.num_free_blocks / usable
+
+    def hash_map(self, group_id: int) -> dict[Any, int]:
+        """The ``block hash -> first cached block id`` map of one group."""
+        maps = self._maps
+        while len(maps) <= group_id:
+            maps.append({})
+        return maps[group_id]
+
+    def get_cached_block(self, block_hash: Any, group_ids: Sequence[int]) -> list[int] | None:
+        """One cached block per group id, or None if any group misses."""
+        out = []
+        for gid in group_ids:
+            block = self.hash_map(gid).get(block_hash)
+            if block is None:
+                return None
+            out.append(block)
+        return out
+
+    def free_queue(self) -> list[int]:
+        """All free blocks in the order they would be handed out (for tests and tools)."""
+        return [*reversed(self._stack), *range(self._next_fresh, self.num_blocks), *self._lru]
+
+    def cached_blocks(self) -> dict[tuple[Any, int], list[int]]:
+        """Every ``(block hash, group id)`` key with its blocks, first-inserted first."""
+        out: dict[tuple[Any, int], list[int]] = {}
+        for gid, m in enumerate(self._maps):
+            for h, block in m.items():
+                out[(h, gid)] = [block, *self._dups.get((h, gid), ())]
+        return out
+
+    # ------------------------------------------------------------- allocation
+    def get_new_blocks(self, num_blocks: int) -> list[int]:
+        """Pop ``num_blocks`` blocks from the head of the free queue, each with ref count 1.
+
+        Cached blocks handed out lose their hash (one BlockRemoved event each).
+        NoFreeBlocksError, with nothing changed, if fewer are free.
+        """
+        stack = self._stack
+        if num_blocks <= len(stack):
+            if num_blocks == 1:
+                block = stack.pop()
+                self.ref_cnt[block] = 1
+                if self._journal is not None:
+                    self._journal.append(("new", [block], 1, 0, ()))
+                return [block]
+            if num_blocks <= 0:
+                return []
+            blocks = stack[-num_blocks:]
+            del stack[-num_blocks:]
+            blocks.reverse()
+            from_stack, fresh, evicted = num_blocks, 0, ()
+        else:
+            blocks, from_stack, fresh, evicted = self._get_new_blocks_slow(num_blocks)
+        ref = self.ref_cnt
+        for block in blocks:
+            ref[block] = 1
+        if self._journal is not None:
+            self._journal.append(("new", blocks, from_stack, fresh, evicted))
+        return blocks
+
+    def _get_new_blocks_slow(self, num_blocks: int) -> tuple[list[int], int, int, Any]:
+        free = self.num_free_blocks
+        if num_blocks > free:
+            raise NoFreeBlocksError(
+                f"cannot get {num_blocks} free blocks from the pool ({free} free)"
+            )
+        stack = self._stack
+        blocks = stack[::-1]
+        from_stack = len(blocks)
+        stack.clear()
+        rest = num_blocks - from_stack
+        fresh = min(rest, self.num_blocks - self._next_fresh)
+        if fresh:
+            blocks.extend(range(self._next_fresh, self._next_fresh + fresh))
+            self._next_fresh += fresh
+            rest -= fresh
+        evicted: list[tuple[int, Any]] = []
+        lru = self._lru
+        keys = self.block_key
+        for _ in range(rest):
+            block = lru.popitem(last=False)[0]
+            key = keys[block]
+            if key is not None:
+                evicted.append((block, key))
+                self._drop_key(block, key)
+            blocks.append(block)
+        return blocks, from_stack, fresh, evicted
+
+    def touch(self, blocks: Iterable[int]) -> None:
+        """Take one more reference on each (non-null) block; free ones leave the queue."""
+        ref = self.ref_cnt
+        lru = self._lru
+        touched = []
+        for block in blocks:
+            if block:
+                if ref[block] == 0:
+                    del lru[block]
+                ref[block] += 1
+                touched.append(block)
+        if self._journal is not None:
+            self._journal.append(("touch", touched))
+
+    def free_blocks(self, ordered_blocks: Iterable[int]) -> None:
+        """Drop one reference on each block; the first given is evicted first.
+
+        Blocks reaching zero without a hash go to the head of the queue (reused next,
+        while their memory is warm); cached ones go to the tail (least recently used).
+        """
+        ref = self.ref_cnt
+        keys = self.block_key
+        lru = self._lru
+        caching = self.enable_caching
+        uncached = []
+        for block in ordered_blocks:
+            if block:
+                count = ref[block] - 1
+                ref[block] = count
+                if count == 0:
+                    if caching and keys[block] is not None:
+                        lru[block] = None
+                    else:
+                        uncached.append(block)
+        if uncached:
+            uncached.reverse()
+            self._stack.extend(uncached)
+
+    # ---------------------------------------------------------------- caching
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: Sequence[int],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        group_id: int,
+    ) -> None:
+        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hash (skipping null blocks).
+
+        Block ``i``'s hash is the request's chain hash at token ``(i + 1) * block_size``.
+        """
+        if num_cached_blocks >= num_full_blocks:
+            return
+        hashes = request.block_hashes
+        scale = block_size // self.hash_block_size
+        m = self.hash_map(group_id)
+        keys = self.block_key
+        stored = []
+        for i in range(num_cached_blocks, num_full_blocks):
+            block = blocks[i]
+            if block == NULL_BLOCK or keys[block] is not None:
+                continue
+            h = hashes[i] if scale == 1 else hashes[(i + 1) * scale - 1]
+            key = (h, group_id)
+            keys[block] = key
+            if h in m:
+                self._dups.setdefault(key, []).append(block)
+            else:
+                m[h] = block
+            stored.append(block)
+        if self._journal is not None:
+            self._journal.append(("cache", stored))
+        if self._events is not None:
+            self._events.append(
+                self._stored_event(request, stored, num_cached_blocks, num_full_blocks, block_size)
+            )
+
+    def _stored_event(
+        self, request: Request, stored: list[int], first: int, end: int, block_size: int
+    ) -> BlockStored:
+        scale = block_size // self.hash_block_size
+        hashes = request.block_hashes
+        parent = hashes[first * scale - 1] if first > 0 else None
+        keys = self.block_key
+        return BlockStored(
+            block_hashes=[keys[b][0] for b in stored],  # type: ignore[index]
+            parent_block_hash=parent,
+            token_ids=request.all_token_ids[first * block_size : end * block_size],
+            block_size=block_size,
+            lora_id=None,
+            medium=self.medium,
+            lora_name=request.lora_name,
+            group_idx=keys[stored[0]][1] if stored else None,  # type: ignore[index]
+        )
+
+    def _drop_key(self, block: int, key: tuple[Any, int]) -> None:
+        self.block_key[block] = None
+        h, gid = key
+        m = self._maps[gid]
+        dups = self._dups.get(key)
+        if m.get(h) == block:
+            if dups:
+                m[h] = dups.pop(0)
+                if not dups:
+                    del self._dups[key]
+            else:
+                del m[h]
+        elif dups is not None:
+            dups.remove(block)
+            if not dups:
+                del self._dups[key]
+        if self._events is not None:
+            self._events.append(BlockRemoved(block_hashes=[h], medium=self.medium, group_idx=gid))
+
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        """Drop the hash of each block (in use or not); the blocks stay where they are."""
+        keys = self.block_key
+        for block in block_ids:
+            if not isinstance(block, int) or not 0 <= block < self.num_blocks:
+                raise KVCacheRuntimeError(
+                    f"evict_blocks: block id {block!r} is outside the pool "
+                    f"(0 .. {self.num_blocks - 1})"
+                )
+            key = keys[block]
+            if key is not None:
+                self._drop_key(block, key)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash; refused (False) while any block is in use."""
+        if self.num_free_blocks != self.num_blocks - 1:
+            return False
+        self._maps = []
+        self._dups = {}
+        self.block_key = [None] * self.num_blocks
+        if self._events is not None:
+            self._events.append(AllBlocksCleared())
+        return True
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """Events since the last call (empty when events are disabled)."""
+        events = self._events
+        if not events:
+            return []
+        self._events = []
+        return events
+
+    # ------------------------------------------------------------ transactions
+    def begin(self) -> Savepoint:
+        """Start journaling changes so ``rollback`` can undo them."""
+        self._journal = []
+        return Savepoint(len(self._events) if self._events is not None else 0)
+
+    def commit(self) -> None:
+        self._journal = None
+
+    def rollback(self, savepoint: Savepoint) -> None:
+        """Undo everything since ``begin``: new blocks go back where they came from (with
+        their hashes), hashes given are taken back, touched blocks are released (a revived
+        cached block returns to the tail of the queue), and events are dropped."""
+        journal = self._journal or []
+        self._journal = None
+        ref = self.ref_cnt
+        for entry in reversed(journal):
+            if entry[0] == "new":
+                self._undo_new(entry[1], entry[2], entry[3], entry[4])
+            elif entry[0] == "touch":
+                for block in entry[1]:
+                    ref[block] -= 1
+                    if ref[block] == 0:
+                        self._lru[block] = None
+            else:  # "cache"
+                for block in entry[1]:
+                    key = self.block_key[block]
+                    if key is not None:
+                        self._drop_key(block, key)
+        if self._events is not None:
+            del self._events[savepoint.num_events :]
+
+    def _undo_new(
+        self, blocks: list[int], from_stack: int, fresh: int, evicted: Sequence[tuple[int, Any]]
+    ) -> None:
+        for block in blocks:
+            self.ref_cnt[block] = 0
+        for block, key in reversed(evicted):
+            self.block_key[block] = key
+            h, gid = key
+            m = self.hash_map(gid)
+            if h in m:
+                self._dups.setdefault(key, []).insert(0, m[h])
+            m[h] = block
+            self._lru[block] = None
+            self._lru.move_to_end(block, last=False)
+        if fresh:
+            self._next_fresh -= fresh
+        self._stack.extend(reversed(blocks[:from_stack]))

@@ -1,0 +1,37 @@
+"""KVCacheBlocks: the block ids a request got, one list per KV cache group."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pagedkv.runtime.block_pool import NULL_BLOCK
+
+
+class KVCacheBlocks(NamedTuple):
+    """Block ids per group (outer index = group id). Null blocks appear as id 0."""
+
+    blocks: tuple[list[int], ...]
+
+    def __add__(self, other: object) -> KVCacheBlocks:
+        if not isinstance(other, KVCacheBlocks):
+            return NotImplemented
+        return KVCacheBlocks(tuple(a + b for a, b in zip(self.blocks, other.blocks, strict=True)))
+
+    def get_block_ids(self) -> tuple[list[int], ...]:
+        """A copy of the id lists, one per group."""
+        return tuple(list(ids) for ids in self.blocks)
+
+    def get_unhashed_block_ids_all_groups(self, block_key: list[object]) -> list[int]:
+        """Non-null ids that have no hash yet in the pool whose ``block_key`` is given."""
+        return [b for ids in self.blocks for b in ids if b != NULL_BLOCK and block_key[b] is None]
+
+    @property
+    def num_blocks(self) -> int:
+        return sum(len(ids) for ids in self.blocks)
+
+    def is_empty(self) -> bool:
+        return not any(self.blocks)
+
+    @classmethod
+    def empty(cls, num_groups: int) -> KVCacheBlocks:
+        return cls(tuple([] for _ in range(num_groups)))

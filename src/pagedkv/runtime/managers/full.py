@@ -1,0 +1,58 @@
+"""Full attention (also MLA and attention sinks): every block lives until the request ends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pagedkv.runtime.block_pool import BlockPool
+from pagedkv.runtime.managers.base import SingleTypeKVCacheManager, hashes_at_block_size
+
+if TYPE_CHECKING:
+    from pagedkv.specs.base import KVCacheSpec
+
+
+class FullAttentionManager(SingleTypeKVCacheManager):
+    """Cache hits are searched left to right and stop at the first miss (the hashes are
+    chained, so no later block can hit)."""
+
+    downward_closed_hits: ClassVar[bool] = True
+
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: list[Any],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec: KVCacheSpec,
+        alignment_tokens: int,
+        hash_block_size: int,
+    ) -> tuple[list[list[int]], int]:
+        block_size = kv_cache_spec.block_size
+        hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
+        limit = min(max_length // block_size, len(hashes))
+        if len(kv_cache_group_ids) == 1:
+            lookup = block_pool.hash_map(kv_cache_group_ids[0]).get
+            hit: list[int] = []
+            append = hit.append
+            for i in range(limit):
+                block = lookup(hashes[i])
+                if block is None:
+                    break
+                append(block)
+            lists = [hit]
+        else:
+            lists = [[] for _ in kv_cache_group_ids]
+            for i in range(limit):
+                blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
+                if blocks is None:
+                    break
+                for out, block in zip(lists, blocks):
+                    out.append(block)
+        num_tokens = len(lists[0]) * block_size
+        if alignment_tokens != block_size and num_tokens % alignment_tokens:
+            num_tokens -= num_tokens % alignment_tokens
+            for out in lists:
+                del out[num_tokens // block_size :]
+        return lists, num_tokens

@@ -1,0 +1,61 @@
+"""Mamba / linear-attention state.
+
+Mode "none" (no prefix caching): the request's state lives in its last block; blocks
+behind it are freed (with ``block_size == max_model_len`` that is a single block).
+Mode "align": block ``i`` holds the state after token ``(i + 1) * block_size``: each
+full block is a checkpoint that is cached like an attention block, and a hit is the
+single latest cached checkpoint, preceded by nulls. A checkpoint cached during the
+current step is not yet written, so lookups skip it until ``new_step_starts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
+from pagedkv.runtime.managers.base import SingleTypeKVCacheManager, hashes_at_block_size
+
+if TYPE_CHECKING:
+    from pagedkv.runtime.request import Request
+    from pagedkv.specs.base import KVCacheSpec
+
+
+class MambaManager(SingleTypeKVCacheManager):
+    """State blocks: only the block holding the latest computed state is kept."""
+
+    skips_tokens = True
+
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: list[Any],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec: KVCacheSpec,
+        alignment_tokens: int,
+        hash_block_size: int,
+    ) -> tuple[list[list[int]], int]:
+        block_size = kv_cache_spec.block_size
+        hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
+        pending = block_pool.unwritten_blocks
+        for i in range(min(max_length // block_size, len(hashes)) - 1, -1, -1):
+            if ((i + 1) * block_size) % alignment_tokens:
+                continue
+            blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
+            if blocks is None or any(b in pending for b in blocks):
+                continue
+            return [[NULL_BLOCK] * i + [b] for b in blocks], (i + 1) * block_size
+        return [[] for _ in kv_cache_group_ids], 0
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return max(num_computed_tokens - 1, 0)
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        table = self.req_to_blocks[request.request_id]
+        first = self.num_cached_block[request.request_id]
+        super().cache_blocks(request, num_tokens)
+        last = self.num_cached_block[request.request_id]
+        if last > first:
+            self.block_pool.unwritten_blocks.update(b for b in table[first:last] if b)

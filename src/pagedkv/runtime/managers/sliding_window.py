@@ -1,0 +1,76 @@
+"""Sliding window attention: only the last ``sliding_window`` tokens are attended, so
+blocks entirely before the window are freed and replaced by the null block."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
+from pagedkv.runtime.managers.base import SingleTypeKVCacheManager, cdiv, hashes_at_block_size
+
+if TYPE_CHECKING:
+    from pagedkv.specs.base import KVCacheSpec
+
+
+def _window(spec: KVCacheSpec) -> int:
+    return int(spec.sliding_window)  # type: ignore[attr-defined]
+
+
+class SlidingWindowManager(SingleTypeKVCacheManager):
+    """A hit needs the ``cdiv(sliding_window - 1, block_size)`` contiguous cached blocks
+    ending at the hit (or a shorter run starting at block 0); found right to left."""
+
+    skips_tokens = True
+
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: list[Any],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec: KVCacheSpec,
+        alignment_tokens: int,
+        hash_block_size: int,
+    ) -> tuple[list[list[int]], int]:
+        block_size = kv_cache_spec.block_size
+        need = max(cdiv(_window(kv_cache_spec) - 1, block_size), 1)
+        hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
+        limit = min(max_length // block_size, len(hashes))
+        lists = [[NULL_BLOCK] * limit for _ in kv_cache_group_ids]
+        aligned = alignment_tokens == block_size
+        run = 0
+        for i in range(limit - 1, -1, -1):
+            blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
+            if blocks is None:
+                run = 0
+                continue
+            if run == 0 and not aligned and ((i + 1) * block_size) % alignment_tokens:
+                continue  # a hit must end on an alignment boundary
+            for out, block in zip(lists, blocks):
+                out[i] = block
+            run += 1
+            if run >= need:
+                for out in lists:
+                    del out[i + run :]
+                return lists, (i + run) * block_size
+        # No full window found: a run that starts at block 0 still covers a whole prefix.
+        num_blocks = run
+        if not aligned:
+            num_blocks -= num_blocks % (alignment_tokens // block_size)
+        for out in lists:
+            del out[num_blocks:]
+        return lists, num_blocks * block_size
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        spec = self.kv_cache_spec
+        retained = spec.num_retained_tokens  # type: ignore[attr-defined]
+        return max(0, num_computed_tokens - retained)
+
+    def max_admission_blocks(self) -> int | None:
+        if self.max_model_len is None:
+            return None
+        return self.kv_cache_spec.max_admission_blocks_per_request(  # type: ignore[attr-defined]
+            self.in_flight_tokens or 0, self.max_model_len
+        )

@@ -1,0 +1,102 @@
+"""A request as the KV cache sees it: tokens, extra hash keys and block hashes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pagedkv.errors import KVCacheRuntimeError
+from pagedkv.runtime.hashing import BlockHasher, MultiModalFeature
+
+
+class Request:
+    """Token ids (prompt then outputs), LoRA name, cache salt, multimodal items and the
+    chained block hashes, extended as output tokens are appended.
+
+    ``num_computed_tokens`` is owned by the scheduler. ``hasher=None`` lets the
+    ``KVCacheManager`` attach its own hasher the first time it sees the request.
+    """
+
+    __slots__ = (
+        "all_token_ids",
+        "block_hashes",
+        "cache_salt",
+        "hasher",
+        "lora_name",
+        "mm_features",
+        "num_cached_tokens",
+        "num_computed_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "request_id",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        *,
+        lora_name: str | None = None,
+        cache_salt: str | None = None,
+        mm_features: Iterable[MultiModalFeature] = (),
+        hasher: BlockHasher | None = None,
+    ) -> None:
+        if not prompt_token_ids:
+            raise KVCacheRuntimeError(f"request {request_id!r}: prompt_token_ids is empty")
+        self.request_id = request_id
+        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(self.all_token_ids)
+        self.lora_name = lora_name
+        self.cache_salt = cache_salt
+        self.mm_features: tuple[MultiModalFeature, ...] = tuple(
+            sorted((MultiModalFeature(*f) for f in mm_features), key=lambda f: f.offset)
+        )
+        self.num_computed_tokens = 0
+        # Prefix-cache hit of the latest admission (-1 before the first lookup).
+        self.num_cached_tokens = -1
+        self.num_preemptions = 0
+        self.block_hashes: list[Any] = []
+        self.hasher: BlockHasher | None = None
+        if hasher is not None:
+            self.set_hasher(hasher)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.all_token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.all_token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.all_token_ids) - self.num_prompt_tokens
+
+    def set_hasher(self, hasher: BlockHasher) -> None:
+        """Attach ``hasher`` and hash every full block so far (from scratch if it changed)."""
+        if self.hasher is not hasher:
+            self.block_hashes = []
+        self.hasher = hasher
+        self.block_hashes.extend(hasher(self))
+
+    def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
+        """Append generated tokens; newly full blocks are hashed now."""
+        if isinstance(token_ids, int):
+            self.all_token_ids.append(token_ids)
+        else:
+            self.all_token_ids.extend(token_ids)
+        hasher = self.hasher
+        if hasher is not None:
+            new = hasher(self)
+            if new:
+                self.block_hashes.extend(new)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, num_tokens={self.num_tokens}, "
+            f"num_computed_tokens={self.num_computed_tokens})"
+        )
