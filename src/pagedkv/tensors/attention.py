@@ -1,0 +1,152 @@
+"""A reference paged attention in plain torch: write through slots, read through tables.
+
+Slow and simple on purpose: it is the oracle real kernels (and pagedkv's block
+management) are checked against, not a kernel.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from pagedkv.specs import ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheSpec
+from pagedkv.specs.local import SlidingWindowSpec
+from pagedkv.tensors.errors import TensorLayoutError
+from pagedkv.tensors.metadata import AttentionMetadata
+from pagedkv.tensors.views import LayerView
+
+
+class AttentionWindow(NamedTuple):
+    """Which earlier tokens a query sees: all, the last ``sliding_window``, or its chunk."""
+
+    sliding_window: int | None = None
+    chunk_size: int | None = None
+
+    def key_start(self, positions: torch.Tensor) -> torch.Tensor:
+        """First key position each query position attends to."""
+        if self.sliding_window is not None:
+            return (positions - self.sliding_window + 1).clamp(min=0)
+        if self.chunk_size is not None:
+            return positions // self.chunk_size * self.chunk_size
+        return torch.zeros_like(positions)
+
+
+def window_for_spec(spec: KVCacheSpec) -> AttentionWindow:
+    """The window a layer computes with (a promoted local layer keeps its window)."""
+    if isinstance(spec, SlidingWindowSpec):
+        return AttentionWindow(sliding_window=spec.sliding_window)
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return AttentionWindow(chunk_size=spec.attention_chunk_size)
+    if isinstance(spec, FullAttentionSpec):
+        return AttentionWindow(spec.sliding_window, spec.attention_chunk_size)
+    return AttentionWindow()
+
+
+def attend(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    query_positions: torch.Tensor,
+    key_positions: torch.Tensor,
+    window: AttentionWindow,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Masked softmax attention: query ``[T, Hq, D]``, key ``[S, Hk, D]``, value ``[S, Hk, Dv]``
+    (``Hq`` a multiple of ``Hk``) -> ``[T, Hq, Dv]``, computed in the query's dtype."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    key = key.to(query.dtype).repeat_interleave(heads // kv_heads, dim=1)
+    value = value.to(query.dtype).repeat_interleave(heads // kv_heads, dim=1)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    scores = torch.einsum("qhd,khd->hqk", query, key) * scale
+    kpos, qpos = key_positions[None, :], query_positions[:, None]
+    visible = (kpos <= qpos) & (kpos >= window.key_start(query_positions)[:, None])
+    probs = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)
+    return torch.einsum("hqk,khd->qhd", probs, value)
+
+
+def _block_offsets(slots: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    slots = slots.to(torch.int64)
+    return slots // block_size, slots % block_size
+
+
+_TOKEN_DIM = {"NHD": 2, "HND": 3, "latent": 1}
+
+
+def block_size_of(view: LayerView) -> int:
+    """Tokens per block of an attention or MLA layer's view."""
+    dim = _TOKEN_DIM.get(view.layout)
+    if dim is None:
+        raise TensorLayoutError(f"layer {view.layer_name!r} ({view.layout}) has no token slots")
+    return int(view.tensor.shape[dim])
+
+
+def write_kv(
+    view: LayerView,
+    slot_mapping: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor | None = None,
+) -> None:
+    """Store each token's key (``[T, H, D]``) and value, or MLA latent (``[T, D]``), at its slot."""
+    cache = view.tensor
+    blocks, offsets = _block_offsets(slot_mapping, block_size_of(view))
+    if view.layout == "latent":
+        cache[blocks, offsets] = key.to(cache.dtype)
+        return
+    if value is None:
+        raise TensorLayoutError(f"layer {view.layer_name!r} stores K and V; pass both")
+    if view.layout == "NHD":
+        cache[blocks, 0, offsets] = key.to(cache.dtype)
+        cache[blocks, 1, offsets] = value.to(cache.dtype)
+    else:
+        cache[blocks, 0, :, offsets] = key.to(cache.dtype)
+        cache[blocks, 1, :, offsets] = value.to(cache.dtype)
+
+
+def gather_kv(
+    view: LayerView, block_row: torch.Tensor, positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key ``[S, H, D]`` and value of ``positions`` through one block-table row
+    (MLA: the latent as key with one head, and as value)."""
+    bs = block_size_of(view)
+    blocks = block_row.to(torch.int64)[positions // bs]
+    offsets = positions % bs
+    cache = view.tensor
+    if view.layout == "latent":
+        latent = cache[blocks, offsets][:, None, :]
+        return latent, latent
+    if view.layout == "NHD":
+        return cache[blocks, 0, offsets], cache[blocks, 1, offsets]
+    return cache[blocks, 0, :, offsets], cache[blocks, 1, :, offsets]
+
+
+def paged_attention(
+    view: LayerView,
+    query: torch.Tensor,
+    metadata: AttentionMetadata,
+    *,
+    window: AttentionWindow | None = None,
+    scale: float | None = None,
+    value_head_size: int | None = None,
+    compute_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Attention of every scheduled query (``[T, Hq, D]``) over its request's cached
+    keys, read through ``metadata.block_table``. ``window`` defaults to the layer's own;
+    ``value_head_size`` keeps the first dims of an MLA latent as the value."""
+    window = window_for_spec(view.spec) if window is None else window
+    dtype = compute_dtype or torch.promote_types(query.dtype, torch.float32)
+    starts = metadata.query_start_loc.tolist()
+    seq_lens = metadata.seq_lens.tolist()
+    outputs = []
+    for i, seq_len in enumerate(seq_lens):
+        q_pos = metadata.positions[starts[i] : starts[i + 1]]
+        if len(q_pos) == 0:
+            continue
+        first = int(window.key_start(q_pos.min()[None])[0])
+        k_pos = torch.arange(first, seq_len, device=q_pos.device)
+        key, value = gather_kv(view, metadata.block_table[i], k_pos)
+        if value_head_size is not None:
+            value = value[..., :value_head_size]
+        q = query[starts[i] : starts[i + 1]].to(dtype)
+        outputs.append(attend(q, key, value, q_pos, k_pos, window, scale))
+    return torch.cat(outputs) if outputs else query.new_zeros((0, *query.shape[1:]))

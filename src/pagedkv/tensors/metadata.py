@@ -1,0 +1,106 @@
+"""Block tables and slot mappings, as an engine hands them to attention kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+
+from pagedkv.tensors.errors import BlockTableError
+
+PAD_BLOCK_ID = 0  # padded block-table entries point at the null block
+
+
+class ScheduledRequest(NamedTuple):
+    """One request's share of a step: the runtime's block ids (one list per group) and
+    the token range ``[num_computed_tokens, num_computed_tokens + num_new_tokens)``."""
+
+    block_ids: Sequence[Sequence[int]]
+    num_computed_tokens: int
+    num_new_tokens: int
+
+    @property
+    def seq_len(self) -> int:
+        return self.num_computed_tokens + self.num_new_tokens
+
+
+class AttentionMetadata(NamedTuple):
+    """One KV cache group's inputs for one step.
+
+    ``block_table``: ``[num_reqs, max_blocks]`` int32, rows padded with the null block;
+    ``slot_mapping``: ``[num_tokens]`` int64, ``block_id * block_size + offset`` of every
+    scheduled token; ``query_start_loc``: ``[num_reqs + 1]`` int32 prefix sums of new
+    tokens; ``seq_lens``: ``[num_reqs]`` int32 context lengths after the step;
+    ``positions``: ``[num_tokens]`` int64 token positions.
+    """
+
+    block_size: int
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    positions: torch.Tensor
+
+
+def block_table_tensor(
+    rows: Sequence[Sequence[int]], device: str | torch.device = "cpu", *, width: int | None = None
+) -> torch.Tensor:
+    """``rows`` as one ``[len(rows), width]`` int32 tensor padded with the null block."""
+    width = max((len(r) for r in rows), default=0) if width is None else width
+    table = torch.full((len(rows), max(width, 1)), PAD_BLOCK_ID, dtype=torch.int32)
+    for i, row in enumerate(rows):
+        if len(row) > width:
+            raise BlockTableError(f"block-table row {i} has {len(row)} blocks, wider than {width}")
+        table[i, : len(row)] = torch.as_tensor(list(row), dtype=torch.int32)
+    return table.to(device)
+
+
+def slot_mapping(
+    block_ids: Sequence[int], positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """Slot of each position: ``block_ids[pos // block_size] * block_size + pos % block_size``."""
+    table = torch.as_tensor(list(block_ids), dtype=torch.int64)
+    positions = positions.to(torch.int64).cpu()
+    if len(positions) and int(positions.max()) >= len(table) * block_size:
+        raise BlockTableError(
+            f"position {int(positions.max())} is past the {len(table)} allocated blocks "
+            f"of {block_size} tokens"
+        )
+    return table[positions // block_size] * block_size + positions % block_size
+
+
+def build_attention_metadata(
+    requests: Sequence[ScheduledRequest],
+    block_sizes: Sequence[int],
+    device: str | torch.device = "cpu",
+) -> tuple[AttentionMetadata, ...]:
+    """Per-group metadata for one step, requests in order, tokens concatenated."""
+    positions = torch.cat(
+        [torch.arange(r.num_computed_tokens, r.seq_len, dtype=torch.int64) for r in requests]
+        or [torch.zeros(0, dtype=torch.int64)]
+    )
+    counts = torch.tensor([0] + [r.num_new_tokens for r in requests], dtype=torch.int32)
+    query_start_loc = torch.cumsum(counts, 0, dtype=torch.int32)
+    seq_lens = torch.tensor([r.seq_len for r in requests], dtype=torch.int32)
+    groups = []
+    for gid, block_size in enumerate(block_sizes):
+        slots = [
+            slot_mapping(
+                r.block_ids[gid],
+                torch.arange(r.num_computed_tokens, r.seq_len, dtype=torch.int64),
+                block_size,
+            )
+            for r in requests
+        ]
+        groups.append(
+            AttentionMetadata(
+                block_size,
+                block_table_tensor([r.block_ids[gid] for r in requests], device),
+                torch.cat(slots or [torch.zeros(0, dtype=torch.int64)]).to(device),
+                query_start_loc.to(device),
+                seq_lens.to(device),
+                positions.to(device),
+            )
+        )
+    return tuple(groups)
