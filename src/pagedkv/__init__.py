@@ -37,5 +37,38 @@ from pagedkv.specs import (
 from pagedkv.planning import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, LayerRegion
 
 # --- runtime (runtime/) ---
+from pagedkv.runtime import (
+    NULL_BLOCK,
+    AllBlocksCleared,
+    BlockHasher,
+    BlockPool,
+    BlockRemoved,
+    BlockStored,
+    ChunkedLocalAttentionManager,
+    CrossAttentionManager,
+    EventBatch,
+    FullAttentionManager,
+    HybridCoordinator,
+    KVCacheBlocks,
+    KVCacheCoordinator,
+    KVCacheEvent,
+    KVCacheManager,
+    MambaManager,
+    MultiModalFeature,
+    NoPrefixCacheCoordinator,
+    PrefixCacheStats,
+    Request,
+    SingleTypeKVCacheManager,
+    SlidingWindowManager,
+    UnitaryCoordinator,
+    decode_event_batch,
+    encode_event_batch,
+    get_hash_fn,
+    hash_token_blocks,
+    make_coordinator,
+    register_builtin_kv_cache_specs,
+    sha256_cbor,
+    xxhash128,
+)
 
 __version__ = "0.1.0"

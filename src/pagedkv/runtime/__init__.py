@@ -1,1 +1,76 @@
 """Run time: block hashing, the block pool, per-kind managers, coordinators, KVCacheManager."""
+
+from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
+from pagedkv.runtime.blocks import KVCacheBlocks
+from pagedkv.runtime.builtins import register_builtin_kv_cache_specs
+from pagedkv.runtime.coordinators import (
+    HybridCoordinator,
+    KVCacheCoordinator,
+    NoPrefixCacheCoordinator,
+    UnitaryCoordinator,
+    make_coordinator,
+)
+from pagedkv.runtime.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EventBatch,
+    KVCacheEvent,
+    decode_event_batch,
+    encode_event_batch,
+)
+from pagedkv.runtime.hashing import (
+    BlockHasher,
+    MultiModalFeature,
+    builtin,
+    get_hash_fn,
+    hash_token_blocks,
+    sha256_cbor,
+    xxhash128,
+)
+from pagedkv.runtime.kv_cache_manager import KVCacheManager
+from pagedkv.runtime.managers import (
+    ChunkedLocalAttentionManager,
+    CrossAttentionManager,
+    FullAttentionManager,
+    MambaManager,
+    SingleTypeKVCacheManager,
+    SlidingWindowManager,
+)
+from pagedkv.runtime.request import Request
+from pagedkv.runtime.stats import PrefixCacheStats
+
+__all__ = [
+    "NULL_BLOCK",
+    "AllBlocksCleared",
+    "BlockHasher",
+    "BlockPool",
+    "BlockRemoved",
+    "BlockStored",
+    "ChunkedLocalAttentionManager",
+    "CrossAttentionManager",
+    "EventBatch",
+    "FullAttentionManager",
+    "HybridCoordinator",
+    "KVCacheBlocks",
+    "KVCacheCoordinator",
+    "KVCacheEvent",
+    "KVCacheManager",
+    "MambaManager",
+    "MultiModalFeature",
+    "NoPrefixCacheCoordinator",
+    "PrefixCacheStats",
+    "Request",
+    "SingleTypeKVCacheManager",
+    "SlidingWindowManager",
+    "UnitaryCoordinator",
+    "builtin",
+    "decode_event_batch",
+    "encode_event_batch",
+    "get_hash_fn",
+    "hash_token_blocks",
+    "make_coordinator",
+    "register_builtin_kv_cache_specs",
+    "sha256_cbor",
+    "xxhash128",
+]

@@ -1,0 +1,182 @@
+"""Coordinators: build the shared pool and one manager per group, and combine the groups'
+cache-hit searches into one hit length valid for every group."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from pagedkv.errors import RegistryError
+from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
+from pagedkv.registry import KVCacheSpecRegistry
+from pagedkv.runtime.block_pool import BlockPool
+from pagedkv.runtime.managers.base import SingleTypeKVCacheManager, cdiv
+from pagedkv.specs.base import KVCacheSpec
+from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
+
+
+def group_behaviour_spec(group: KVCacheGroupSpec) -> KVCacheSpec:
+    """The spec that decides a group's lifetime: a uniform-type group's first layer spec."""
+    spec = group.kv_cache_spec
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return spec.first_spec
+    return spec
+
+
+def manager_class_for(group: KVCacheGroupSpec, group_id: int) -> type[SingleTypeKVCacheManager]:
+    spec = group_behaviour_spec(group)
+    manager_cls = KVCacheSpecRegistry.get_manager_class(spec, role=group.role)
+    if manager_cls is None:
+        raise RegistryError(
+            f"KV cache group {group_id} (layers {', '.join(group.layer_names[:3])}...): "
+            f"no manager registered for spec type {type(spec).__name__}"
+        )
+    if not issubclass(manager_cls, SingleTypeKVCacheManager):
+        raise RegistryError(
+            f"KV cache group {group_id}: manager {manager_cls.__qualname__} does not "
+            "subclass SingleTypeKVCacheManager"
+        )
+    return manager_cls
+
+
+class KVCacheCoordinator(ABC):
+    """Owns the block pool and the managers; subclasses decide how hits are searched."""
+
+    def __init__(
+        self,
+        kv_cache_config: KVCacheConfig,
+        *,
+        max_model_len: int,
+        enable_caching: bool,
+        hash_block_size: int,
+        alignment_tokens: int,
+        enable_events: bool = False,
+        in_flight_tokens: int | None = None,
+    ) -> None:
+        self.enable_caching = enable_caching
+        self.hash_block_size = hash_block_size
+        self.alignment_tokens = alignment_tokens
+        self.block_pool = BlockPool(
+            kv_cache_config.num_blocks, enable_caching, hash_block_size, enable_events
+        )
+        self.managers: list[SingleTypeKVCacheManager] = []
+        for gid, group in enumerate(kv_cache_config.kv_cache_groups):
+            manager_cls = manager_class_for(group, gid)
+            self.managers.append(
+                manager_cls(
+                    group_behaviour_spec(group),
+                    self.block_pool,
+                    kv_cache_group_id=gid,
+                    enable_caching=enable_caching,
+                    hash_block_size=hash_block_size,
+                    alignment_tokens=alignment_tokens,
+                    max_model_len=max_model_len,
+                    in_flight_tokens=in_flight_tokens,
+                )
+            )
+
+    @abstractmethod
+    def find_longest_cache_hit(
+        self, block_hashes: list[Any], max_length: int
+    ) -> tuple[list[list[int]], int]:
+        """Hit blocks per group and the hit length in tokens (valid for every group)."""
+
+
+class NoPrefixCacheCoordinator(KVCacheCoordinator):
+    """Prefix caching off: never a hit. Any number of groups, including none."""
+
+    def find_longest_cache_hit(
+        self, block_hashes: list[Any], max_length: int
+    ) -> tuple[list[list[int]], int]:
+        return [[] for _ in self.managers], 0
+
+
+class UnitaryCoordinator(KVCacheCoordinator):
+    """One group: its manager's search is the answer."""
+
+    def find_longest_cache_hit(
+        self, block_hashes: list[Any], max_length: int
+    ) -> tuple[list[list[int]], int]:
+        manager = self.managers[0]
+        return type(manager).find_longest_cache_hit(
+            block_hashes,
+            max_length,
+            (0,),
+            self.block_pool,
+            manager.kv_cache_spec,
+            self.alignment_tokens,
+            self.hash_block_size,
+        )
+
+
+@dataclass(frozen=True)
+class SpecGroup:
+    """Groups with equal spec and manager class, looked up together (all must hit)."""
+
+    spec: KVCacheSpec
+    group_ids: tuple[int, ...]
+    manager_cls: type[SingleTypeKVCacheManager]
+
+
+class HybridCoordinator(KVCacheCoordinator):
+    """Several kinds. Downward-closed kinds (full attention) are searched once, first;
+    each other kind is then searched within the current bound, and the passes repeat
+    until no kind shortens the hit. Every kind rounds down to ``alignment_tokens``
+    (the LCM of the block sizes), so the result is a multiple of every block size."""
+
+    def __init__(self, kv_cache_config: KVCacheConfig, **kwargs: Any) -> None:
+        super().__init__(kv_cache_config, **kwargs)
+        by_key: dict[tuple[Any, type], list[int]] = {}
+        for gid, manager in enumerate(self.managers):
+            if manager.enable_caching:
+                by_key.setdefault((manager.kv_cache_spec, type(manager)), []).append(gid)
+        groups = [SpecGroup(spec, tuple(ids), cls) for (spec, cls), ids in by_key.items()]
+        # Stable sort: downward-closed kinds first, otherwise in group order.
+        self.spec_groups = sorted(groups, key=lambda g: not g.manager_cls.downward_closed_hits)
+
+    def find_longest_cache_hit(
+        self, block_hashes: list[Any], max_length: int
+    ) -> tuple[list[list[int]], int]:
+        lists: list[list[int]] = [[] for _ in self.managers]
+        candidate = max_length
+        searched_once: dict[int, int] = {}
+        pool, align, hash_bs = self.block_pool, self.alignment_tokens, self.hash_block_size
+        while True:
+            current = candidate
+            for index, sg in enumerate(self.spec_groups):
+                if index in searched_once:
+                    current = min(current, searched_once[index])
+                    continue
+                found, hit = sg.manager_cls.find_longest_cache_hit(
+                    block_hashes, current, sg.group_ids, pool, sg.spec, align, hash_bs
+                )
+                for gid, blocks in zip(sg.group_ids, found):
+                    lists[gid] = blocks
+                if sg.manager_cls.downward_closed_hits:
+                    searched_once[index] = hit
+                current = hit
+            if current >= candidate:
+                break
+            candidate = current
+        for index in searched_once:
+            sg = self.spec_groups[index]
+            keep = cdiv(candidate, sg.spec.block_size)
+            for gid in sg.group_ids:
+                del lists[gid][keep:]
+        return lists, candidate
+
+
+def make_coordinator(kv_cache_config: KVCacheConfig, **kwargs: Any) -> KVCacheCoordinator:
+    """No prefix cache when caching is off, unitary for one group, hybrid otherwise."""
+    if not kwargs["enable_caching"]:
+        return NoPrefixCacheCoordinator(kv_cache_config, **kwargs)
+    if len(kv_cache_config.kv_cache_groups) == 1:
+        return UnitaryCoordinator(kv_cache_config, **kwargs)
+    return HybridCoordinator(kv_cache_config, **kwargs)
+
+
+def scheduler_block_size(block_sizes: list[int]) -> int:
+    """LCM of the groups' block sizes (1 with no groups)."""
+    return math.lcm(*block_sizes) if block_sizes else 1
