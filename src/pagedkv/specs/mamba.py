@@ -24,13 +24,14 @@ def _normalize_shapes(name: str, shapes: Any) -> tuple[tuple[int, ...], ...]:
     for shape in shapes:
         if isinstance(shape, str | bytes) or not isinstance(shape, Iterable):
             raise KVCacheSpecError(f"{name}.shapes has an invalid shape {shape!r}")
+        raw = tuple(shape)
         try:
-            dims = tuple(operator.index(d) for d in shape if not isinstance(d, bool))
+            dims = tuple(operator.index(d) for d in raw if not isinstance(d, bool))
         except TypeError:
             dims = ()
-        if not dims or len(dims) != len(tuple(shape)) or min(dims) <= 0:
+        if not dims or len(dims) != len(raw) or min(dims) <= 0:
             raise KVCacheSpecError(
-                f"{name}.shapes has an invalid shape {tuple(shape)!r}: "
+                f"{name}.shapes has an invalid shape {raw!r}: "
                 "dimensions must be positive integers"
             )
         result.append(dims)
