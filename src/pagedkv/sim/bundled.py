@@ -1,0 +1,70 @@
+"""Find a trace by bundled name, ``synthetic[:N[:SEED]]``, or file path."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from pagedkv.errors import TraceFormatError
+from pagedkv.sim.readers import read_azure, read_mooncake
+from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
+from pagedkv.sim.trace import Trace
+
+TRACE_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
+DEFAULT_TRACE = "mooncake_conversation"
+BUNDLED_TRACES = {
+    "mooncake_conversation": "mooncake_conversation.first_half.jsonl.gz",
+    "azure_conv": "azure_llm_2023_conv.csv.gz",
+    "azure_code": "azure_llm_2023_code.csv.gz",
+}
+
+
+def list_bundled_traces() -> list[str]:
+    """Names ``load_trace`` accepts besides paths and ``synthetic[:N[:SEED]]``."""
+    return sorted(BUNDLED_TRACES)
+
+
+def _synthetic(spec: str) -> Trace:
+    parts = spec.split(":")[1:]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise TraceFormatError(f"trace {spec!r}: expected synthetic[:N[:SEED]]") from None
+    if len(values) > 2:
+        raise TraceFormatError(f"trace {spec!r}: expected synthetic[:N[:SEED]]")
+    config = SyntheticTraceConfig()
+    if values:
+        config = dataclasses.replace(config, num_requests=values[0])
+    if len(values) == 2:
+        config = dataclasses.replace(config, seed=values[1])
+    return synthetic_trace(config)
+
+
+def load_trace(name_or_path: str | Path, *, skip_bad_lines: bool = False) -> Trace:
+    """Load a bundled trace by name, generate ``synthetic[:N[:SEED]]``, or read a file.
+
+    Files ending in ``.jsonl``/``.json`` (optionally ``.gz``) are Mooncake traces,
+    ``.csv`` (optionally ``.gz``) Azure LLM inference traces."""
+    text = str(name_or_path)
+    key = text.replace("-", "_")
+    if key in BUNDLED_TRACES:
+        return _read_file(TRACE_DIR / BUNDLED_TRACES[key], skip_bad_lines, key)
+    if key == "synthetic" or key.startswith("synthetic:"):
+        return _synthetic(text)
+    path = Path(text)
+    if not path.is_file():
+        names = ", ".join(list_bundled_traces())
+        raise TraceFormatError(
+            f"trace {text!r} is not a file nor a bundled trace ({names}, synthetic[:N[:SEED]])"
+        )
+    return _read_file(path, skip_bad_lines, path.name)
+
+
+def _read_file(path: Path, skip_bad_lines: bool, name: str) -> Trace:
+    suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
+    kind = suffixes[-1] if suffixes else ""
+    if kind in (".jsonl", ".json"):
+        return read_mooncake(path, skip_bad_lines=skip_bad_lines, name=name)
+    if kind == ".csv":
+        return read_azure(path, skip_bad_lines=skip_bad_lines, name=name)
+    raise TraceFormatError(f"{path}: unknown trace format (expected .jsonl, .json or .csv)")

@@ -1,0 +1,55 @@
+"""Request traces: what arrives when, which token segments its prompt is made of."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Segment(NamedTuple):
+    """``num_tokens`` tokens of the deterministic token stream named ``segment_id``.
+
+    Two segments with the same id share their common leading tokens, so a segment
+    cut short (a last partial block) is a prefix of the full one.
+    """
+
+    segment_id: int
+    num_tokens: int
+
+
+class TraceRequest(NamedTuple):
+    """One request: arrival time, prompt segments, output length and output stream."""
+
+    arrival_s: float
+    segments: tuple[Segment, ...]
+    num_output_tokens: int
+    output_segment_id: int
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(seg.num_tokens for seg in self.segments)
+
+
+class Trace(NamedTuple):
+    """A named list of requests, plus how many malformed lines were skipped."""
+
+    name: str
+    requests: tuple[TraceRequest, ...]
+    num_skipped_lines: int = 0
+
+    def head(self, limit: int | None) -> Trace:
+        """The first ``limit`` requests (all when ``limit`` is None)."""
+        if limit is None or limit >= len(self.requests):
+            return self
+        return self._replace(requests=self.requests[:limit])
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(req.num_prompt_tokens for req in self.requests)
+
+
+def unique_segment_id(request_index: int, slot: int) -> int:
+    """A segment id no trace-supplied (non-negative) id can collide with.
+
+    ``slot`` 0 is the request's output stream; 1 and up are per-request fillers.
+    """
+    return -(request_index * 4 + slot + 1)
