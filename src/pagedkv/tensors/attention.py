@@ -135,18 +135,18 @@ def paged_attention(
     ``value_head_size`` keeps the first dims of an MLA latent as the value."""
     window = window_for_spec(view.spec) if window is None else window
     dtype = compute_dtype or torch.promote_types(query.dtype, torch.float32)
+    head_size_v = value_head_size or int(view.tensor.shape[-1])
+    out = query.new_zeros((query.shape[0], query.shape[1], head_size_v), dtype=dtype)
     starts = metadata.query_start_loc.tolist()
-    seq_lens = metadata.seq_lens.tolist()
-    outputs = []
-    for i, seq_len in enumerate(seq_lens):
-        q_pos = metadata.positions[starts[i] : starts[i + 1]]
-        if len(q_pos) == 0:
+    for i, seq_len in enumerate(metadata.seq_lens.tolist()):
+        if starts[i] == starts[i + 1]:
             continue
+        q_pos = metadata.positions[starts[i] : starts[i + 1]]
         first = int(window.key_start(q_pos.min()[None])[0])
         k_pos = torch.arange(first, seq_len, device=q_pos.device)
         key, value = gather_kv(view, metadata.block_table[i], k_pos)
-        if value_head_size is not None:
-            value = value[..., :value_head_size]
         q = query[starts[i] : starts[i + 1]].to(dtype)
-        outputs.append(attend(q, key, value, q_pos, k_pos, window, scale))
-    return torch.cat(outputs) if outputs else query.new_zeros((0, *query.shape[1:]))
+        out[starts[i] : starts[i + 1]] = attend(
+            q, key, value[..., :head_size_v], q_pos, k_pos, window, scale
+        )
+    return out
