@@ -1,0 +1,117 @@
+"""Helpers shared by the built-in adapters: dtypes, layer-type names, parameter formulas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pagedkv.dtypes import canonical_dtype_name
+from pagedkv.errors import ModelConfigError, UnknownDtypeError
+from pagedkv.models.source import ModelSource
+from pagedkv.models.view import ConfigView
+
+FULL, SLIDING, CHUNKED, LINEAR, MLP = "full", "sliding", "chunked", "linear", "mlp"
+
+_LAYER_TYPE_NAMES = {
+    "full_attention": FULL,
+    "attention": FULL,
+    "global": FULL,
+    "global_attention": FULL,
+    "indexed_attention": FULL,
+    "sliding_attention": SLIDING,
+    "sliding_window": SLIDING,
+    "local": SLIDING,
+    "local_attention": SLIDING,
+    "chunked_attention": CHUNKED,
+    "linear_attention": LINEAR,
+    "mamba": LINEAR,
+    "mamba2": LINEAR,
+    "mlp": MLP,
+    "moe": MLP,
+}
+
+
+def normalize_layer_types(view: ConfigView, key: str, num_layers: int) -> list[str] | None:
+    """The config's per-layer types mapped onto FULL / SLIDING / CHUNKED / LINEAR / MLP."""
+    values = view.list(key)
+    if values is None:
+        return None
+    if len(values) != num_layers:
+        raise ModelConfigError(
+            f"{view.model}: config field {view.prefix}{key!r} has {len(values)} entries "
+            f"for {num_layers} layers"
+        )
+    out = []
+    for value in values:
+        kind = _LAYER_TYPE_NAMES.get(str(value).lower())
+        if kind is None:
+            raise ModelConfigError(
+                f"{view.model}: config field {view.prefix}{key!r} has unknown layer type {value!r}"
+            )
+        out.append(kind)
+    return out
+
+
+def model_dtype(view: ConfigView, source: ModelSource) -> str:
+    """The serving dtype: the config's, float32 checkpoints served in bfloat16 (vLLM's auto)."""
+    value: Any = None
+    for holder in (view.published, source.raw, view.normalized):
+        value = holder.get("torch_dtype") or holder.get("dtype")
+        if value:
+            break
+    if not value:
+        return "bfloat16"
+    try:
+        name = canonical_dtype_name(value)
+    except UnknownDtypeError:
+        raise ModelConfigError(f"{view.model}: config field 'torch_dtype' {value!r} is not known")
+    return "bfloat16" if name == "float32" else name
+
+
+def quant_method(source: ModelSource, view: ConfigView) -> str | None:
+    for holder in (source.raw, view.published):
+        quant = holder.get("quantization_config")
+        if isinstance(quant, dict) and isinstance(quant.get("quant_method"), str):
+            return str(quant["quant_method"]).lower()
+    return None
+
+
+def head_size(view: ConfigView) -> int:
+    """``head_dim`` when given, else hidden_size / num_attention_heads."""
+    if view.has("head_dim"):
+        return view.int("head_dim")
+    return view.int("hidden_size") // view.int("num_attention_heads")
+
+
+def attention_params(hidden: int, heads: int, kv_heads: int, head: int, head_v: int = -1) -> int:
+    head_v = head if head_v < 0 else head_v
+    return hidden * heads * head + hidden * kv_heads * (head + head_v) + heads * head_v * hidden
+
+
+def gated_mlp_params(hidden: int, intermediate: int) -> int:
+    return 3 * hidden * intermediate
+
+
+def moe_params(
+    hidden: int, num_experts: int, expert_intermediate: int, shared_intermediate: int = 0
+) -> tuple[int, int]:
+    """(dense params: router + shared expert, expert params)."""
+    dense = hidden * num_experts + gated_mlp_params(hidden, shared_intermediate)
+    return dense, num_experts * gated_mlp_params(hidden, expert_intermediate)
+
+
+def embedding_params(
+    view: ConfigView, source: ModelSource, hidden: int, tied_default: bool = False
+) -> tuple[int, int]:
+    """(input embedding, output head) parameters; the head is 0 when tied."""
+    vocab = view.int("vocab_size")
+    tied = view.published.get("tie_word_embeddings")
+    if tied is None:
+        tied = source.raw.get("tie_word_embeddings", tied_default)
+    return vocab * hidden, 0 if tied else vocab * hidden
+
+
+def max_positions(view: ConfigView) -> int | None:
+    for key in ("max_position_embeddings", "n_positions", "max_target_positions"):
+        if view.has(key):
+            return view.int(key)
+    return None

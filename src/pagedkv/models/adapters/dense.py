@@ -1,0 +1,260 @@
+"""Decoder-only attention models: full, sliding-window, interleaved and chunked-local layers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pagedkv.models.adapters.common import (
+    CHUNKED,
+    FULL,
+    SLIDING,
+    attention_params,
+    embedding_params,
+    gated_mlp_params,
+    head_size,
+    max_positions,
+    model_dtype,
+    moe_params,
+    normalize_layer_types,
+    quant_method,
+)
+from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
+from pagedkv.models.registry import ModelAdapter, register_model_adapter
+from pagedkv.models.source import ModelSource
+from pagedkv.models.view import ConfigView
+
+
+def optional_int(view: ConfigView, *keys: str) -> int:
+    """The first of ``keys`` that is set, as an int >= 0; 0 when none is."""
+    for key in keys:
+        if view.has(key):
+            return view.int(key, minimum=0)
+    return 0
+
+
+@register_model_adapter(
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "MixtralForCausalLM",
+    "Phi3ForCausalLM",
+    "GlmForCausalLM",
+    "Glm4ForCausalLM",
+    "llama",
+    "mistral",
+    "mixtral",
+    "phi3",
+)
+class DecoderAdapter(ModelAdapter):
+    """Llama-style decoder; a ``sliding_window`` without ``layer_types`` applies to every layer."""
+
+    sinks = False
+    tied_embeddings = False
+
+    def describe(self, view: ConfigView, source: ModelSource) -> ModelLayout:
+        num_layers = view.int("num_hidden_layers")
+        kinds = normalize_layer_types(view, "layer_types", num_layers)
+        if kinds is None:
+            kinds = self.default_layer_kinds(view, num_layers)
+        hidden = view.int("hidden_size")
+        units = []
+        for index, kind in enumerate(kinds):
+            layer = self.attention_layer(view, index, kind)
+            params, experts = self.mlp_params(view, index)
+            attn = attention_params(hidden, layer.num_heads, layer.num_kv_heads, layer.head_size)
+            units.append(Unit(index, self.unit_layers(view, index, layer), attn + params, experts))
+        embed, head = embedding_params(view, source, hidden, self.tied_embeddings)
+        return ModelLayout(
+            name=view.model,
+            architecture=type(self).__name__,
+            dtype=model_dtype(view, source),
+            units=tuple(units),
+            hidden_size=hidden,
+            intermediate_size=view.int("intermediate_size", hidden * 4),
+            embedding_params=embed,
+            head_params=head,
+            max_model_len=max_positions(view),
+            quant_method=quant_method(source, view),
+        )
+
+    def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
+        return [SLIDING if view.has("sliding_window") else FULL] * num_layers
+
+    def unit_layers(
+        self, view: ConfigView, index: int, layer: AttentionLayer
+    ) -> tuple[AttentionLayer, ...]:
+        return (layer,)
+
+    def attention_layer(self, view: ConfigView, index: int, kind: str) -> AttentionLayer:
+        heads = view.int("num_attention_heads")
+        return AttentionLayer(
+            name=f"model.layers.{index}.self_attn",
+            num_heads=heads,
+            num_kv_heads=view.int("num_key_value_heads", heads),
+            head_size=head_size(view),
+            sliding_window=view.int("sliding_window") if kind == SLIDING else None,
+            chunk_size=view.int("attention_chunk_size") if kind == CHUNKED else None,
+            sinks=self.sinks and kind != SLIDING,
+        )
+
+    def is_moe_layer(self, view: ConfigView, index: int) -> bool:
+        if index < optional_int(view, "first_k_dense_replace"):
+            return False
+        if index in (view.list("mlp_only_layers") or []):
+            return False
+        step = optional_int(view, "decoder_sparse_step", "moe_layer_freq") or 1
+        return (index + 1) % step == 0 if view.has("decoder_sparse_step") else index % step == 0
+
+    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
+        """(dense, expert) MLP parameters of layer ``index``."""
+        hidden = view.int("hidden_size")
+        experts = optional_int(view, "num_local_experts", "num_experts", "n_routed_experts")
+        if not experts or not self.is_moe_layer(view, index):
+            return gated_mlp_params(hidden, view.int("intermediate_size")), 0
+        expert_size = view.first_int("moe_intermediate_size", "intermediate_size")
+        shared = optional_int(view, "shared_expert_intermediate_size")
+        shared = shared or optional_int(view, "n_shared_experts") * expert_size
+        return moe_params(hidden, experts, expert_size, shared)
+
+
+@register_model_adapter(
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "Qwen2MoeForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "qwen2",
+    "qwen3",
+    "qwen2_moe",
+    "qwen3_moe",
+)
+class QwenAdapter(DecoderAdapter):
+    """Qwen2/3: sliding window only with ``use_sliding_window``, from ``max_window_layers`` on."""
+
+    def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
+        if not view.get("use_sliding_window", False) or not view.has("sliding_window"):
+            return [FULL] * num_layers
+        first = optional_int(view, "max_window_layers")
+        return [SLIDING if i >= first else FULL for i in range(num_layers)]
+
+
+@register_model_adapter("Gemma2ForCausalLM", "gemma2")
+class Gemma2Adapter(DecoderAdapter):
+    """Gemma 2: sliding and global layers alternate, sliding first."""
+
+    tied_embeddings = True
+
+    def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
+        return [SLIDING if i % 2 == 0 else FULL for i in range(num_layers)]
+
+    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
+        return gated_mlp_params(view.int("hidden_size"), view.int("intermediate_size")), 0
+
+
+@register_model_adapter(
+    "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "gemma3", "gemma3_text"
+)
+class Gemma3Adapter(Gemma2Adapter):
+    """Gemma 3: every ``sliding_window_pattern``-th layer (default 6th) is global."""
+
+    default_pattern = 6
+
+    def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
+        pattern = view.int("sliding_window_pattern", self.default_pattern)
+        return [SLIDING if (i + 1) % pattern else FULL for i in range(num_layers)]
+
+
+@register_model_adapter("Cohere2ForCausalLM", "cohere2")
+class Cohere2Adapter(Gemma3Adapter):
+    """Command R7B / Command A: three sliding layers, then one global (pattern 4)."""
+
+    default_pattern = 4
+
+    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
+        return DecoderAdapter.mlp_params(self, view, index)
+
+
+@register_model_adapter("GptOssForCausalLM", "gpt_oss")
+class GptOssAdapter(DecoderAdapter):
+    """gpt-oss: alternating sliding / full layers with learned attention sinks."""
+
+    sinks = True
+
+    def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
+        return [SLIDING if i % 2 == 0 else FULL for i in range(num_layers)]
+
+
+@register_model_adapter(
+    "Llama4ForConditionalGeneration", "Llama4ForCausalLM", "llama4", "llama4_text"
+)
+class Llama4Adapter(DecoderAdapter):
+    """Llama 4: RoPE layers attend within ``attention_chunk_size`` chunks; NoPE layers are global.
+
+    Without ``no_rope_layers`` every fourth layer is NoPE.
+    """
+
+    def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
+        if not view.has("attention_chunk_size"):
+            return [FULL] * num_layers
+        flags = view.list("no_rope_layers") or [
+            int((i + 1) % 4 != 0) for i in range(num_layers)
+        ]
+        return [CHUNKED if flags[i] else FULL for i in range(num_layers)]
+
+    def is_moe_layer(self, view: ConfigView, index: int) -> bool:
+        step = view.int("interleave_moe_layer_step", 1)
+        return (index + 1) % step == 0
+
+    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
+        hidden = view.int("hidden_size")
+        expert_size = view.int("intermediate_size")
+        if not self.is_moe_layer(view, index):
+            return gated_mlp_params(hidden, view.int("intermediate_size_mlp", expert_size)), 0
+        return moe_params(hidden, view.int("num_local_experts"), expert_size, expert_size)
+
+
+@register_model_adapter(
+    "Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "gemma4", "gemma4_text"
+)
+class Gemma4Adapter(DecoderAdapter):
+    """Gemma 4: 5 sliding : 1 global (last layer always global); global layers use
+    ``global_head_dim`` and, with ``attention_k_eq_v``, ``num_global_key_value_heads``.
+    The last ``num_kv_shared_layers`` layers reuse earlier layers' KV and hold none."""
+
+    tied_embeddings = True
+
+    def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
+        return [SLIDING if (i + 1) % 6 else FULL for i in range(num_layers)]
+
+    def describe(self, view: ConfigView, source: ModelSource) -> ModelLayout:
+        layout = super().describe(view, source)
+        shared_from = len(layout.units) - optional_int(view, "num_kv_shared_layers")
+        units = tuple(
+            u if u.index < shared_from else Unit(u.index, (), u.params, u.expert_params)
+            for u in layout.units
+        )
+        return dataclasses.replace(layout, units=units)
+
+    def attention_layer(self, view: ConfigView, index: int, kind: str) -> AttentionLayer:
+        if index == view.int("num_hidden_layers") - 1:
+            kind = FULL
+        layer = super().attention_layer(view, index, kind)
+        if kind != FULL:
+            return layer
+        kv_heads = layer.num_kv_heads
+        if view.get("attention_k_eq_v", True) and view.has("num_global_key_value_heads"):
+            kv_heads = view.int("num_global_key_value_heads")
+        return AttentionLayer(
+            name=layer.name,
+            num_heads=layer.num_heads,
+            num_kv_heads=kv_heads,
+            head_size=view.int("global_head_dim", 512),
+        )
+
+    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
+        hidden = view.int("hidden_size")
+        dense = gated_mlp_params(hidden, view.int("intermediate_size"))
+        if not view.get("enable_moe_block", False):
+            return dense, 0
+        router, experts = moe_params(
+            hidden, view.int("num_experts"), view.int("moe_intermediate_size")
+        )
+        return dense + router, experts

@@ -1,0 +1,113 @@
+"""Encoder-decoder models: decoder self-attention plus cross-attention to encoder outputs.
+
+Encoder self-attention keeps nothing between steps, so it yields no spec.
+"""
+
+from __future__ import annotations
+
+from pagedkv.models.adapters.common import (
+    attention_params,
+    embedding_params,
+    gated_mlp_params,
+    model_dtype,
+)
+from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
+from pagedkv.models.registry import ModelAdapter, register_model_adapter
+from pagedkv.models.source import ModelSource
+from pagedkv.models.view import ConfigView
+
+
+class EncoderDecoderAdapter(ModelAdapter):
+    """Subclasses say where the sizes live (``dims``) and how long inputs can be."""
+
+    self_name = "model.decoder.layers.{}.self_attn"
+    cross_name = "model.decoder.layers.{}.encoder_attn"
+    tied_embeddings = True
+
+    def dims(self, view: ConfigView) -> tuple[int, int, int, int, int, int]:
+        """(hidden, decoder layers, encoder layers, heads, head size, ffn size)."""
+        raise NotImplementedError
+
+    def mlp_params(self, view: ConfigView, hidden: int, ffn: int) -> int:
+        return 2 * hidden * ffn
+
+    def lengths(self, view: ConfigView) -> tuple[int | None, int | None]:
+        """(max decoder tokens, max encoder tokens)."""
+        value = view.int("max_position_embeddings", 0, minimum=0) or None
+        return value, value
+
+    def describe(self, view: ConfigView, source: ModelSource) -> ModelLayout:
+        hidden, dec_layers, enc_layers, heads, head, ffn = self.dims(view)
+        attn = attention_params(hidden, heads, heads, head)
+        mlp = self.mlp_params(view, hidden, ffn)
+        units = []
+        for index in range(dec_layers):
+            self_attn = AttentionLayer(self.self_name.format(index), heads, heads, head)
+            cross = AttentionLayer(self.cross_name.format(index), heads, heads, head, cross=True)
+            units.append(Unit(index, (self_attn, cross), 2 * attn + mlp))
+        embed, lm_head = embedding_params(view, source, hidden, self.tied_embeddings)
+        max_len, max_encoder = self.lengths(view)
+        return ModelLayout(
+            name=view.model,
+            architecture=type(self).__name__,
+            dtype=model_dtype(view, source),
+            units=tuple(units),
+            hidden_size=hidden,
+            intermediate_size=ffn,
+            embedding_params=embed,
+            head_params=lm_head,
+            encoder_params=enc_layers * (attn + mlp),
+            max_model_len=max_len,
+            max_encoder_len=max_encoder,
+        )
+
+
+@register_model_adapter("T5ForConditionalGeneration", "t5")
+class T5Adapter(EncoderDecoderAdapter):
+    self_name = "decoder.block.{}.layer.0.SelfAttention"
+    cross_name = "decoder.block.{}.layer.1.EncDecAttention"
+
+    def dims(self, view: ConfigView) -> tuple[int, int, int, int, int, int]:
+        layers = view.int("num_layers")
+        return (
+            view.int("d_model"),
+            view.int("num_decoder_layers", layers),
+            layers,
+            view.int("num_heads"),
+            view.int("d_kv"),
+            view.int("d_ff"),
+        )
+
+    def mlp_params(self, view: ConfigView, hidden: int, ffn: int) -> int:
+        if "gated" in str(view.get("feed_forward_proj", "relu")):
+            return gated_mlp_params(hidden, ffn)
+        return 2 * hidden * ffn
+
+    def lengths(self, view: ConfigView) -> tuple[int | None, int | None]:
+        value = view.int("n_positions", 512)
+        return value, value
+
+
+@register_model_adapter(
+    "BartForConditionalGeneration", "BartModel", "MBartForConditionalGeneration", "bart", "mbart"
+)
+class BartAdapter(EncoderDecoderAdapter):
+    def dims(self, view: ConfigView) -> tuple[int, int, int, int, int, int]:
+        hidden = view.int("d_model")
+        heads = view.int("decoder_attention_heads")
+        return (
+            hidden,
+            view.int("decoder_layers"),
+            view.int("encoder_layers"),
+            heads,
+            hidden // heads,
+            view.int("decoder_ffn_dim"),
+        )
+
+
+@register_model_adapter("WhisperForConditionalGeneration", "whisper")
+class WhisperAdapter(BartAdapter):
+    """Whisper: the encoder sees at most ``max_source_positions`` (1500) audio frames."""
+
+    def lengths(self, view: ConfigView) -> tuple[int | None, int | None]:
+        return view.int("max_target_positions"), view.int("max_source_positions")

@@ -1,0 +1,107 @@
+"""Engine configs and KV cache memory budgets derived from a model config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pagedkv.config import EngineConfig
+from pagedkv.dtypes import dtype_size
+from pagedkv.errors import ConfigError
+from pagedkv.models.build import ModelLike, _as_layout
+from pagedkv.models.layers import ModelLayout
+from pagedkv.models.weights import weight_bytes_per_worker
+
+# Memory outside PyTorch's allocator (CUDA context, NCCL, graphs), per worker.
+NON_TORCH_RESERVE_BYTES = 512 * 2**20
+
+
+def engine_config_for(model: ModelLike | ModelLayout, **options: Any) -> EngineConfig:
+    """An EngineConfig for the model: its name, dtype and length limit, then ``options``.
+
+    Encoder-decoder models get ``max_num_encoder_input_tokens`` from the config and
+    prefix caching off (cross attention cannot be cached). A model without a length
+    limit keeps the EngineConfig default.
+    """
+    layout = _as_layout(model, None)
+    base: dict[str, Any] = {"name": layout.name, "dtype": layout.dtype}
+    if layout.max_model_len:
+        base["max_model_len"] = layout.max_model_len
+    if layout.max_encoder_len:
+        base["max_num_encoder_input_tokens"] = layout.max_encoder_len
+        base["enable_prefix_caching"] = False
+    return EngineConfig.create(**{**base, **options})
+
+
+def activation_reserve_bytes(layout: ModelLayout, config: EngineConfig) -> int:
+    """Peak activation memory of one forward pass, per worker, plus a fixed non-torch reserve.
+
+    ``max_num_batched_tokens x (2 x intermediate / tp + 4 x hidden) x dtype bytes``
+    (the MLP's gate/up output and a few residual copies) plus fp32 logits for
+    ``max_num_seqs`` sequences, plus NON_TORCH_RESERVE_BYTES. A stated estimate, not a
+    profile: pass the KV budget directly when you know it.
+    """
+    tp = config.parallel.tensor_parallel_size
+    tokens = config.scheduler.max_num_batched_tokens
+    width = 2 * layout.intermediate_size // tp + 4 * layout.hidden_size
+    vocab = layout.embedding_params // max(layout.hidden_size, 1)
+    logits = config.scheduler.max_num_seqs * -(-vocab // tp) * 4
+    return tokens * width * dtype_size(layout.dtype) + logits + NON_TORCH_RESERVE_BYTES
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """KV cache memory of one worker: ``device x utilization - weights - activations``.
+
+    ``kv_cache_bytes`` is the budget; when given directly (``given=True``) the other
+    terms are informational only.
+    """
+
+    device_bytes: int
+    gpu_memory_utilization: float
+    usable_bytes: int
+    weight_bytes: int
+    activation_bytes: int
+    kv_cache_bytes: int
+    given: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def memory_budgets(
+    model: ModelLike | ModelLayout,
+    config: EngineConfig,
+    *,
+    device_bytes: int | None = None,
+    weight_bytes: int | None = None,
+    kv_cache_bytes: int | None = None,
+) -> list[MemoryBudget]:
+    """One budget per worker (pp-major).
+
+    ``kv_cache_bytes`` (or ``config.cache.kv_cache_memory_bytes``) skips the estimate;
+    otherwise ``device_bytes`` is required and weights are estimated unless given
+    (``weight_bytes`` is per worker).
+    """
+    layout = _as_layout(model, None)
+    tp = config.parallel.tensor_parallel_size
+    pp = config.parallel.pipeline_parallel_size
+    util = config.cache.gpu_memory_utilization
+    given = kv_cache_bytes if kv_cache_bytes is not None else config.cache.kv_cache_memory_bytes
+    weights = (
+        [weight_bytes] * tp * pp
+        if weight_bytes is not None
+        else weight_bytes_per_worker(layout, tp, pp)
+    )
+    activations = activation_reserve_bytes(layout, config)
+    device = device_bytes or 0
+    usable = int(device * util)
+    if given is None and not device_bytes:
+        raise ConfigError("a KV cache budget needs the device memory (a GPU) or kv_cache_bytes")
+    budgets = []
+    for weight in weights:
+        kv = given if given is not None else usable - weight - activations
+        budgets.append(
+            MemoryBudget(device, util, usable, weight, activations, kv, given is not None)
+        )
+    return budgets
