@@ -34,7 +34,23 @@ from pagedkv.specs import (
 )
 
 # --- planning (planning/) ---
-from pagedkv.planning import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor, LayerRegion
+from pagedkv.planning import (
+    ConcurrencyPoint,
+    DefaultKVCacheConfigBuilder,
+    GroupingAlternative,
+    GroupReport,
+    KVCacheConfig,
+    KVCacheConfigBuilder,
+    KVCacheGroupSpec,
+    KVCachePlan,
+    KVCacheTensor,
+    LayerRegion,
+    SupportsKVCacheGrouping,
+    WorkerReport,
+    get_kv_cache_config_builder,
+    get_kv_cache_configs,
+    plan_kv_cache,
+)
 
 # --- runtime (runtime/) ---
 from pagedkv.runtime import (

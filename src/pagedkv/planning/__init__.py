@@ -1,5 +1,14 @@
 """Planning: grouping layers, placing tensors, memory to block counts."""
 
+from pagedkv.planning.builder import (
+    DefaultKVCacheConfigBuilder,
+    KVCacheConfigBuilder,
+    SupportsKVCacheGrouping,
+    get_kv_cache_config_builder,
+)
+from pagedkv.planning.plan import plan_kv_cache
+from pagedkv.planning.planner import get_kv_cache_configs
+from pagedkv.planning.regions import check_aliasing
 from pagedkv.planning.report import (
     ConcurrencyPoint,
     GroupingAlternative,
@@ -18,12 +27,19 @@ from pagedkv.planning.types import (
 __all__ = [
     "DEFAULT_ROLE",
     "ConcurrencyPoint",
+    "DefaultKVCacheConfigBuilder",
     "GroupReport",
     "GroupingAlternative",
     "KVCacheConfig",
+    "KVCacheConfigBuilder",
     "KVCacheGroupSpec",
     "KVCachePlan",
     "KVCacheTensor",
     "LayerRegion",
+    "SupportsKVCacheGrouping",
     "WorkerReport",
+    "check_aliasing",
+    "get_kv_cache_config_builder",
+    "get_kv_cache_configs",
+    "plan_kv_cache",
 ]

@@ -48,10 +48,10 @@ class ConcurrencyPoint:
     context_len: int
     blocks_per_request: int
     bytes_per_request: int
-    max_concurrency: float
-    max_requests: int
-    token_capacity: int
-    vllm_max_concurrency: float
+    max_concurrency: float | None
+    max_requests: int | None
+    token_capacity: int | None
+    vllm_max_concurrency: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +104,7 @@ class KVCachePlan:
     max_model_len: int
     max_model_len_auto_fitted: bool
     max_concurrency: tuple[ConcurrencyPoint, ...]
-    token_capacity: int
+    token_capacity: int | None
     full_attention_token_capacity: int | None
     waste_bytes_per_request: int
     waste_fraction: float

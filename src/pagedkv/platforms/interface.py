@@ -32,6 +32,12 @@ class Platform:
         return True
 
     @classmethod
+    def kv_cache_block_size_multiple(cls, config: EngineConfig | None) -> int:
+        """Attention block sizes the kernels accept are multiples of this (used when the
+        planner raises the attention block size of an attention + Mamba hybrid)."""
+        return 1
+
+    @classmethod
     def default_kv_cache_layout(cls) -> str:
         """Per-block layout of attention pages: 'NHD' (token-major) or 'HND' (head-major)."""
         return "NHD"

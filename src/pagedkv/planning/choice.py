@@ -1,0 +1,122 @@
+"""The default grouping: one group when the layers allow it, else the searched hybrid."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pagedkv.config import EngineConfig
+from pagedkv.planning.grouping import (
+    groups_from_buckets,
+    make_buckets,
+    promote_local_specs,
+    single_group,
+)
+from pagedkv.planning.report import GroupingAlternative
+from pagedkv.planning.search import Scored, search
+from pagedkv.planning.types import KVCacheGroupSpec
+from pagedkv.specs.base import KVCacheSpec
+from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
+
+# Length used to score groupings when max_model_len is -1 (the planner re-scores
+# at the fitted length).
+DEFAULT_REFERENCE_LEN = 32768
+MAX_ALTERNATIVES = 8
+
+
+@dataclass(frozen=True)
+class GroupingChoice:
+    groups: tuple[KVCacheGroupSpec, ...]
+    alternatives: tuple[GroupingAlternative, ...]
+    reference_len: int
+
+
+def reference_config(config: EngineConfig) -> EngineConfig:
+    if config.max_model_len > 0:
+        return config
+    return config.replace(max_model_len=DEFAULT_REFERENCE_LEN)
+
+
+def _single_alternative(group: KVCacheGroupSpec, config: EngineConfig) -> GroupingAlternative:
+    spec = group.kv_cache_spec
+    slots = 1 if isinstance(spec, UniformTypeKVCacheSpecs) else len(group.layer_names)
+    bytes_per_block = spec.page_size_bytes * slots
+    return GroupingAlternative(
+        name="single group",
+        chosen=True,
+        block_sizes=(spec.block_size,),
+        num_groups=1,
+        layers_per_group=len(group.layer_names),
+        bytes_per_block=bytes_per_block,
+        waste_fraction=spec.padding_bytes / spec.page_size_bytes,
+        bytes_per_request=spec.max_memory_usage_blocks(config) * bytes_per_block,
+        reference_len=config.max_model_len,
+        description="all layers share one block table (uniform or uniform-type specs)",
+    )
+
+
+def _describe(s: Scored) -> str:
+    sizes = ", ".join(str(len(b)) for b in s.page.buckets)
+    rule = "vLLM rule (smallest bucket unless largest < 1.5x)" if s.is_vllm else "searched"
+    return (
+        f"{rule}: buckets of {sizes} layers split into groups of <= {s.group_size}, "
+        f"{s.num_groups} groups, page {s.page.page_size_bytes} B ({s.page.name})"
+    )
+
+
+def to_alternative(s: Scored, chosen: bool, config: EngineConfig) -> GroupingAlternative:
+    return GroupingAlternative(
+        name="vllm" if s.is_vllm else f"{s.page.name}, group size {s.group_size}",
+        chosen=chosen,
+        block_sizes=s.block_sizes,
+        num_groups=s.num_groups,
+        layers_per_group=s.group_size,
+        bytes_per_block=s.bytes_per_block,
+        waste_fraction=s.waste_fraction,
+        bytes_per_request=s.bytes_per_request,
+        reference_len=config.max_model_len,
+        description=_describe(s),
+    )
+
+
+def _shortlist(vllm: Scored | None, chosen: Scored, scored: Sequence[Scored]) -> list[Scored]:
+    picked: list[Scored] = [chosen]
+    if vllm is not None and vllm is not chosen:
+        picked.append(vllm)
+    best_per_page: dict[str, Scored] = {}
+    for s in sorted(scored, key=lambda s: (s.bytes_per_request, s.num_groups)):
+        if not s.is_vllm:
+            best_per_page.setdefault(s.page.name, s)
+    picked += [s for s in best_per_page.values() if all(s is not p for p in picked)]
+    same_page = sorted(
+        (s for s in scored if s.page is chosen.page and s is not chosen),
+        key=lambda s: (s.bytes_per_request, s.num_groups),
+    )
+    picked += [s for s in same_page[:2] if all(s is not p for p in picked)]
+    return picked[:MAX_ALTERNATIVES]
+
+
+def choose_kv_cache_groups(
+    config: EngineConfig,
+    kv_cache_spec: Mapping[str, KVCacheSpec],
+    *,
+    block_size_multiple: int = 1,
+    allow_hybrid: bool = True,
+) -> GroupingChoice:
+    """The default builder's grouping with the alternatives it scored."""
+    ref = reference_config(config)
+    if not kv_cache_spec:
+        return GroupingChoice((), (), ref.max_model_len)
+    specs: Mapping[str, KVCacheSpec] = kv_cache_spec
+    if not allow_hybrid and single_group(specs) is None:
+        specs = promote_local_specs(specs)
+    single = single_group(specs)
+    if single is not None:
+        return GroupingChoice(
+            tuple(single), (_single_alternative(single[0], ref),), ref.max_model_len
+        )
+    vllm, chosen, scored = search(make_buckets(specs), ref, block_size_multiple)
+    groups = groups_from_buckets(chosen.page.buckets, chosen.group_size)
+    alternatives = [to_alternative(s, s is chosen, ref) for s in _shortlist(vllm, chosen, scored)]
+    alternatives.sort(key=lambda a: (not a.chosen, a.bytes_per_request))
+    return GroupingChoice(tuple(groups), tuple(alternatives), ref.max_model_len)

@@ -1,0 +1,138 @@
+"""Memory to blocks: per-request block needs, the max_model_len check and auto-fit."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from pagedkv.config import EngineConfig
+from pagedkv.errors import InsufficientMemoryError
+from pagedkv.planning.types import KVCacheGroupSpec
+from pagedkv.specs.base import KVCacheSpec
+
+GiB = 1 << 30
+
+
+def gib(num_bytes: int) -> str:
+    return f"{num_bytes / GiB:.2f} GiB"
+
+
+class RequestCost:
+    """Blocks one request of a given length holds at most, summed over device groups."""
+
+    def __init__(self, groups: Sequence[KVCacheGroupSpec], config: EngineConfig) -> None:
+        counts: Counter[KVCacheSpec] = Counter(
+            g.kv_cache_spec for g in groups if not g.host_resident and g.layer_names
+        )
+        self._items = list(counts.items())
+        self._config = config
+        self._cache: dict[int, int] = {}
+
+    @property
+    def empty(self) -> bool:
+        return not self._items
+
+    def config_at(self, max_model_len: int) -> EngineConfig:
+        if self._config.max_model_len == max_model_len:
+            return self._config
+        return self._config.replace(max_model_len=max_model_len)
+
+    def group_blocks(self, spec: KVCacheSpec, max_model_len: int) -> int:
+        return spec.max_memory_usage_blocks(self.config_at(max_model_len))
+
+    def blocks(self, max_model_len: int) -> int:
+        cached = self._cache.get(max_model_len)
+        if cached is None:
+            config = self.config_at(max_model_len)
+            cached = sum(n * s.max_memory_usage_blocks(config) for s, n in self._items)
+            self._cache[max_model_len] = cached
+        return cached
+
+    def largest_fitting(self, free_blocks: int, upper: int) -> int:
+        """Largest length in ``[1, upper]`` whose request fits in ``free_blocks``; 0 if none."""
+        if upper < 1 or self.blocks(1) > free_blocks:
+            return 0
+        lo, hi = 1, upper
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.blocks(mid) <= free_blocks:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def blocks_from_memory(
+    config: EngineConfig, bytes_per_block: Sequence[int], available: Sequence[int]
+) -> int:
+    """Blocks every worker can hold (null block included); the override when set."""
+    active = [w for w, bpb in enumerate(bytes_per_block) if bpb > 0]
+    if not active:
+        return 1
+    for w in active:
+        if available[w] <= 0:
+            raise InsufficientMemoryError(
+                f"worker {w} has no memory available for KV cache blocks ({available[w]} bytes); "
+                "raise CacheConfig.gpu_memory_utilization or kv_cache_memory_bytes"
+            )
+    override = config.cache.num_gpu_blocks_override
+    if override is not None:
+        for w in active:
+            need = override * bytes_per_block[w]
+            if need > available[w]:
+                raise InsufficientMemoryError(
+                    f"CacheConfig.num_gpu_blocks_override={override} needs {need} bytes "
+                    f"({gib(need)}) on worker {w}, but only {available[w]} bytes "
+                    f"({gib(available[w])}) are available"
+                )
+        return override
+    w = min(active, key=lambda w: available[w] // bytes_per_block[w])
+    num_blocks = available[w] // bytes_per_block[w]
+    if num_blocks < 1:
+        raise InsufficientMemoryError(
+            f"worker {w} has {available[w]} bytes, less than one KV cache block "
+            f"({bytes_per_block[w]} bytes)"
+        )
+    return num_blocks
+
+
+def fit_max_model_len(
+    config: EngineConfig,
+    cost: RequestCost,
+    num_blocks: int,
+    bytes_per_block: Sequence[int],
+    available: Sequence[int],
+    limit: int,
+) -> tuple[int, bool]:
+    """(planned max_model_len, whether it was auto-fitted). One block is the null block."""
+    free = num_blocks - 1
+    if config.max_model_len == -1:
+        if cost.empty:
+            return limit, True
+        length = cost.largest_fitting(free, limit)
+        if length <= 0:
+            raise InsufficientMemoryError(
+                f"cannot auto-fit max_model_len: {free} usable KV cache blocks cannot hold "
+                f"one token ({cost.blocks(1)} blocks needed); raise "
+                "CacheConfig.gpu_memory_utilization"
+            )
+        return length, True
+    length = config.max_model_len
+    need = cost.blocks(length)
+    if need <= free:
+        return length, False
+    w = max(range(len(bytes_per_block)), key=lambda w: bytes_per_block[w] * need - available[w])
+    needed_bytes = (need + 1) * bytes_per_block[w]
+    largest = cost.largest_fitting(free, length - 1)
+    hint = (
+        f"the largest max_model_len that fits is {largest}"
+        if largest > 0
+        else "not even a one-token request fits"
+    )
+    raise InsufficientMemoryError(
+        f"one request of max_model_len={length} tokens needs {need} KV cache blocks plus the "
+        f"null block ({needed_bytes} bytes, {gib(needed_bytes)} on worker {w}), but only "
+        f"{available[w]} bytes ({gib(available[w])}) are available there ({num_blocks} "
+        f"blocks); {hint}. Lower ModelConfig.max_model_len (or set it to -1 to fit "
+        "automatically) or give the KV cache more memory"
+    )

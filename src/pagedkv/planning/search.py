@@ -1,0 +1,170 @@
+"""Searching page sizes and group sizes for the hybrid grouping that wastes least.
+
+Every candidate puts all layers on one page size ``P`` (so layer slot ``i`` can be
+shared by every group) and splits each bucket into groups of at most ``g`` layers.
+A block id then costs ``g * P`` bytes; a max-length request costs that times the
+blocks all its groups hold. The candidate needing the fewest bytes per request
+wins; within ``TOLERANCE`` of it vLLM's own rule is kept when it qualifies, else the
+candidate with the fewest groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pagedkv.config import EngineConfig
+from pagedkv.errors import PlanningError
+from pagedkv.planning.grouping import Bucket, vllm_group_size
+from pagedkv.planning.unify import fit_page, is_state_spec, lcm_all, mamba_aligned_block_size
+from pagedkv.specs.base import KVCacheSpec, cdiv
+
+TOLERANCE = 0.01
+MAX_GROUPS = 64
+PAGE_MULTIPLES = (1, 2, 4)
+MAMBA_BLOCK_STEPS = 4
+MAX_LCM_FACTOR = 16
+
+
+@dataclass(frozen=True)
+class PageCandidate:
+    """Buckets refitted to one page size."""
+
+    name: str
+    page_size_bytes: int
+    buckets: tuple[Bucket, ...]
+    blocks_per_request: tuple[int, ...]
+    real_bytes_per_block: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Scored:
+    page: PageCandidate
+    group_size: int
+    num_groups: int
+    bytes_per_block: int
+    bytes_per_request: int
+    waste_fraction: float
+    is_vllm: bool = False
+
+    @property
+    def block_sizes(self) -> tuple[int, ...]:
+        return tuple(sorted({b.first.block_size for b in self.page.buckets}))
+
+
+def _refit(
+    buckets: Sequence[Bucket], fit: Callable[[KVCacheSpec], KVCacheSpec | None]
+) -> tuple[Bucket, ...] | None:
+    cache: dict[KVCacheSpec, KVCacheSpec | None] = {}
+    out = []
+    for bucket in buckets:
+        specs = []
+        for spec in bucket.specs:
+            if spec not in cache:
+                cache[spec] = fit(spec)
+            fitted = cache[spec]
+            if fitted is None:
+                return None
+            specs.append(fitted)
+        out.append(Bucket(bucket.layer_names, tuple(specs)))
+    return tuple(out)
+
+
+def page_candidate(
+    name: str, buckets: tuple[Bucket, ...], page_bytes: int, config: EngineConfig
+) -> PageCandidate:
+    blocks = tuple(b.first.max_memory_usage_blocks(config) for b in buckets)
+    real = tuple(sum(s.real_page_size_bytes for s in b.specs) for b in buckets)
+    return PageCandidate(name, page_bytes, buckets, blocks, real)
+
+
+def _fit_all(
+    buckets: Sequence[Bucket],
+    page_bytes: int,
+    attention_block_size: int | None,
+    exact_scaling: bool,
+) -> tuple[Bucket, ...] | None:
+    state_bs = attention_block_size or max(b.first.block_size for b in buckets)
+
+    def fit(spec: KVCacheSpec) -> KVCacheSpec | None:
+        if attention_block_size is not None and not is_state_spec(spec):
+            spec = spec.copy_with_new_block_size(attention_block_size)
+        return fit_page(
+            spec, page_bytes, state_block_size=state_bs, scale_then_pad=not exact_scaling
+        )
+
+    return _refit(buckets, fit)
+
+
+def page_candidates(
+    buckets: Sequence[Bucket], config: EngineConfig, multiple: int
+) -> tuple[PageCandidate | None, list[PageCandidate]]:
+    """vLLM's page choice (None when its rule cannot unify) and the searched ones."""
+    attention = [b.first for b in buckets if not is_state_spec(b.first)]
+    states = [b.first for b in buckets if is_state_spec(b.first)]
+    options: list[tuple[str, int, int | None, bool]] = []  # name, P, attention bs, vllm
+    if states and attention:
+        aligned = mamba_aligned_block_size(attention, states, config.block_size, multiple)
+        step = multiple * cdiv(config.block_size, multiple)
+        for j in range(MAMBA_BLOCK_STEPS):
+            bs = aligned + j * step
+            page = max(s.copy_with_new_block_size(bs).page_size_bytes for s in attention)
+            options.append((f"attention block {bs}", page, bs, j == 0))
+    else:
+        pages = sorted({b.first.page_size_bytes for b in buckets})
+        largest = max(pages)
+        for m in PAGE_MULTIPLES:
+            options.append((f"page x{m}", largest * m, None, m == 1))
+        lcm = lcm_all(pages)
+        if lcm not in {largest * m for m in PAGE_MULTIPLES} and lcm <= MAX_LCM_FACTOR * largest:
+            options.append(("page lcm", lcm, None, False))
+    vllm = None
+    found = []
+    for name, target, attn_bs, is_vllm_page in options:
+        if is_vllm_page:
+            fitted = _fit_all(buckets, target, attn_bs, exact_scaling=True)
+            if fitted is not None:
+                vllm = page_candidate("vllm", fitted, target, config)
+        fitted = _fit_all(buckets, target, attn_bs, exact_scaling=False)
+        if fitted is not None:
+            found.append(page_candidate(name, fitted, target, config))
+    return vllm, found
+
+
+def score(page: PageCandidate, group_size: int, is_vllm: bool = False) -> Scored:
+    sizes = [len(b) for b in page.buckets]
+    counts = [cdiv(n, group_size) for n in sizes]
+    bytes_per_block = group_size * page.page_size_bytes
+    need_blocks = sum(c * blocks for c, blocks in zip(counts, page.blocks_per_request))
+    need = bytes_per_block * need_blocks
+    real = sum(r * blocks for r, blocks in zip(page.real_bytes_per_block, page.blocks_per_request))
+    waste = (need - real) / need if need else 0.0
+    return Scored(page, group_size, sum(counts), bytes_per_block, need, waste, is_vllm)
+
+
+def search(
+    buckets: Sequence[Bucket], config: EngineConfig, multiple: int
+) -> tuple[Scored | None, Scored, list[Scored]]:
+    """(vLLM's candidate or None, the chosen one, every valid candidate scored)."""
+    vllm_page, pages = page_candidates(buckets, config, multiple)
+    vllm = None
+    if vllm_page is not None:
+        vllm = score(vllm_page, vllm_group_size([len(b) for b in buckets]), is_vllm=True)
+    limit = max(MAX_GROUPS, vllm.num_groups if vllm else 0)
+    largest = max(len(b) for b in buckets)
+    scored = [score(p, g) for p in pages for g in range(1, largest + 1)]
+    scored = [s for s in scored if s.num_groups <= limit]
+    if vllm is not None:
+        scored.append(vllm)
+    if not scored:
+        raise PlanningError(
+            "cannot unify the page sizes of these layers: "
+            + "; ".join(f"{b.first.kind} ({b.layer_names[0]}...)" for b in buckets)
+        )
+    best = min(s.bytes_per_request for s in scored)
+    eligible = [s for s in scored if s.bytes_per_request <= best * (1 + TOLERANCE)]
+    if vllm is not None and any(s is vllm for s in eligible):
+        chosen = vllm
+    else:
+        chosen = min(eligible, key=lambda s: (s.num_groups, s.bytes_per_request, -s.group_size))
+    return vllm, chosen, scored
