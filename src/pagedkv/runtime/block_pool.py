@@ -39,13 +39,17 @@ class Savepoint(NamedTuple):
 
 
 class BlockPool:
-    """Fixed set of KV cache blocks shared by every group of a model."""
+    """Fixed set of KV cache blocks shared by every group of a model.
+
+    ``hash_block_size``: token granularity of the requests' hash chains (None: every
+    group's block size, i.e. block ``i`` uses hash ``i``).
+    """
 
     def __init__(
         self,
         num_blocks: int,
         enable_caching: bool = True,
-        hash_block_size: int = 16,
+        hash_block_size: int | None = None,
         enable_events: bool = False,
         medium: str = "GPU",
     ) -> None:
@@ -226,7 +230,7 @@ class BlockPool:
         if num_cached_blocks >= num_full_blocks:
             return
         hashes = request.block_hashes
-        scale = block_size // self.hash_block_size
+        scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
         m = self.hash_map(group_id)
         keys = self.block_key
         stored = []
@@ -252,7 +256,7 @@ class BlockPool:
     def _stored_event(
         self, request: Request, stored: list[int], first: int, end: int, block_size: int
     ) -> BlockStored:
-        scale = block_size // self.hash_block_size
+        scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
         hashes = request.block_hashes
         parent = hashes[first * scale - 1] if first > 0 else None
         keys = self.block_key

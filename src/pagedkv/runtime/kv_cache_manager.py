@@ -20,6 +20,8 @@ def _resolve_caching(
     kv_cache_config: KVCacheConfig, config: EngineConfig, enable_caching: bool | None
 ) -> bool:
     specs = [group_behaviour_spec(g) for g in kv_cache_config.kv_cache_groups]
+    if not specs:
+        return False  # nothing to cache
     if enable_caching is None:
         return config.cache.enable_prefix_caching and all(s.prefix_cacheable for s in specs)
     if enable_caching:

@@ -1,0 +1,102 @@
+"""Chained block hashes, extra keys and the hash functions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pagedkv.errors import ConfigError
+from pagedkv.runtime import BlockHasher, MultiModalFeature, Request, get_hash_fn, hash_token_blocks
+from pagedkv.runtime.hashing import block_extra_keys, sha256_cbor
+
+
+def hashes(tokens: list[int], block_size: int = 4, algo: str = "sha256_cbor", **kw: object) -> list:
+    return Request("r", tokens, hasher=BlockHasher(block_size, algo), **kw).block_hashes  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("algo", ["sha256_cbor", "xxhash128", "builtin"])
+def test_only_full_blocks_are_hashed_and_chain_covers_the_prefix(algo: str) -> None:
+    assert len(hashes(list(range(11)), algo=algo)) == 2
+    a = hashes([1, 2, 3, 4, 5, 6, 7, 8], algo=algo)
+    b = hashes([9, 2, 3, 4, 5, 6, 7, 8], algo=algo)
+    assert a[1] != b[1]  # same second block, different prefix
+    assert hash_token_blocks([1, 2, 3, 4, 5, 6, 7, 8], 4, algo) == a
+
+
+def test_hashes_are_computed_incrementally_as_tokens_arrive() -> None:
+    hasher = BlockHasher(4)
+    req = Request("r", [1, 2, 3], hasher=hasher)
+    assert req.block_hashes == []
+    req.append_output_token_ids(4)
+    assert len(req.block_hashes) == 1
+    first = req.block_hashes[0]
+    req.append_output_token_ids([5, 6, 7, 8, 9])
+    assert req.block_hashes[0] is first and len(req.block_hashes) == 2
+    assert req.block_hashes == hash_token_blocks(list(range(1, 10)), 4)
+
+
+def test_sha256_cbor_is_identical_across_processes() -> None:
+    code = (
+        "from pagedkv.runtime import hash_token_blocks;"
+        "print(hash_token_blocks(list(range(8)), 4)[1].hex())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "123"},
+    )
+    assert out.stdout.strip() == hash_token_blocks(list(range(8)), 4)[1].hex()
+
+
+def test_sha256_cbor_is_sha256_of_canonical_cbor() -> None:
+    import hashlib
+
+    import cbor2
+
+    obj = (b"x", (1, 2), None)
+    assert sha256_cbor(obj) == hashlib.sha256(cbor2.dumps(obj, canonical=True)).digest()
+    assert len(sha256_cbor(obj)) == 32
+    assert len(get_hash_fn("xxhash128")(obj)) == 16
+
+
+def test_unknown_hash_algo_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="md5"):
+        get_hash_fn("md5")
+
+
+def test_cache_salt_changes_only_the_first_blocks_own_key() -> None:
+    req = Request("r", list(range(8)), cache_salt="s")
+    assert block_extra_keys(req, 0, 4, 0)[0] == (("cache_salt", "s"),)
+    assert block_extra_keys(req, 4, 8, 0)[0] is None
+    plain = hashes(list(range(8)))
+    salted = hashes(list(range(8)), cache_salt="s")
+    assert plain[0] != salted[0] and plain[1] != salted[1]  # via the chain
+
+
+def test_lora_name_is_a_key_of_every_block() -> None:
+    req = Request("r", list(range(8)), lora_name="adapter")
+    assert block_extra_keys(req, 4, 8, 0)[0] == (("lora", "adapter"),)
+    assert hashes(list(range(8)), lora_name="a") != hashes(list(range(8)), lora_name="b")
+
+
+def test_multimodal_offsets_are_relative_to_the_block_start() -> None:
+    feature = MultiModalFeature("img0", offset=2, length=5)  # tokens [2, 7)
+    req = Request("r", list(range(12)), mm_features=[feature])
+    assert block_extra_keys(req, 0, 4, 0)[0] == (("mm", "img0", 2),)
+    assert block_extra_keys(req, 4, 8, 0)[0] == (("mm", "img0", -2),)
+    assert block_extra_keys(req, 8, 12, 0)[0] is None
+    other = MultiModalFeature("img1", offset=2, length=5)
+    assert hashes(list(range(12)), mm_features=[feature]) != hashes(
+        list(range(12)), mm_features=[other]
+    )
+
+
+def test_empty_prompt_is_rejected() -> None:
+    from pagedkv.errors import KVCacheRuntimeError
+
+    with pytest.raises(KVCacheRuntimeError, match="empty"):
+        Request("r", [])

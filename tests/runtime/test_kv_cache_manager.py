@@ -1,0 +1,147 @@
+"""KVCacheManager API behaviour (reference section 9, cases 29-36) and statistics."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagedkv.errors import KVCacheRuntimeError
+from pagedkv.runtime import KVCacheBlocks, Request
+
+from .helpers import check_invariants, full, make_manager, swa
+
+
+def admit(manager, rid: str, tokens: list[int], **kw: object) -> Request:  # type: ignore[no-untyped-def]
+    req = Request(rid, tokens)
+    hit, num_hit = manager.get_computed_blocks(req)
+    assert manager.allocate_slots(req, len(tokens) - num_hit, num_hit, hit, **kw) is not None
+    req.num_computed_tokens = len(tokens)
+    return req
+
+
+def test_free_cached_hits_count_against_free_blocks_in_use_hits_do_not() -> None:
+    manager = make_manager([full()], num_blocks=9)
+    a = admit(manager, "a", list(range(16)))
+    manager.free(a)  # 4 cached free blocks; 8 free in total
+    b = Request("b", list(range(17)))
+    hit, num_hit = manager.get_computed_blocks(b)
+    m = manager.managers[0]
+    assert num_hit == 16
+    assert m.get_num_blocks_to_allocate("b", 17, hit.blocks[0], 16) == 1 + 4
+    manager.allocate_slots(b, 1, num_hit, hit)
+    c = Request("c", list(range(17)))
+    hit, _ = manager.get_computed_blocks(c)
+    assert m.get_num_blocks_to_allocate("c", 17, hit.blocks[0], 16) == 1  # hits held by b
+
+
+def test_running_request_cannot_adopt_cached_blocks() -> None:
+    manager = make_manager([full()])
+    a = admit(manager, "a", list(range(8)))
+    with pytest.raises(KVCacheRuntimeError, match="running"):
+        manager.allocate_slots(a, 1, 4, KVCacheBlocks(([1],)))
+
+
+def test_zero_new_tokens_without_computed_tokens_is_an_error() -> None:
+    manager = make_manager([full()])
+    with pytest.raises(KVCacheRuntimeError, match="num_new_tokens"):
+        manager.allocate_slots(Request("a", [1, 2]), 0)
+
+
+def test_refused_allocation_may_still_release_out_of_window_blocks() -> None:
+    manager = make_manager([swa(4)], num_blocks=7)
+    req = Request("a", list(range(60)))
+    assert manager.allocate_slots(req, 24) is not None  # 6 blocks, pool full
+    req.num_computed_tokens = 24
+    assert manager.allocate_slots(req, 24) is None  # 21 tokens skipped frees 5; needs 6
+    assert manager.get_block_ids("a")[0][:5] == [0] * 5
+    assert manager.num_free_blocks == 5
+    check_invariants(manager, {"a": 24})
+
+
+def test_watermark_applies_only_to_new_requests_when_others_are_scheduled() -> None:
+    manager = make_manager([full()], num_blocks=10, watermark=0.2)  # 2 blocks reserved
+    req = Request("a", list(range(32)))
+    assert manager.allocate_slots(req, 32) is None  # 8 + 2 > 9 free
+    assert manager.allocate_slots(req, 32, has_scheduled_reqs=False) is not None
+    manager.free(req)
+    running = admit(manager, "b", list(range(28)))  # 7 blocks + 2 reserved fit in 9
+    running.append_output_token_ids([1, 2, 3, 4, 5])
+    assert manager.allocate_slots(running, 5) is not None  # running: no watermark
+
+
+def test_lookahead_slots_are_allocated_but_never_cached() -> None:
+    manager = make_manager([full()])
+    req = Request("a", list(range(8)))
+    new = manager.allocate_slots(req, 8, num_lookahead_tokens=8)
+    assert new is not None and len(new.blocks[0]) == 4
+    pool = manager.block_pool
+    assert [pool.block_key[b] is not None for b in new.blocks[0]] == [True, True, False, False]
+
+
+def test_delayed_caching_allocates_without_caching() -> None:
+    manager = make_manager([full()])
+    req = Request("a", list(range(8)))
+    new = manager.allocate_slots(req, 8, delay_cache_blocks=True)
+    assert new is not None
+    assert all(manager.block_pool.block_key[b] is None for b in new.blocks[0])
+    manager.cache_blocks(req, 8)
+    assert all(manager.block_pool.block_key[b] is not None for b in new.blocks[0])
+
+
+def test_get_block_ids_returns_a_copy_per_group_and_empty_for_unknown() -> None:
+    manager = make_manager([full(), swa(8)])
+    admit(manager, "a", list(range(9)))
+    ids = manager.get_block_ids("a")
+    assert len(ids) == 2 and len(ids[0]) == 3
+    ids[0].append(99)
+    assert len(manager.get_block_ids("a")[0]) == 3
+    assert manager.get_block_ids("nope") == ([], [])
+
+
+def test_prefix_cache_stats_per_step_and_in_total() -> None:
+    manager = make_manager([full()])
+    manager.free(admit(manager, "a", list(range(12))))
+    b = Request("b", list(range(12)))
+    b.num_preemptions = 1
+    manager.get_computed_blocks(b)
+    step = manager.make_prefix_cache_stats()
+    assert (step.requests, step.queries, step.hits) == (1, 12, 0)
+    assert (step.preempted_requests, step.preempted_queries, step.preempted_hits) == (1, 12, 8)
+    manager.get_computed_blocks(Request("c", list(range(13))))
+    assert manager.make_prefix_cache_stats().hits == 12
+    total = manager.prefix_cache_stats
+    assert (total.requests, total.queries, total.hits) == (2, 25, 12)
+    assert total.hit_rate == pytest.approx(12 / 25)
+
+
+def test_reset_prefix_cache_through_the_manager_marks_stats() -> None:
+    manager = make_manager([full()])
+    a = admit(manager, "a", list(range(12)))
+    assert manager.reset_prefix_cache() is False
+    manager.free(a)
+    assert manager.reset_prefix_cache() is True
+    assert manager.prefix_cache_stats.reset
+    assert manager.get_computed_blocks(Request("b", list(range(12))))[1] == 0
+
+
+def test_caching_disabled_never_hits_and_never_hashes() -> None:
+    manager = make_manager([full()], enable_caching=False)
+    manager.free(admit(manager, "a", list(range(12))))
+    req = Request("b", list(range(12)))
+    assert manager.get_computed_blocks(req)[1] == 0
+    assert req.block_hashes == []
+    assert manager.block_pool.cached_blocks() == {}
+
+
+def test_max_model_len_caps_the_slots() -> None:
+    manager = make_manager([full()], max_model_len=16)
+    req = Request("a", list(range(12)))
+    new = manager.allocate_slots(req, 12, num_lookahead_tokens=20)
+    assert new is not None and len(manager.get_block_ids("a")[0]) == 4
+
+
+def test_attention_free_model_allocates_nothing() -> None:
+    manager = make_manager([], num_blocks=1)
+    req = Request("a", [1, 2, 3])
+    assert manager.get_computed_blocks(req)[1] == 0
+    assert manager.allocate_slots(req, 3) == KVCacheBlocks(())
+    assert manager.usage == 0.0

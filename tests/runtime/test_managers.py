@@ -1,0 +1,162 @@
+"""Per-kind managers: hit search, skipped tokens, freeing (reference section 9)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagedkv.errors import ConfigError, KVCacheSpecError
+from pagedkv.runtime import Request
+
+from .helpers import check_invariants, chunked, full, make_manager, mamba, swa
+
+
+def run_prompt(manager, rid: str, tokens: list[int]) -> Request:  # type: ignore[no-untyped-def]
+    """Admit, compute the whole prompt, keep the request running."""
+    req = Request(rid, tokens)
+    hit, num_hit = manager.get_computed_blocks(req)
+    assert manager.allocate_slots(req, len(tokens) - num_hit, num_hit, hit) is not None
+    req.num_computed_tokens = len(tokens)
+    manager.new_step_starts()
+    return req
+
+
+def test_full_attention_hit_stops_one_token_short_of_the_prompt() -> None:
+    manager = make_manager([full()])
+    manager.free(run_prompt(manager, "a", list(range(12))))
+    _, num_hit = manager.get_computed_blocks(Request("b", list(range(12))))
+    assert num_hit == 8  # 3 blocks cached; the last token must be recomputed
+    _, num_hit = manager.get_computed_blocks(Request("c", list(range(13))))
+    assert num_hit == 12
+
+
+def test_full_attention_hit_stops_at_the_first_miss() -> None:
+    manager = make_manager([full()])
+    req = run_prompt(manager, "a", list(range(16)))
+    table = manager.get_block_ids("a")[0]
+    manager.free(req)
+    manager.block_pool.evict_blocks([table[1]])  # blocks 2 and 3 stay cached
+    blocks, num_hit = manager.get_computed_blocks(Request("b", list(range(17))))
+    assert num_hit == 4 and len(blocks.blocks[0]) == 1
+
+
+def test_sliding_window_hit_needs_only_the_window_blocks() -> None:
+    # window 8, block 4: a hit needs cdiv(7, 4) = 2 contiguous blocks ending at the hit.
+    manager = make_manager([swa(8)])
+    req = run_prompt(manager, "a", list(range(24)))
+    table = manager.get_block_ids("a")[0]
+    manager.free(req)
+    pool = manager.block_pool
+    pool.evict_blocks([table[0], table[1]])  # blocks outside the last window
+    blocks, num_hit = manager.get_computed_blocks(Request("b", list(range(25))))
+    assert num_hit == 24
+    assert blocks.blocks[0][:4] == [0, 0, 0, 0] and blocks.blocks[0][4:] == table[4:6]
+
+
+def test_sliding_window_run_from_block_zero_shorter_than_window_is_a_hit() -> None:
+    manager = make_manager([swa(64)])
+    manager.free(run_prompt(manager, "a", list(range(9))))
+    blocks, num_hit = manager.get_computed_blocks(Request("b", list(range(9))))
+    assert num_hit == 8 and 0 not in blocks.blocks[0]
+
+
+def test_sliding_window_gap_inside_window_is_a_miss() -> None:
+    manager = make_manager([swa(8)])
+    req = run_prompt(manager, "a", list(range(16)))
+    table = manager.get_block_ids("a")[0]
+    manager.free(req)
+    manager.block_pool.evict_blocks([table[2]])
+    blocks, num_hit = manager.get_computed_blocks(Request("b", list(range(17))))
+    assert num_hit == 8  # blocks 0-1 form a window; block 3 alone is not enough
+
+
+def test_sliding_window_frees_blocks_before_the_window_as_computed_tokens_grow() -> None:
+    manager = make_manager([swa(8)], num_blocks=16)
+    req = Request("a", list(range(32)))
+    manager.allocate_slots(req, 16)
+    req.num_computed_tokens = 16
+    manager.allocate_slots(req, 16)
+    # skipped = 16 - 8 + 1 = 9 tokens -> blocks 0 and 1 are out of the window
+    table = manager.get_block_ids("a")[0]
+    assert table[:2] == [0, 0] and 0 not in table[2:]
+    assert manager.managers[0].get_num_skipped_tokens(7) == 0
+    assert manager.managers[0].get_num_skipped_tokens(9) == 2
+    check_invariants(manager, {"a": 32})
+
+
+def test_removal_of_skipped_blocks_stops_at_the_first_null() -> None:
+    manager = make_manager([swa(4)], num_blocks=16)
+    req = Request("a", list(range(24)))
+    manager.allocate_slots(req, 24)
+    sw = manager.managers[0]
+    table = sw.req_to_blocks["a"]
+    table_before = list(table)
+    table[1] = 0  # pretend block 1 was removed earlier
+    manager.block_pool.free_blocks([table_before[1]])
+    sw.remove_skipped_blocks("a", 20)  # 17 tokens skipped: would remove blocks 0-3
+    assert table[0] == table_before[0]  # behind the null: not touched again
+    assert table[2:4] == [0, 0] and table[4] == table_before[4]
+
+
+def test_chunked_local_cold_cache_hits_the_earlier_chunks_as_nulls() -> None:
+    manager = make_manager([chunked(8)])
+    blocks, num_hit = manager.get_computed_blocks(Request("a", list(range(21))))
+    assert num_hit == 16 and blocks.blocks[0] == [0, 0, 0, 0]
+    m = manager.managers[0]
+    assert [m.get_num_skipped_tokens(n) for n in (7, 8, 13)] == [0, 8, 8]
+
+
+def test_chunked_local_hit_extends_within_the_current_chunk() -> None:
+    manager = make_manager([chunked(8)])
+    manager.free(run_prompt(manager, "a", list(range(22))))
+    blocks, num_hit = manager.get_computed_blocks(Request("b", list(range(22))))
+    assert num_hit == 20 and blocks.blocks[0][:4] == [0, 0, 0, 0] and blocks.blocks[0][4] != 0
+
+
+def test_mamba_hit_is_one_checkpoint_block_preceded_by_nulls() -> None:
+    manager = make_manager([mamba()])
+    req = run_prompt(manager, "a", list(range(14)))
+    req.append_output_token_ids(99)
+    manager.allocate_slots(req, 1)
+    # 14 tokens computed: the state after token 13 lives in block 3; blocks 0-2 go.
+    assert manager.get_block_ids("a")[0][:3] == [0, 0, 0]
+    manager.free(req)
+    blocks, num_hit = manager.get_computed_blocks(Request("b", list(range(14))))
+    assert num_hit == 12
+    assert blocks.blocks[0][:2] == [0, 0] and blocks.blocks[0][2] != 0
+    assert len(blocks.blocks[0]) == 3
+
+
+def test_mamba_checkpoint_cached_this_step_is_not_a_hit_until_next_step() -> None:
+    manager = make_manager([mamba()])
+    req = Request("a", list(range(12)))
+    manager.allocate_slots(req, 12)
+    _, num_hit = manager.get_computed_blocks(Request("b", list(range(13))))
+    assert num_hit == 0  # states are written by this step's forward pass
+    manager.new_step_starts()
+    _, num_hit = manager.get_computed_blocks(Request("c", list(range(13))))
+    assert num_hit == 12
+
+
+def test_mamba_none_mode_cannot_be_prefix_cached() -> None:
+    with pytest.raises(ConfigError, match="cannot be prefix-cached"):
+        make_manager([mamba(mode="none")], enable_caching=True)
+    manager = make_manager([mamba(block_size=256, mode="none")])
+    assert manager.enable_caching is False
+    req = Request("a", list(range(40)))
+    manager.allocate_slots(req, 40)
+    assert len(manager.get_block_ids("a")[0]) == 1
+    with pytest.raises(KVCacheSpecError):
+        mamba(mode="all")
+
+
+def test_admission_cap_applies_only_when_the_full_sequence_must_fit() -> None:
+    # window 8, in-flight 64 -> cap = cdiv(min(7 + 64, 256), 4) + 1 = 19 blocks
+    manager = make_manager([swa(8)], num_blocks=22)
+    req = Request("a", list(range(200)))
+    assert manager.managers[0].max_admission_blocks() == 19
+    assert manager.allocate_slots(req, 16, full_sequence_must_fit=True) is not None
+    manager.free(req)
+    short = make_manager([swa(8)], num_blocks=15)
+    assert short.allocate_slots(Request("a", list(range(200))), 16) is not None
+    short2 = make_manager([swa(8)], num_blocks=15)
+    assert short2.allocate_slots(Request("a", list(range(200))), 16, full_sequence_must_fit=True) is None
