@@ -92,7 +92,9 @@ def _logs(draw):
     n_reqs = draw(st.integers(2, 5))
     reqs = []
     for i in range(n_reqs):
-        segs = draw(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([4, 8])), min_size=1, max_size=3))
+        segs = draw(
+            st.lists(st.tuples(st.integers(0, 2), st.sampled_from([4, 8])), min_size=1, max_size=3)
+        )
         reqs.append(TraceRequest(0.0, tuple(Segment(*s) for s in segs), 1, -1 - i))
     events = []
     for _ in range(draw(st.integers(1, 7))):
@@ -112,6 +114,4 @@ def test_belady_bound_is_optimal_on_small_logs(case):
     reqs, events, capacity = case
     log = AccessLog()
     log.events.extend(events)
-    assert belady_bound(reqs, log, BS, capacity).hit_tokens == _brute_force(
-        reqs, events, capacity
-    )
+    assert belady_bound(reqs, log, BS, capacity).hit_tokens == _brute_force(reqs, events, capacity)

@@ -39,7 +39,7 @@ class SimResult:
     readmission_tokens: int
     readmission_hit_tokens: int
     preemptions: int
-    evictions: int
+    evictions: int | None
     peak_used_blocks: int
     mean_used_blocks: float
     peak_running: int

@@ -103,6 +103,8 @@ class Simulator:
         self._admit_kwargs: dict[str, Any] = {}
         if _supports(manager.allocate_slots, "full_sequence_must_fit"):
             self._admit_kwargs["full_sequence_must_fit"] = True
+        self._pass_has_scheduled = _supports(manager.allocate_slots, "has_scheduled_reqs")
+        self._new_step = getattr(manager, "new_step_starts", None)
 
     def run(
         self,
@@ -134,7 +136,12 @@ class _RunState:
         self.writer = StepWriter(steps_path) if steps_path else None
         self.progress = progress
         self.mgr_s = self.req_s = 0.0
-        self.calls = {"get_computed_blocks": 0, "allocate_slots": 0, "free": 0}
+        self.calls = {
+            "get_computed_blocks": 0,
+            "allocate_slots": 0,
+            "free": 0,
+            "new_step_starts": 0,
+        }
         self.failed = self.preemptions = self.done = self.unservable = self.rejected = 0
         self.prompt_tokens = self.hit_tokens = self.hit_requests = self.admitted = 0
         self.readmit_tokens = self.readmit_hits = 0
@@ -175,19 +182,29 @@ class _RunState:
             while self.pending or self.waiting or self.running:
                 self._arrive()
                 self.steps += 1
+                self._step_starts()
                 scheduled: list[tuple[_Seq, int]] = []
                 budget, preempted = self._schedule_running(scheduled)
                 if not preempted:
                     self._admit(scheduled, budget)
-                num_tokens = self._execute(scheduled)
-                self.clock_s += settings.step_base_s + settings.step_per_token_s * num_tokens
+                num_tokens = sum(n for _, n in scheduled)
                 self._record_step(num_tokens)
+                self._execute(scheduled)
+                self.clock_s += settings.step_base_s + settings.step_per_token_s * num_tokens
                 if not scheduled and not self.waiting and self.running:
                     raise SimulationError("the simulation made no progress with requests running")
         finally:
             if self.writer is not None:
                 self.writer.close()
         return self._result(time.perf_counter() - wall0)
+
+    def _step_starts(self) -> None:
+        new_step = self.sim._new_step
+        if new_step is not None:
+            t0 = time.perf_counter()
+            new_step()
+            self.mgr_s += time.perf_counter() - t0
+            self.calls["new_step_starts"] += 1
 
     def _preempt(self, victim: _Seq) -> None:
         perf = time.perf_counter
@@ -317,12 +334,10 @@ class _RunState:
         if self.log is not None:
             self._log_insert(seq, min(num_hit + num_new, req.num_tokens))
 
-    def _execute(self, scheduled: list[tuple[_Seq, int]]) -> int:
+    def _execute(self, scheduled: list[tuple[_Seq, int]]) -> None:
         perf = time.perf_counter
         max_len = self.sim.max_model_len
-        num_tokens = 0
         for seq, n in scheduled:
-            num_tokens += n
             req = seq.req
             req.num_computed_tokens += n
             if req.num_computed_tokens < req.num_tokens:
@@ -339,7 +354,6 @@ class _RunState:
                 self.running.remove(seq)
                 seq.req = None
                 self.done += 1
-        return num_tokens
 
     def _record_step(self, num_tokens: int) -> None:
         used = self.sim.num_blocks - 1 - self.sim.mgr.num_free_blocks
@@ -394,7 +408,7 @@ class _RunState:
         )
 
 
-def _evictions(manager: Any) -> int:
-    """Cached blocks the pool evicted to make room (0 if the pool does not count them)."""
-    pool = getattr(manager, "block_pool", None)
-    return int(getattr(pool, "num_evictions", 0) or 0)
+def _evictions(manager: Any) -> int | None:
+    """Cached blocks the pool evicted to make room (None if the pool does not count them)."""
+    count = getattr(getattr(manager, "block_pool", None), "num_evictions", None)
+    return None if count is None else int(count)

@@ -1,0 +1,127 @@
+"""Small traces whose counts were worked out by hand (block size 4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagedkv.errors import ConfigError
+from pagedkv.sim.scheduler import SchedulerSettings
+
+from .helpers import make_engine, make_trace
+
+
+def _run(engine, trace, **settings):
+    return engine.simulator(SchedulerSettings(**settings)).run(trace)
+
+
+def test_second_request_hits_the_first_ones_full_blocks():
+    # R0: 8 prompt tokens (2 blocks), 2 outputs; R1 = the same 8 tokens + 4 more, 1 output.
+    # One request at a time: R0 prefill (step 1), decode (step 2, done), R1 prefill (step 3).
+    # R1 may hit at most 11 tokens -> the 2 cached blocks = 8 tokens.
+    trace = make_trace((((1, 8),), 2), (((1, 8), (2, 4)), 1))
+    res = _run(make_engine(64), trace, max_num_seqs=1)
+    assert (res.prompt_tokens, res.hit_tokens, res.hit_requests, res.admitted_requests) == (
+        20,
+        8,
+        1,
+        2,
+    )
+    assert res.hit_rate == pytest.approx(0.4) and res.request_hit_rate == 0.5
+    assert (res.steps, res.preemptions, res.requests_done) == (3, 0, 2)
+    assert res.manager_calls_by_kind == {
+        "get_computed_blocks": 2,
+        "allocate_slots": 3,
+        "free": 2,
+        "new_step_starts": 3,
+    }
+    assert res.manager_calls == 10 and res.allocate_slots_failed == 0
+    # R1's 12 prompt tokens need 3 blocks while it runs (2 shared + 1 new)
+    assert res.peak_used_blocks == 3
+
+
+def test_last_token_is_always_recomputed():
+    # the same 8-token prompt twice: at most 7 tokens may hit -> only 1 block (4 tokens)
+    trace = make_trace((((1, 8),), 1), (((1, 8),), 1))
+    res = _run(make_engine(64), trace, max_num_seqs=1)
+    assert res.hit_tokens == 4
+
+
+def test_preemption_by_recomputation_and_readmission():
+    # 4 usable blocks; two 8-token prompts (2 blocks each), 5 outputs each, K=2.
+    # step 1: both admitted (pool full), each samples token 1.
+    # step 2: R0 needs a 3rd block -> fails -> R1 (newest) preempted and freed (its tail
+    #   block is evicted first and handed to R0); no admissions in a preempting step.
+    # steps 3-5: R0 decodes (done in step 5); R1's re-admission fails each time: it hits
+    #   its first block but needs 3 blocks with only 1 free.
+    # step 6: R1 re-admitted: 9 tokens, hit 4 (block 0), decodes in steps 7-9.
+    trace = make_trace((((1, 8),), 5), (((2, 8),), 5))
+    res = _run(make_engine(5), trace, max_num_seqs=2)
+    assert res.preemptions == 1
+    assert (res.prompt_tokens, res.hit_tokens) == (16, 0)
+    assert (res.readmission_tokens, res.readmission_hit_tokens) == (9, 4)
+    assert res.steps == 9 and res.requests_done == 2 and res.peak_running == 2
+    assert res.allocate_slots_failed == 4
+    assert res.manager_calls_by_kind == {
+        "get_computed_blocks": 6,
+        "allocate_slots": 14,
+        "free": 3,
+        "new_step_starts": 9,
+    }
+    assert res.peak_used_blocks == 4 and res.peak_usage == 1.0
+
+
+def test_request_that_never_fits_is_dropped_and_counted():
+    # 12 tokens need 3 blocks; only 2 usable -> unservable, the next one still runs
+    trace = make_trace((((1, 12),), 1), (((2, 4),), 1))
+    res = _run(make_engine(3), trace)
+    assert res.requests_unservable == 1 and res.requests_done == 1
+    assert res.prompt_tokens == 4
+
+
+def test_too_long_requests_are_rejected():
+    trace = make_trace((((1, 64),), 1), (((2, 4),), 1))
+    res = _run(make_engine(64, max_model_len=64), trace)
+    assert res.requests_rejected_too_long == 1 and res.requests_done == 1
+
+
+def test_chunked_prefill_and_token_budget():
+    # 20-token prompt, chunks of 8 within a 8-token budget: 8 + 8 + 4 -> 3 prefill steps,
+    # then 2 decode steps for 3 outputs
+    trace = make_trace((((1, 20),), 3))
+    res = _run(make_engine(64), trace, max_prefill_chunk=8, max_num_batched_tokens=8)
+    assert res.steps == 5
+    assert res.manager_calls_by_kind["allocate_slots"] == 5
+
+
+def test_hybrid_sliding_window_frees_out_of_window_blocks_and_hits():
+    # full + sliding window (window 4: 3 tokens kept). R0: 32 tokens in chunks of 8.
+    # Full group: 2, 4, 6, 8 blocks after each chunk. Window group: out-of-window blocks
+    # freed before each chunk: 2, then 1 + 2, 1 + 2, 1 + 2 -> peak 8 + 3 = 11 blocks.
+    # R1 repeats R0's prompt plus 4 tokens: may hit 35 -> 8 full blocks = 32 tokens.
+    trace = make_trace((((1, 32),), 1), (((1, 32), (2, 4)), 1))
+    hybrid = make_engine(64, window=4)
+    res = _run(hybrid, trace, max_num_seqs=1, max_prefill_chunk=8)
+    assert res.peak_used_blocks == 11
+    assert res.hit_tokens == 32 and res.prompt_tokens == 68
+    assert res.kv_cache_groups == ("FullAttentionSpecx1", "SlidingWindowSpecx1")
+    full_only = _run(make_engine(64), trace, max_num_seqs=1, max_prefill_chunk=8)
+    # without a window group the peak is R1's 36 tokens = 9 blocks (R0's 32 took 8)
+    assert full_only.peak_used_blocks == 9
+    assert full_only.hit_tokens == 32
+
+
+def test_timestamp_arrivals_wait_for_the_clock():
+    trace = make_trace((((1, 4),), 1), (((2, 4),), 1))
+    trace = trace._replace(
+        requests=tuple(r._replace(arrival_s=10.0 * i) for i, r in enumerate(trace.requests))
+    )
+    res = _run(make_engine(64), trace, arrivals="timestamp")
+    assert res.steps == 2 and res.requests_done == 2
+    assert res.peak_running == 1
+
+
+def test_settings_are_checked():
+    with pytest.raises(ConfigError, match="max_num_seqs"):
+        SchedulerSettings(max_num_seqs=0)
+    with pytest.raises(ConfigError, match="arrivals"):
+        SchedulerSettings(arrivals="sometimes")  # type: ignore[arg-type]
