@@ -1,0 +1,74 @@
+"""One-call entry points: simulate a trace (optionally with the bound) and sweep sizes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from pagedkv.errors import ConfigError
+from pagedkv.sim.bound import AccessLog, belady_bound
+from pagedkv.sim.engine import SimEngine, bound_geometry
+from pagedkv.sim.metrics import SimResult
+from pagedkv.sim.scheduler import SchedulerSettings
+from pagedkv.sim.trace import Trace
+
+
+def simulate(
+    engine: SimEngine,
+    trace: Trace,
+    settings: SchedulerSettings | None = None,
+    *,
+    bound: bool = False,
+    steps_path: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> SimResult:
+    """Replay ``trace`` on a fresh manager; with ``bound`` also the clairvoyant hit count."""
+    geometry = bound_geometry(engine.kv_cache_config) if bound else None
+    if bound and geometry is None:
+        raise ConfigError(
+            "the prefix-cache bound needs a full-attention KV cache group (a window hit "
+            "does not need the whole prefix cached)"
+        )
+    log = AccessLog() if bound else None
+    result = engine.simulator(settings).run(
+        trace, access_log=log, steps_path=steps_path, progress=progress
+    )
+    if log is None or geometry is None:
+        return result
+    block_size, capacity = geometry
+    found = belady_bound(trace.requests, log, block_size, capacity)
+    return dataclasses.replace(result, bound_hit_tokens=found.hit_tokens)
+
+
+class SweepPoint(NamedTuple):
+    num_blocks: int
+    hit_rate: float
+    bound_hit_rate: float | None
+    preemptions: int
+
+
+def sweep(
+    engine: SimEngine,
+    trace: Trace,
+    sizes: Sequence[int],
+    settings: SchedulerSettings | None = None,
+    *,
+    bound: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> list[SweepPoint]:
+    """Hit rate (LRU and bound) for each block count in ``sizes``."""
+    points = []
+    for i, num_blocks in enumerate(sizes):
+        result = simulate(engine.with_num_blocks(num_blocks), trace, settings, bound=bound)
+        points.append(
+            SweepPoint(num_blocks, result.hit_rate, result.bound_hit_rate, result.preemptions)
+        )
+        if progress is not None:
+            progress(i + 1)
+    return points
+
+
+def sweep_sizes(num_blocks: int, count: int = 6) -> list[int]:
+    """Block counts from ``num_blocks / 2**(count-1)`` up to ``num_blocks``, doubling."""
+    return sorted({max(num_blocks >> i, 2) for i in range(count)})
