@@ -78,16 +78,39 @@ def base_specs(draw: st.DrawFn) -> KVCacheSpec:
 @st.composite
 def variant(draw: st.DrawFn, base: KVCacheSpec, pool: list[KVCacheSpec]) -> KVCacheSpec:
     """The base itself, a one-field change of it, a promoted-window twin, or another kind."""
-    choice = draw(st.sampled_from(["same", "same", "field", "window", "other"]))
+    choice = draw(st.sampled_from(["same", "field", "field", "window", "sibling", "other"]))
     if choice == "same":
         return base
     if choice == "field":
         name = draw(st.sampled_from(compared_field_names(base)))
-        return altered(base, name)
+        try:
+            return altered(base, name)
+        except KVCacheSpecError:  # e.g. a chunk size next to a window: invalid
+            return base
     if choice == "window" and isinstance(base, FullAttentionSpec):
         window = draw(st.sampled_from([None, 64, 128]))
         return dataclasses.replace(base, sliding_window=window, attention_chunk_size=None)
+    if choice == "sibling":
+        return sibling(base)
     return draw(st.sampled_from(pool))
+
+
+def sibling(spec: KVCacheSpec) -> KVCacheSpec:
+    """A spec of a related kind: SW <-> SW-MLA, full <-> MLA / sink, same block size."""
+    bs = spec.block_size
+    if isinstance(spec, SlidingWindowMLASpec):
+        return SlidingWindowSpec(
+            block_size=bs, num_kv_heads=1, head_size=64, sliding_window=spec.sliding_window
+        )
+    if isinstance(spec, SlidingWindowSpec):
+        return SlidingWindowMLASpec(
+            block_size=bs, head_size=576, sliding_window=spec.sliding_window
+        )
+    if isinstance(spec, MLAAttentionSpec | SinkFullAttentionSpec):
+        return FullAttentionSpec(block_size=bs, num_kv_heads=2, head_size=64)
+    if isinstance(spec, FullAttentionSpec):
+        return MLAAttentionSpec(block_size=bs, head_size=576)
+    return spec
 
 
 @st.composite
@@ -133,6 +156,25 @@ def test_mergeable_layers_are_uniform(specs: list[KVCacheSpec]) -> None:
         assert type(merged) is type(specs[0])
     if not uniform:
         assert merged is None
+
+
+@st.composite
+def one_field_apart(draw: st.DrawFn) -> list[KVCacheSpec]:
+    """A spec and a copy differing in one compared field, in either order."""
+    base = draw(base_specs())
+    name = draw(st.sampled_from(compared_field_names(base)))
+    try:
+        other = altered(base, name)
+    except KVCacheSpecError:
+        other = base
+    pair = [base, other]
+    return pair if draw(st.booleans()) else pair[::-1]
+
+
+@SETTINGS
+@given(one_field_apart())
+def test_one_field_apart_merge_implies_uniform(specs: list[KVCacheSpec]) -> None:
+    test_mergeable_layers_are_uniform.hypothesis.inner_test(specs)  # type: ignore[attr-defined]
 
 
 @SETTINGS

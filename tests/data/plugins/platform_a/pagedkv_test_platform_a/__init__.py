@@ -1,0 +1,3 @@
+"""Test platform plugin A. ``EVENTS`` records what ran, in order."""
+
+EVENTS: list[tuple[str, bool]] = []
