@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pagedkv.dtypes import canonical_dtype_name
 from pagedkv.errors import ConfigError, ModelConfigError
@@ -90,7 +90,7 @@ def _kv_heads_per_rank(model: str, layer: AttentionLayer, tp: int) -> int:
 def attention_spec(
     model: str, layer: AttentionLayer, tp: int, dtype: str, block_size: int
 ) -> KVCacheSpec:
-    common = {
+    common: dict[str, Any] = {
         "block_size": block_size,
         "num_kv_heads": _kv_heads_per_rank(model, layer, tp),
         "head_size": layer.head_size,
@@ -114,7 +114,7 @@ def latent_spec(
 ) -> KVCacheSpec:
     if layer.num_heads > 1:
         shard(model, f"num_attention_heads of {layer.name}", layer.num_heads, tp)
-    common = {
+    common: dict[str, Any] = {
         "block_size": block_size,
         "num_kv_heads": 1,
         "head_size": layer.latent_size,
@@ -170,7 +170,10 @@ def _resolve_options(
 
     if config is None:
         return tp, pp, kv_cache_dtype, block_size, CacheConfig().resolved_mamba_cache_mode
-    given = {"tensor_parallel_size": (tp, 1), "pipeline_parallel_size": (pp, 1)}
+    given: dict[str, tuple[Any, Any]] = {
+        "tensor_parallel_size": (tp, 1),
+        "pipeline_parallel_size": (pp, 1),
+    }
     given.update({"kv_cache_dtype": (kv_cache_dtype, "auto"), "block_size": (block_size, 16)})
     from_config = {
         "tensor_parallel_size": config.parallel.tensor_parallel_size,

@@ -32,7 +32,7 @@ class ModelAdapter(ABC):
 
 
 def register_model_adapter(*names: str, override: bool = False) -> Callable[[A], A]:
-    """Class decorator: use this adapter for configs whose architecture or model_type is in ``names``.
+    """Class decorator: the adapter for configs whose architecture or model_type is in ``names``.
 
     Registering a name twice with a different class raises unless ``override``.
     """

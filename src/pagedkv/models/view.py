@@ -6,6 +6,7 @@ only fills in fields the JSON leaves implicit, such as derived ``layer_types``.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import os
@@ -68,7 +69,7 @@ class ConfigView:
             )
         return value
 
-    def first_int(self, *keys: str, default: Any = _MISSING) -> int:
+    def first_int(self, *keys: str, default: Any = _MISSING) -> builtins.int:
         """The first of ``keys`` that is set (so aliases can be listed)."""
         for key in keys:
             if self.has(key):

@@ -63,7 +63,9 @@ def model_dtype(view: ConfigView, source: ModelSource) -> str:
     try:
         name = canonical_dtype_name(value)
     except UnknownDtypeError:
-        raise ModelConfigError(f"{view.model}: config field 'torch_dtype' {value!r} is not known")
+        raise ModelConfigError(
+            f"{view.model}: config field 'torch_dtype' {value!r} is not known"
+        ) from None
     return "bfloat16" if name == "float32" else name
 
 

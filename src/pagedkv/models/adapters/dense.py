@@ -194,9 +194,7 @@ class Llama4Adapter(DecoderAdapter):
     def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
         if not view.has("attention_chunk_size"):
             return [FULL] * num_layers
-        flags = view.list("no_rope_layers") or [
-            int((i + 1) % 4 != 0) for i in range(num_layers)
-        ]
+        flags = view.list("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(num_layers)]
         return [CHUNKED if flags[i] else FULL for i in range(num_layers)]
 
     def is_moe_layer(self, view: ConfigView, index: int) -> bool:

@@ -53,8 +53,12 @@ def mamba2_params(hidden: int, state: Mamba2State) -> int:
 def mamba1_params(hidden: int, state: Mamba1State, dt_rank: int) -> int:
     inner = state.intermediate_size
     x_proj = inner * (dt_rank + 2 * state.state_size)
-    return hidden * 2 * inner + inner * state.conv_kernel + x_proj + dt_rank * inner + (
-        inner * state.state_size + inner * hidden
+    return (
+        hidden * 2 * inner
+        + inner * state.conv_kernel
+        + x_proj
+        + dt_rank * inner
+        + (inner * state.state_size + inner * hidden)
     )
 
 
@@ -110,7 +114,9 @@ class HybridAdapter(ModelAdapter):
             elif kind == FULL:
                 attn = self.attention(view, index)
                 layers = (attn,)
-                params += attention_params(hidden, attn.num_heads, attn.num_kv_heads, attn.head_size)
+                params += attention_params(
+                    hidden, attn.num_heads, attn.num_kv_heads, attn.head_size
+                )
             elif kind != MLP:
                 raise ModelConfigError(f"{view.model}: layer {index} has unsupported type {kind!r}")
             units.append(Unit(index, layers, params, experts))

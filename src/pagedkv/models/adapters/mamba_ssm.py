@@ -62,6 +62,7 @@ class MambaSSMAdapter(ModelAdapter):
         if isinstance(state, Mamba2State):
             mixer = mamba2_params(hidden, state)
         else:
+            assert isinstance(state, Mamba1State)
             mixer = mamba1_params(hidden, state, -(-hidden // 16))
         mlp = gated_mlp_params(hidden, view.int("d_intermediate", 0, minimum=0))
         attn_idx = set(view.list("attn_layer_idx") or [])
@@ -70,7 +71,9 @@ class MambaSSMAdapter(ModelAdapter):
             layer: LayerDesc
             if index in attn_idx:
                 layer = self.attention(view, index, hidden)
-                params = attention_params(hidden, layer.num_heads, layer.num_kv_heads, layer.head_size)
+                params = attention_params(
+                    hidden, layer.num_heads, layer.num_kv_heads, layer.head_size
+                )
             else:
                 layer = StateLayer(f"backbone.layers.{index}.mixer", state)
                 params = mixer

@@ -96,4 +96,3 @@ class MLAAdapter(DecoderAdapter):
         if index < optional_int(view, "first_k_dense_replace"):
             return False
         return index % view.int("moe_layer_freq", 1) == 0
-
