@@ -55,12 +55,25 @@ def _single_alternative(group: KVCacheGroupSpec, config: EngineConfig) -> Groupi
     )
 
 
+def _padding_note(s: Scored) -> str:
+    notes = []
+    for bucket in s.page.buckets:
+        pad = -len(bucket) % s.group_size
+        if pad:
+            notes.append(
+                f"{pad} padding layers for the {len(bucket)}-layer {bucket.first.kind} bucket "
+                f"(may waste up to {pad / len(bucket) * 100:.2f}%)"
+            )
+    return "; ".join(notes) if notes else "no padding layers"
+
+
 def _describe(s: Scored) -> str:
     sizes = ", ".join(str(len(b)) for b in s.page.buckets)
     rule = "vLLM rule (smallest bucket unless largest < 1.5x)" if s.is_vllm else "searched"
     return (
         f"{rule}: buckets of {sizes} layers split into groups of <= {s.group_size}, "
-        f"{s.num_groups} groups, page {s.page.page_size_bytes} B ({s.page.name})"
+        f"{s.num_groups} groups, page {s.page.page_size_bytes} B ({s.page.name}); "
+        + _padding_note(s)
     )
 
 
@@ -87,13 +100,27 @@ def _shortlist(vllm: Scored | None, chosen: Scored, scored: Sequence[Scored]) ->
     for s in sorted(scored, key=lambda s: (s.bytes_per_request, s.num_groups)):
         if not s.is_vllm:
             best_per_page.setdefault(s.page.name, s)
-    picked += [s for s in best_per_page.values() if all(s is not p for p in picked)]
     same_page = sorted(
-        (s for s in scored if s.page is chosen.page and s is not chosen),
+        (
+            s
+            for s in scored
+            if s is not chosen
+            and s.page.page_size_bytes == chosen.page.page_size_bytes
+            and s.block_sizes == chosen.block_sizes
+        ),
         key=lambda s: (s.bytes_per_request, s.num_groups),
     )
-    picked += [s for s in same_page[:2] if all(s is not p for p in picked)]
+    keys = {_key(p) for p in picked}
+    for s in [*best_per_page.values(), *same_page[:3]]:
+        if _key(s) not in keys:
+            keys.add(_key(s))
+            picked.append(s)
     return picked[:MAX_ALTERNATIVES]
+
+
+def _key(s: Scored) -> tuple[int, int, tuple[int, ...], int]:
+    """Candidates with equal keys plan the same groups (vLLM's often equals a searched one)."""
+    return (s.page.page_size_bytes, s.group_size, s.block_sizes, s.bytes_per_request)
 
 
 def choose_kv_cache_groups(

@@ -129,10 +129,16 @@ def fit_max_model_len(
         if largest > 0
         else "not even a one-token request fits"
     )
+    override = config.cache.num_gpu_blocks_override
+    have = (
+        f"CacheConfig.num_gpu_blocks_override={override} allows {num_blocks} blocks"
+        if override is not None
+        else f"only {available[w]} bytes ({gib(available[w])}) are available there "
+        f"({num_blocks} blocks)"
+    )
     raise InsufficientMemoryError(
         f"one request of max_model_len={length} tokens needs {need} KV cache blocks plus the "
-        f"null block ({needed_bytes} bytes, {gib(needed_bytes)} on worker {w}), but only "
-        f"{available[w]} bytes ({gib(available[w])}) are available there ({num_blocks} "
-        f"blocks); {hint}. Lower ModelConfig.max_model_len (or set it to -1 to fit "
-        "automatically) or give the KV cache more memory"
+        f"null block ({needed_bytes} bytes, {gib(needed_bytes)} on worker {w}), but {have}; "
+        f"{hint}. Lower ModelConfig.max_model_len (or set it to -1 to fit automatically) "
+        "or give the KV cache more memory"
     )
