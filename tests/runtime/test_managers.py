@@ -65,7 +65,7 @@ def test_sliding_window_gap_inside_window_is_a_miss() -> None:
     table = manager.get_block_ids("a")[0]
     manager.free(req)
     manager.block_pool.evict_blocks([table[2]])
-    blocks, num_hit = manager.get_computed_blocks(Request("b", list(range(17))))
+    _, num_hit = manager.get_computed_blocks(Request("b", list(range(17))))
     assert num_hit == 8  # blocks 0-1 form a window; block 3 alone is not enough
 
 
@@ -159,4 +159,7 @@ def test_admission_cap_applies_only_when_the_full_sequence_must_fit() -> None:
     short = make_manager([swa(8)], num_blocks=15)
     assert short.allocate_slots(Request("a", list(range(200))), 16) is not None
     short2 = make_manager([swa(8)], num_blocks=15)
-    assert short2.allocate_slots(Request("a", list(range(200))), 16, full_sequence_must_fit=True) is None
+    assert (
+        short2.allocate_slots(Request("a", list(range(200))), 16, full_sequence_must_fit=True)
+        is None
+    )

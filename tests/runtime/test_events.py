@@ -1,0 +1,82 @@
+"""KV cache events: which changes emit what, and the three-frame wire layout."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from pagedkv.errors import KVCacheRuntimeError
+from pagedkv.runtime import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    Request,
+    decode_event_batch,
+    encode_event_batch,
+)
+
+from .helpers import full, make_manager, swa
+
+
+def test_manager_events_follow_store_evict_reset() -> None:
+    manager = make_manager([full(), swa(8)], num_blocks=9, enable_events=True)
+    req = Request("a", list(range(9)), lora_name="lora-x")
+    manager.allocate_slots(req, 9)
+    stored = manager.take_events()
+    assert [type(e) for e in stored] == [BlockStored, BlockStored]
+    first, second = stored
+    assert isinstance(first, BlockStored) and isinstance(second, BlockStored)
+    assert first.group_idx == 0 and first.kv_cache_spec_kind == "full_attention"
+    assert second.kv_cache_spec_kind == "sliding_window"
+    assert second.kv_cache_spec_sliding_window == 8
+    assert first.block_hashes == req.block_hashes[:2] and first.parent_block_hash is None
+    assert first.token_ids == list(range(8)) and first.lora_name == "lora-x"
+    manager.free(req)
+    assert manager.take_events() == []  # freeing keeps blocks cached
+    other = Request("b", [5] * 16)
+    manager.allocate_slots(other, 16)  # needs every free block: cached ones are evicted
+    removed = [e for e in manager.take_events() if isinstance(e, BlockRemoved)]
+    assert len(removed) == 4 and {e.group_idx for e in removed} == {0, 1}
+    manager.free(other)
+    manager.take_events()
+    assert manager.reset_prefix_cache()
+    assert manager.take_events() == [AllBlocksCleared()]
+
+
+def test_events_disabled_collects_nothing() -> None:
+    manager = make_manager([full()])
+    manager.allocate_slots(Request("a", list(range(9))), 9)
+    assert manager.take_events() == []
+
+
+def test_three_frame_layout_round_trips_and_matches_the_published_schema() -> None:
+    events = [
+        BlockStored(
+            block_hashes=[b"\x01" * 32],
+            parent_block_hash=None,
+            token_ids=[1, 2, 3, 4],
+            block_size=4,
+            lora_id=None,
+            medium="GPU",
+            group_idx=0,
+        ),
+        BlockRemoved(block_hashes=[7], medium="GPU"),
+        AllBlocksCleared(),
+    ]
+    topic, seq, payload = encode_event_batch(events, 5, ts=1.5, data_parallel_rank=0)
+    assert topic == b"kv-events" and seq == (5).to_bytes(8, "big")
+    # Array layout, tagged by class name: what a consumer of vLLM's KVEventBatch decodes.
+    raw = msgspec.msgpack.decode(payload)
+    assert raw[0] == 1.5 and raw[2] == 0
+    assert raw[1][0][:7] == ["BlockStored", [b"\x01" * 32], None, [1, 2, 3, 4], 4, None, "GPU"]
+    assert raw[1][1][:3] == ["BlockRemoved", [7], "GPU"]
+    assert raw[1][2] == ["AllBlocksCleared"]
+    _, number, batch = decode_event_batch([topic, seq, payload])
+    assert number == 5 and batch.events == events
+
+
+def test_malformed_frames_are_rejected() -> None:
+    with pytest.raises(KVCacheRuntimeError, match="three frames"):
+        decode_event_batch([b"x", b"y"])
+    with pytest.raises(KVCacheRuntimeError, match="malformed"):
+        decode_event_batch([b"t", bytes(8), b"\xc1"])

@@ -1,0 +1,104 @@
+"""A refused or failed allocate_slots leaves pool, hash map and requests as they were."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pagedkv.runtime import KVCacheManager, Request
+
+from .helpers import check_invariants, full, make_manager, mamba, swa
+
+
+class Injected(RuntimeError):
+    pass
+
+
+def snapshot(manager: KVCacheManager) -> dict[str, Any]:
+    pool = manager.block_pool
+    return {
+        "free": sorted(pool.free_queue()),
+        "ref": list(pool.ref_cnt),
+        "keys": list(pool.block_key),
+        "cached": pool.cached_blocks(),
+        "tables": [{r: list(t) for r, t in m.req_to_blocks.items()} for m in manager.managers],
+        "num_cached": [dict(m.num_cached_block) for m in manager.managers],
+    }
+
+
+def warm(manager: KVCacheManager) -> None:
+    """Cached free blocks, a running request and fresh blocks in the pool."""
+    a = Request("a", list(range(20)))
+    manager.allocate_slots(a, 20)
+    manager.free(a)
+    manager.new_step_starts()
+    running = Request("run", [7] * 9)
+    manager.allocate_slots(running, 9)
+    running.num_computed_tokens = 9
+
+
+def test_refused_allocation_changes_nothing() -> None:
+    manager = make_manager([full(), swa(8)], num_blocks=20)
+    warm(manager)
+    before = snapshot(manager)
+    req = Request("big", list(range(100)))
+    hit, num_hit = manager.get_computed_blocks(req)
+    assert num_hit == 20
+    assert manager.allocate_slots(req, 100 - num_hit, num_hit, hit) is None
+    assert snapshot(manager) == before
+
+
+def fail_on_call(monkeypatch: pytest.MonkeyPatch, obj: object, name: str, call: int) -> None:
+    original = getattr(obj, name)
+    calls = {"n": 0}
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        result = original(*args, **kwargs)
+        if calls["n"] == call:
+            raise Injected(f"{name} call {call}")
+        return result
+
+    monkeypatch.setattr(obj, name, wrapper)
+
+
+@pytest.mark.parametrize(
+    ("method", "call"),
+    [("get_new_blocks", 2), ("cache_full_blocks", 2), ("get_new_blocks", 3), ("touch", 2)],
+)
+def test_exception_mid_allocation_of_a_new_request_is_rolled_back(
+    monkeypatch: pytest.MonkeyPatch, method: str, call: int
+) -> None:
+    manager = make_manager([full(), swa(8), mamba()], num_blocks=40, enable_events=True)
+    warm(manager)
+    manager.take_events()
+    before = snapshot(manager)
+    req = Request("b", list(range(30)))
+    hit, num_hit = manager.get_computed_blocks(req)
+    assert num_hit == 20
+    fail_on_call(monkeypatch, manager.block_pool, method, call)
+    with pytest.raises(Injected):
+        manager.allocate_slots(req, 30 - num_hit, num_hit, hit)
+    assert snapshot(manager) == before
+    assert manager.take_events() == []
+    check_invariants(manager)
+    monkeypatch.undo()
+    assert manager.allocate_slots(req, 30 - num_hit, num_hit, hit) is not None
+    check_invariants(manager)
+
+
+def test_exception_mid_allocation_of_a_running_request_is_rolled_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    manager = make_manager([full(), full(8)], num_blocks=40)
+    warm(manager)
+    running = Request("r2", list(range(50, 62)))
+    manager.allocate_slots(running, 12)
+    running.num_computed_tokens = 12
+    running.append_output_token_ids(list(range(10)))
+    before = snapshot(manager)
+    fail_on_call(monkeypatch, manager.block_pool, "cache_full_blocks", 2)
+    with pytest.raises(Injected):
+        manager.allocate_slots(running, 10)
+    assert snapshot(manager) == before

@@ -1,0 +1,156 @@
+"""Random request sequences through every kind and a hybrid model; invariants after every step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from pagedkv import KVCacheSpec
+from pagedkv.runtime import KVCacheManager, Request
+
+from .helpers import check_invariants, chunked, full, make_manager, mamba, swa
+
+PREFIXES = ([], [1, 2, 3, 4, 5, 6, 7, 8], [9] * 20, [1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 14])
+CHUNK_TOKENS = 12
+MAX_MODEL_LEN = 96
+
+
+class KVCacheMachine(RuleBasedStateMachine):
+    specs: Callable[[], Sequence[KVCacheSpec]]
+    num_blocks = 40
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.manager: KVCacheManager = make_manager(
+            self.specs(), num_blocks=self.num_blocks, max_model_len=MAX_MODEL_LEN
+        )
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.counter = 0
+
+    @initialize()
+    def start(self) -> None:
+        self.manager.new_step_starts()
+
+    # ----------------------------------------------------------------- rules
+    @rule(prefix=st.sampled_from(PREFIXES), suffix=st.lists(st.integers(0, 3), max_size=30))
+    def add_request(self, prefix: list[int], suffix: list[int]) -> None:
+        tokens = (prefix + suffix)[: MAX_MODEL_LEN - 8] or [0]
+        self.counter += 1
+        self.waiting.append(Request(f"r{self.counter}", tokens))
+
+    @precondition(lambda self: self.waiting)
+    @rule(index=st.integers(0, 100))
+    def admit(self, index: int) -> None:
+        self.manager.new_step_starts()
+        req = self.waiting[index % len(self.waiting)]
+        hit, num_hit = self.manager.get_computed_blocks(req)
+        self.check_hit(req, hit.blocks, num_hit)
+        num_new = min(req.num_tokens - num_hit, CHUNK_TOKENS)
+        if self.manager.allocate_slots(req, num_new, num_hit, hit) is not None:
+            req.num_computed_tokens = num_hit + num_new
+            self.waiting.remove(req)
+            self.running.append(req)
+
+    @precondition(lambda self: self.running)
+    @rule(index=st.integers(0, 100), token=st.integers(0, 3))
+    def step(self, index: int, token: int) -> None:
+        self.manager.new_step_starts()
+        req = self.running[index % len(self.running)]
+        if req.num_computed_tokens < req.num_tokens:
+            num_new = min(req.num_tokens - req.num_computed_tokens, CHUNK_TOKENS)
+        elif req.num_tokens < MAX_MODEL_LEN:
+            req.append_output_token_ids(token)
+            num_new = 1
+        else:
+            self.finish_request(req)
+            return
+        if self.manager.allocate_slots(req, num_new) is None:
+            self.preempt(req)
+        else:
+            req.num_computed_tokens += num_new
+
+    @precondition(lambda self: self.running)
+    @rule(index=st.integers(0, 100))
+    def finish_or_abort(self, index: int) -> None:
+        self.finish_request(self.running[index % len(self.running)])
+
+    @precondition(lambda self: self.running)
+    @rule(index=st.integers(0, 100))
+    def preempt_one(self, index: int) -> None:
+        self.preempt(self.running[index % len(self.running)])
+
+    @rule()
+    def reset_prefix_cache(self) -> None:
+        busy = bool(self.running)
+        assert self.manager.reset_prefix_cache() is (not busy)
+        if not busy:
+            assert self.manager.block_pool.cached_blocks() == {}
+
+    # --------------------------------------------------------------- helpers
+    def finish_request(self, req: Request) -> None:
+        self.manager.free(req)
+        self.running.remove(req)
+
+    def preempt(self, req: Request) -> None:
+        self.manager.free(req)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.running.remove(req)
+        self.waiting.append(req)
+
+    def check_hit(self, req: Request, blocks: tuple[list[int], ...], num_hit: int) -> None:
+        pool = self.manager.block_pool
+        assert num_hit < req.num_tokens
+        for gid, (m, ids) in enumerate(zip(self.manager.managers, blocks)):
+            if num_hit:
+                assert num_hit % m.block_size == 0
+                assert len(ids) == num_hit // m.block_size
+            scale = m.block_size // self.manager.hash_block_size
+            for i, block in enumerate(ids):
+                if block:
+                    assert pool.block_key[block] == (req.block_hashes[(i + 1) * scale - 1], gid)
+
+    @invariant()
+    def consistent(self) -> None:
+        check_invariants(self.manager, {r.request_id: r.num_computed_tokens for r in self.running})
+
+
+SETTINGS = settings(max_examples=25, stateful_step_count=30, deadline=None)
+
+
+def machine(name: str, specs: Callable[[], Sequence[KVCacheSpec]]) -> type:
+    cls = type(name, (KVCacheMachine,), {"specs": staticmethod(specs)})
+    return cls
+
+
+FullMachine = machine("FullMachine", lambda: [full()])
+SlidingWindowMachine = machine("SlidingWindowMachine", lambda: [swa(8)])
+ChunkedLocalMachine = machine("ChunkedLocalMachine", lambda: [chunked(8)])
+MambaAlignMachine = machine("MambaAlignMachine", lambda: [mamba()])
+MambaNoneMachine = machine(
+    "MambaNoneMachine", lambda: [mamba(block_size=MAX_MODEL_LEN, mode="none")]
+)
+HybridMachine = machine("HybridMachine", lambda: [full(), swa(8), mamba()])
+MixedBlockHybridMachine = machine("MixedBlockHybridMachine", lambda: [full(4), swa(16, 8)])
+
+TestFull = FullMachine.TestCase
+TestSlidingWindow = SlidingWindowMachine.TestCase
+TestChunkedLocal = ChunkedLocalMachine.TestCase
+TestMambaAlign = MambaAlignMachine.TestCase
+TestMambaNone = MambaNoneMachine.TestCase
+TestHybrid = HybridMachine.TestCase
+TestMixedBlockHybrid = MixedBlockHybridMachine.TestCase
+for _case in (
+    TestFull,
+    TestSlidingWindow,
+    TestChunkedLocal,
+    TestMambaAlign,
+    TestMambaNone,
+    TestHybrid,
+    TestMixedBlockHybrid,
+):
+    _case.settings = SETTINGS
