@@ -14,8 +14,8 @@ from pagedkv import (
     KVCacheGroupSpec,
     KVCacheSpec,
     KVCacheTensor,
-    Platform,
     PlanningError,
+    Platform,
     PlatformError,
     get_kv_cache_config_builder,
     get_kv_cache_configs,
@@ -262,7 +262,7 @@ def test_model_grouping_with_unequal_pages_uses_block_outer_placement() -> None:
 
 def test_bad_model_grouping_object() -> None:
     config = CONFIG.replace(model=ModelConfig(max_model_len=4096, kv_cache_grouping=object()))
-    with pytest.raises(PlatformError, match="ModelConfig.kv_cache_grouping"):
+    with pytest.raises(PlatformError, match=r"ModelConfig\.kv_cache_grouping"):
         get_kv_cache_configs(config, [llama_8b(num_layers=2)], [GiB])
 
 
