@@ -7,9 +7,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from pagedkv.config import EngineConfig
-from pagedkv.platforms import get_current_platform, resolve_obj_by_qualname
+from pagedkv.errors import KVCacheSpecError, RegistryError
+from pagedkv.platforms import get_current_platform, resolve_obj_by_qualname, set_current_platform
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.specs import (
+    AttentionSpec,
     ChunkedLocalAttentionSpec,
     CrossAttentionSpec,
     EncoderOnlyAttentionSpec,
@@ -107,8 +109,6 @@ def test_plugin_spec_page_size_and_merge(
     spec = PlatformAFullSpec(**ATTN, header_bytes=128)
     assert spec.page_size_bytes == 65_536 + 128
     assert spec.kind == "platform_a_full_attention"
-    from pagedkv.errors import KVCacheSpecError
-
     with pytest.raises(KVCacheSpecError, match="'header_bytes'"):
         PlatformAFullSpec.merge([spec, PlatformAFullSpec(**ATTN)])
     layers = {"a": spec, "b": FullAttentionSpec(**ATTN)}
@@ -140,3 +140,31 @@ def test_platform_selects_its_builder_by_qualname(plugin_path: AddPath) -> None:
     builder_cls = resolve_obj_by_qualname(qualname)
     assert issubclass(builder_cls, builder_module.DefaultKVCacheConfigBuilder)
     assert builder_cls.chosen_by == "test_a"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [EncoderOnlyAttentionSpec(**ATTN), AttentionSpec(**ATTN)],
+    ids=lambda s: type(s).__name__,
+)
+def test_real_builtins_reject_unregistered_kinds(
+    fresh_registry: type[KVCacheSpecRegistry], spec: object
+) -> None:
+    with pytest.raises(RegistryError) as info:
+        fresh_registry.check_kv_cache_spec_registry(
+            {"decoder.layers.0": FullAttentionSpec(**ATTN), "encoder.layers.3": spec}
+        )
+    assert "'encoder.layers.3'" in str(info.value)
+    assert type(spec).__name__ in str(info.value)
+
+
+def test_planning_builder_comes_from_the_platform_plugin(plugin_path: AddPath) -> None:
+    from pagedkv.planning.builder import DefaultKVCacheConfigBuilder, get_kv_cache_config_builder
+
+    assert type(get_kv_cache_config_builder(EngineConfig())) is DefaultKVCacheConfigBuilder
+    set_current_platform(None)
+    plugin_path("platform_a")
+    builder = get_kv_cache_config_builder(EngineConfig())
+    assert type(builder).__name__ == "PlatformABuilder"
+    assert isinstance(builder, DefaultKVCacheConfigBuilder)
+    assert get_kv_cache_config_builder(EngineConfig()) is not builder  # fresh per call

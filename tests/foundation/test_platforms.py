@@ -42,6 +42,7 @@ def test_platform_defaults() -> None:
     assert Platform.get_kv_cache_config_builder_cls(declared) == "my.pkg.Builder"
     assert Platform.support_hybrid_kv_cache()
     assert Platform.default_kv_cache_layout() == "NHD"
+    assert Platform.kv_cache_block_size_multiple(None) == 1
 
 
 def test_entry_points_are_discovered_from_sys_path(plugin_path: AddPath) -> None:
