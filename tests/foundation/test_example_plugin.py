@@ -163,17 +163,35 @@ def test_example_layers_mix_with_full_attention(example: Any) -> None:
 
 
 def test_planning_a_model_counts_the_scales(example: Any) -> None:
-    planning = pytest.importorskip("pagedkv.planning")
-    if not hasattr(planning, "get_kv_cache_configs"):
-        pytest.skip("the planner (pagedkv.planning.get_kv_cache_configs) has not landed yet")
+    from pagedkv.planning import get_kv_cache_configs, plan_kv_cache
+
     config = EngineConfig.create(block_size=32, max_model_len=4096)
+    layers = llama_like(example.BlockScaledInt8Spec)
     available = 100_000 * 4 * 65_600
-    (kv_config,) = planning.get_kv_cache_configs(
-        config, [llama_like(example.BlockScaledInt8Spec)], [available]
-    )
+    (kv_config,) = get_kv_cache_configs(config, [layers], [available])
     assert kv_config.num_blocks == available // (4 * 65_600)
     assert kv_config.device_bytes == kv_config.num_blocks * 4 * 65_600
+    assert kv_config.kv_cache_layout == "HND"  # the example platform's layout
     # Without the scales the same memory holds more blocks.
     plain = llama_like(FullAttentionSpec, dtype="int8")
-    (plain_config,) = planning.get_kv_cache_configs(config, [plain], [available])
+    (plain_config,) = get_kv_cache_configs(config, [plain], [available])
     assert plain_config.num_blocks == available // (4 * 65_536) > kv_config.num_blocks
+    plan = plan_kv_cache(config, [layers], [available])
+    assert plan.bytes_per_block == 4 * 65_600
+    assert plan.num_blocks == kv_config.num_blocks
+    (group,) = plan.groups
+    assert group.kind == "block_scaled_int8"
+    assert group.page_size_bytes == group.real_page_size_bytes == 4 * 65_600
+    assert group.padding_bytes == 0
+
+
+def test_planning_refuses_block_sizes_off_the_tile(example: Any) -> None:
+    from pagedkv.planning import get_kv_cache_configs
+
+    config = EngineConfig.create(block_size=16, max_model_len=4096)
+    layers = {
+        name: spec.copy_with_new_block_size(16)
+        for name, spec in llama_like(example.BlockScaledInt8Spec).items()
+    }
+    with pytest.raises(PlanningError, match="32-token tile"):
+        get_kv_cache_configs(config, [layers], [1 << 30])
