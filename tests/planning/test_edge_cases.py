@@ -14,6 +14,7 @@ from pagedkv import (
     KVCacheSpecError,
     MLAAttentionSpec,
     PlanningError,
+    SlidingWindowMLASpec,
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
     get_kv_cache_configs,
@@ -109,9 +110,17 @@ class TestPageUnification53:
         assert mla_groups and all(g.padding_bytes == 0 for g in mla_groups)
 
     def test_mla_that_cannot_be_unified_is_an_error(self) -> None:
+        # Two unpaddable pages (1,154 B and 1,158 B) with no common multiple in reach.
         odd = MLAAttentionSpec(block_size=1, head_size=577)
+        other = SlidingWindowMLASpec(block_size=1, head_size=579, sliding_window=128)
         with pytest.raises(PlanningError, match="cannot unify the page sizes"):
-            only({"m": odd, "s": sliding(256)})
+            only({"m": odd, "s": other})
+
+    def test_mla_found_a_common_page_by_search(self) -> None:
+        odd = MLAAttentionSpec(block_size=1, head_size=577)  # 1,154 B per token
+        plan = only({"m": odd, "s": sliding(256)})
+        mla = next(g for g in plan.groups if g.kind == "mla_attention")
+        assert mla.padding_bytes == 0 and mla.page_size_bytes % 1154 == 0
 
 
 def test_54_attention_free_model() -> None:

@@ -8,6 +8,10 @@ never live for two layers at once. This is how the default layout shares layer
 slot ``i`` among layer ``i`` of every group (same offset and stride), and how a
 block-outer layout lets every group fill the same ``bytes_per_block`` bytes.
 Sharing at different block ids, or inside one group, is an error.
+
+The check is exact for regions with equal block strides (every layout pagedkv
+builds). Regions with different strides whose byte spans overlap are rejected
+without looking closer, which may refuse an unusual but safe custom layout.
 """
 
 from __future__ import annotations

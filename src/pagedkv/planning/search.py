@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pagedkv.config import EngineConfig
 from pagedkv.errors import PlanningError
 from pagedkv.planning.grouping import Bucket, vllm_group_size
-from pagedkv.planning.unify import fit_page, is_state_spec, lcm_all, mamba_aligned_block_size
+from pagedkv.planning.unify import (
+    can_pad,
+    fit_page,
+    is_state_spec,
+    lcm_all,
+    mamba_aligned_block_size,
+)
 from pagedkv.specs.base import KVCacheSpec, cdiv
 
 TOLERANCE = 0.01
@@ -84,16 +90,42 @@ def _fit_all(
     attention_block_size: int | None,
     exact_scaling: bool,
 ) -> tuple[Bucket, ...] | None:
-    state_bs = attention_block_size or max(b.first.block_size for b in buckets)
+    """Refit attention-like layers first; states then take the attention block size."""
 
-    def fit(spec: KVCacheSpec) -> KVCacheSpec | None:
-        if attention_block_size is not None and not is_state_spec(spec):
+    def fit_other(spec: KVCacheSpec) -> KVCacheSpec | None:
+        if is_state_spec(spec):
+            return spec
+        if attention_block_size is not None:
             spec = spec.copy_with_new_block_size(attention_block_size)
-        return fit_page(
-            spec, page_bytes, state_block_size=state_bs, scale_then_pad=not exact_scaling
-        )
+        return fit_page(spec, page_bytes, state_block_size=0, scale_then_pad=not exact_scaling)
 
-    return _refit(buckets, fit)
+    fitted = _refit(buckets, fit_other)
+    if fitted is None:
+        return None
+    sizes = [b.first.block_size for b in fitted if not is_state_spec(b.first)]
+    state_bs = max(sizes) if sizes else max(b.first.block_size for b in buckets)
+
+    def fit_state(spec: KVCacheSpec) -> KVCacheSpec | None:
+        if not is_state_spec(spec):
+            return spec
+        return fit_page(spec, page_bytes, state_block_size=state_bs)
+
+    return _refit(fitted, fit_state)
+
+
+def _rigid_options(buckets: Sequence[Bucket]) -> list[tuple[str, int, int | None, bool]]:
+    """Pages that are multiples of every unpaddable (MLA) page and hold every other page."""
+    rigid = [b.first for b in buckets if not is_state_spec(b.first) and not can_pad(b.first)]
+    if not rigid:
+        return []
+    unit = lcm_all(s.page_size_bytes for s in rigid)
+    floor = max(
+        s.real_page_size_bytes if is_state_spec(s) else s.page_size_bytes
+        for s in (b.first for b in buckets)
+    )
+    first = cdiv(floor, unit)
+    pages = [unit * j for j in range(first, first + 3) if unit * j <= MAX_LCM_FACTOR * floor]
+    return [(f"page {p} (multiple of the MLA pages)", p, None, False) for p in pages]
 
 
 def page_candidates(
@@ -118,6 +150,8 @@ def page_candidates(
         lcm = lcm_all(pages)
         if lcm not in {largest * m for m in PAGE_MULTIPLES} and lcm <= MAX_LCM_FACTOR * largest:
             options.append(("page lcm", lcm, None, False))
+    known = {page for _, page, bs, _ in options if bs is None}
+    options += [o for o in _rigid_options(buckets) if o[1] not in known]
     vllm = None
     found = []
     for name, target, attn_bs, is_vllm_page in options:
