@@ -87,4 +87,22 @@ from pagedkv.runtime import (
     xxhash128,
 )
 
+# --- models (models/) ---
+from pagedkv.models import (
+    GPU,
+    ModelAdapter,
+    ModelLayout,
+    ModelSource,
+    describe_model,
+    engine_config_for,
+    estimate_weight_bytes,
+    get_gpu,
+    get_kv_cache_specs,
+    list_bundled_models,
+    list_gpus,
+    load_model_config,
+    memory_budgets,
+    register_model_adapter,
+)
+
 __version__ = "0.1.0"

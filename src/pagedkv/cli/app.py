@@ -1,0 +1,70 @@
+"""The ``pagedkv`` command: a typer app whose commands register from their own modules."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+import typer
+
+from pagedkv.cli.common import stderr_console
+from pagedkv.errors import PagedKVError
+
+app = typer.Typer(
+    name="pagedkv",
+    help="Plan and inspect the paged KV cache of LLM inference engines.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(
+        False, "--debug", help="Show tracebacks on errors (accepted by every command)."
+    ),
+) -> None:
+    """Plan and inspect the paged KV cache of LLM inference engines."""
+
+
+# Command modules register themselves on ``app`` when imported.
+from pagedkv.cli import catalog, plan  # noqa: E402, F401
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; errors print one line (``--debug`` anywhere shows the traceback)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    try:
+        result = app(args=args, prog_name="pagedkv", standalone_mode=False)
+    except (click.exceptions.Exit, typer.Exit) as exc:
+        return int(exc.exit_code)
+    except (click.exceptions.Abort, typer.Abort):
+        stderr_console().print("aborted")
+        return 1
+    except (click.exceptions.ClickException, typer.TyperException) as exc:
+        if debug:
+            raise
+        show = getattr(exc, "show", None)
+        if show is None:
+            stderr_console().print(f"error: {exc}", markup=False)
+        else:
+            show()
+        return int(getattr(exc, "exit_code", 2))
+    except PagedKVError as exc:
+        if debug:
+            raise
+        stderr_console().print(f"error: {exc}", markup=False)
+        return 1
+    except Exception as exc:
+        if debug:
+            raise
+        stderr_console().print(
+            f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            markup=False,
+        )
+        return 1
+    return result if isinstance(result, int) else 0

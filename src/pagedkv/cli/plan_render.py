@@ -1,0 +1,210 @@
+"""Printing a plan: rich tables, one JSON object, or a concurrency plot."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from pagedkv.cli.common import format_bytes, format_int, stdout_console
+from pagedkv.cli.plan import PlanResult
+from pagedkv.errors import ConfigError
+from pagedkv.models import get_kv_cache_specs
+from pagedkv.planning import plan_kv_cache
+
+PLOT_POINTS = 32
+
+
+def plan_dict(result: PlanResult) -> dict[str, Any]:
+    """The JSON document: inputs, memory terms, then the planner's report."""
+    plan = result.plan.to_dict()
+    for group in plan["groups"]:
+        group["layers"] = group.pop("layer_names")
+    budget = result.budgets[0]
+    memory = {**budget.to_dict(), "per_worker": [b.to_dict() for b in result.budgets]}
+    return {
+        "model": result.layout.name,
+        "gpu": result.gpu.name if result.gpu else None,
+        "tensor_parallel_size": result.config.parallel.tensor_parallel_size,
+        "pipeline_parallel_size": result.config.parallel.pipeline_parallel_size,
+        "kv_cache_dtype": result.config.kv_cache_dtype,
+        "num_params": result.layout.num_params,
+        "layer_kinds": result.layout.layer_kinds(),
+        "memory": memory,
+        "largest_max_model_len": result.largest_max_model_len,
+        "model_max_model_len": result.model_limit,
+        **plan,
+    }
+
+
+def print_json(result: PlanResult) -> None:
+    print(json.dumps(plan_dict(result), indent=2))
+
+
+def _memory_table(result: PlanResult) -> Table:
+    b = result.budgets[0]
+    table = Table(title="KV cache memory per worker", title_justify="left", show_header=False)
+    table.add_column("term")
+    table.add_column("bytes", justify="right")
+    table.add_column("how")
+    if b.device_bytes:
+        how = result.gpu.name if result.gpu else "--memory"
+        table.add_row("device memory", format_bytes(b.device_bytes), how)
+        table.add_row(
+            f"x utilization {b.gpu_memory_utilization:g}", format_bytes(b.usable_bytes), ""
+        )
+        params = f"{result.layout.num_params / 1e9:.2f}B params, {result.layout.dtype}"
+        table.add_row("- weights", format_bytes(b.weight_bytes), params)
+        table.add_row("- activation reserve", format_bytes(b.activation_bytes), "stated estimate")
+    how = "given (--kv-cache-memory)" if b.given else "what is left"
+    table.add_row("= KV cache", format_bytes(b.kv_cache_bytes), how)
+    return table
+
+
+def _groups_table(result: PlanResult) -> Table:
+    table = Table(title="KV cache groups (identical groups folded)", title_justify="left")
+    for name in ("groups", "kind", "layers each", "block size", "page bytes", "padding waste"):
+        table.add_column(name, justify="left" if name == "kind" else "right")
+    rows: Counter[tuple[Any, ...]] = Counter()
+    for g in result.plan.groups:
+        rows[(g.kind, g.num_layers, g.block_size, g.page_size_bytes, g.waste_bytes)] += 1
+    for (kind, layers, bs, page, waste), count in rows.items():
+        share = f" ({waste / page:.1%})" if page and waste else ""
+        table.add_row(
+            str(count), kind, str(layers), str(bs), format_int(page), format_int(waste) + share
+        )
+    return table
+
+
+def _summary_table(result: PlanResult) -> Table:
+    plan = result.plan
+    table = Table(title="Capacity", title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    bpb = plan.bytes_per_block
+    fitted = " (auto-fitted)" if plan.max_model_len_auto_fitted else ""
+    rows = [
+        ("blocks per worker", f"{format_int(plan.num_blocks)} (1 null block)"),
+        ("bytes per block", f"{format_int(bpb)} ({format_bytes(bpb)})"),
+        ("scheduler block size", f"{plan.block_size} tokens"),
+        ("token capacity at max_model_len", _count(plan.token_capacity)),
+        ("max_model_len", format_int(plan.max_model_len) + fitted),
+        ("largest max_model_len that fits", _largest(result)),
+        ("padding waste per request", f"{plan.waste_fraction:.2%}"),
+        ("KV replicas across TP ranks", str(plan.kv_tp_replicas)),
+    ]
+    if plan.full_attention_token_capacity is not None:
+        full = format_int(plan.full_attention_token_capacity)
+        rows.insert(4, ("tokens full-attention layers can hold", full))
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _count(value: int | None) -> str:
+    return "unbounded" if value is None else format_int(value)
+
+
+def _largest(result: PlanResult) -> str:
+    value = format_int(result.largest_max_model_len)
+    if result.largest_max_model_len >= result.model_limit:
+        limit = "the model's limit" if result.layout.max_model_len else "the length searched"
+        return f">= {value} ({limit})"
+    return value
+
+
+def _concurrency_table(result: PlanResult) -> Table:
+    table = Table(title="Max concurrency by context length", title_justify="left")
+    for name in ("context", "blocks/request", "bytes/request", "max concurrency", "tokens"):
+        table.add_column(name, justify="right")
+    for p in sorted(result.plan.max_concurrency, key=lambda p: p.context_len):
+        table.add_row(
+            format_int(p.context_len),
+            format_int(p.blocks_per_request),
+            format_bytes(p.bytes_per_request),
+            "unbounded" if p.max_concurrency is None else f"{p.max_concurrency:.2f}x",
+            _count(p.token_capacity),
+        )
+    return table
+
+
+def _alternatives_table(result: PlanResult) -> Table:
+    table = Table(title="Groupings the planner considered", title_justify="left")
+    for name in ("", "grouping", "groups", "bytes/block", "waste", "bytes/request"):
+        table.add_column(name, justify="left" if name in ("", "grouping") else "right")
+    for alt in result.plan.alternatives:
+        table.add_row(
+            "*" if alt.chosen else "",
+            alt.name,
+            str(alt.num_groups),
+            format_bytes(alt.bytes_per_block),
+            f"{alt.waste_fraction:.2%}",
+            format_bytes(alt.bytes_per_request),
+        )
+    return table
+
+
+def print_tables(result: PlanResult, plot: Path | None = None) -> None:
+    console = stdout_console()
+    config = result.config
+    where = result.gpu.name if result.gpu else "given memory"
+    kinds = ", ".join(f"{n} {k}" for k, n in result.layout.layer_kinds().items())
+    console.print(
+        f"[bold]{result.layout.name}[/bold] on {where}: TP {config.parallel.tensor_parallel_size}"
+        f" x PP {config.parallel.pipeline_parallel_size}, KV {config.kv_cache_dtype}; {kinds}"
+    )
+    console.print(_memory_table(result))
+    console.print(_groups_table(result))
+    console.print(_summary_table(result))
+    console.print(_concurrency_table(result))
+    if len(result.plan.alternatives) > 1:
+        console.print(_alternatives_table(result))
+    if plot is not None:
+        console.print(f"plot written to {plot}")
+
+
+def concurrency_curve(result: PlanResult) -> list[tuple[int, float]]:
+    """(context length, max concurrency) from the planner at log-spaced lengths."""
+    top = result.plan.max_model_len
+    low = max(result.plan.block_size, 16)
+    lengths = sorted(
+        {max(1, int(low * (top / low) ** (i / (PLOT_POINTS - 1)))) for i in range(PLOT_POINTS)}
+    )
+    config = result.config.replace(max_model_len=top)
+    specs = get_kv_cache_specs(result.layout, config=config)
+    available = [b.kv_cache_bytes for b in result.budgets]
+    plan = plan_kv_cache(config, specs, available, context_lengths=lengths)
+    return sorted(
+        (p.context_len, p.max_concurrency)
+        for p in plan.max_concurrency
+        if p.max_concurrency is not None
+    )
+
+
+def write_plot(result: PlanResult, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib (pip install 'pagedkv[plot]')") from None
+    points = concurrency_curve(result)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context length (tokens per request)")
+    ax.set_ylabel("max concurrent requests")
+    where = result.gpu.name if result.gpu else "given memory"
+    ax.set_title(f"{result.layout.name} on {where}: KV cache capacity")
+    ax.grid(True, which="both", alpha=0.3)
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except OSError as exc:
+        raise ConfigError(f"--plot: cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)

@@ -1,0 +1,169 @@
+"""The real ``pagedkv plan`` command in a subprocess, checked against the planner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pagedkv.cli.app import main
+from pagedkv.cli.plan import DEFAULT_GPU, DEFAULT_MODEL
+from pagedkv.models import (
+    describe_model,
+    engine_config_for,
+    get_gpu,
+    get_kv_cache_specs,
+    memory_budgets,
+)
+from pagedkv.planning import plan_kv_cache
+
+FAST_ENV = {**os.environ, "PAGEDKV_TRANSFORMERS": "0", "COLUMNS": "120"}
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pagedkv.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env or FAST_ENV,
+        timeout=120,
+    )
+
+
+def run_json(*args: str) -> dict[str, Any]:
+    proc = run(*args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_plan_json_matches_the_planner() -> None:
+    out = run_json("plan", "Llama-3.1-8B", "--gpu", "H100-80GB", "--max-model-len", "32768")
+    layout = describe_model("Llama-3.1-8B", use_transformers=False)
+    config = engine_config_for(layout, max_model_len=32768)
+    budgets = memory_budgets(layout, config, device_bytes=get_gpu("H100-80GB").memory_bytes)
+    specs = get_kv_cache_specs(layout, config=config)
+    plan = plan_kv_cache(config, specs, [b.kv_cache_bytes for b in budgets])
+    assert out["model"] == "Llama-3.1-8B" and out["gpu"] == "H100-80GB"
+    for key in ("block_size", "num_blocks", "bytes_per_block", "max_model_len", "waste_fraction"):
+        assert out[key] == getattr(plan, key), key
+    assert out["bytes_per_block"] == 32 * 65536  # 32 layers x 64 KiB (reference 8.1)
+    (group,) = out["groups"]
+    assert group["kind"] == "full_attention" and len(group["layers"]) == 32
+    assert (group["block_size"], group["page_size_bytes"]) == (16, 2 * 2**20)
+    memory = out["memory"]
+    assert memory["device_bytes"] == 80 * 10**9
+    assert (
+        memory["kv_cache_bytes"]
+        == budgets[0].kv_cache_bytes
+        == (memory["usable_bytes"] - memory["weight_bytes"] - memory["activation_bytes"])
+    )
+    at_max = out["max_concurrency"][0]
+    assert at_max["context_len"] == 32768
+    assert at_max["max_concurrency"] == plan.max_concurrency[0].max_concurrency
+    assert {p["context_len"] for p in out["max_concurrency"]} == {1024, 4096, 16384, 32768}
+    # The largest length that fits comes from the planner's auto-fit, capped at the model's limit.
+    available = [b.kv_cache_bytes for b in budgets]
+    auto = config.replace(max_model_len=-1)
+    fitted = plan_kv_cache(auto, specs, available, max_model_len_limit=131072)
+    assert out["largest_max_model_len"] == fitted.max_model_len
+
+
+def test_kv_cache_memory_skips_the_estimate() -> None:
+    out = run_json("plan", "Llama-3.1-8B", "--kv-cache-memory", "40GiB", "--context-len", "2048")
+    # Reference 8.1: 40 GiB / 2 MiB = 20,480 blocks; 8,192 per 131,072-token request.
+    assert out["num_blocks"] == 20480
+    assert out["memory"]["given"] is True and out["memory"]["kv_cache_bytes"] == 40 * 2**30
+    point = out["max_concurrency"][0]
+    assert point["blocks_per_request"] == 8192 and point["vllm_max_concurrency"] == 2.5
+    assert 2048 in {p["context_len"] for p in out["max_concurrency"]}
+
+
+def test_hybrid_mamba_plan_matches_reference_example() -> None:
+    out = run_json("plan", "Jamba-v0.1", "--gpu", "H200", "--max-model-len", "262144")
+    # Reference 8.3: attention block size bumped to 80 so a 4 KiB/token page covers
+    # the 311,296 B Mamba state; 8 groups of 4 layers, 1.25 MiB per block.
+    assert out["block_size"] == 80
+    assert out["bytes_per_block"] == 1_310_720
+    kinds = sorted(g["kind"] for g in out["groups"])
+    assert kinds == ["full_attention"] + ["mamba"] * 7
+    mamba = next(g for g in out["groups"] if g["kind"] == "mamba")
+    assert mamba["padding_bytes"] == 4 * 16_384
+
+
+def test_tp_and_pp_reach_the_planner() -> None:
+    out = run_json("plan", "DeepSeek-V3", "--gpu", "H200", "--tp", "8", "--pp", "2")
+    assert (out["tensor_parallel_size"], out["pipeline_parallel_size"]) == (8, 2)
+    assert out["kv_tp_replicas"] == 8  # MLA latents are replicated on every TP rank
+    assert len(out["memory"]["per_worker"]) == 16
+    assert out["groups"][0]["kind"] == "mla_attention"
+
+
+def test_default_plan_is_readable() -> None:
+    proc = run("plan", env={**os.environ, "COLUMNS": "120"})  # transformers path if installed
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert f"{DEFAULT_MODEL} on {DEFAULT_GPU}" in text
+    for title in ("KV cache memory per worker", "KV cache groups", "Capacity"):
+        assert title in text
+    assert "Max concurrency by context length" in text
+    assert "sliding_window" in text and "full_attention" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["plan", "no-such-model"], "error: no-such-model: no such file or directory"),
+        (["plan", "Llama-3.1-8B", "--tp", "3"], "is not divisible by tensor_parallel_size (3)"),
+        (["plan", "Llama-3.1-8B", "--gpu", "H100", "--memory", "80GB"], "--gpu and --memory"),
+        (["plan", "Llama-3.1-8B", "--memory", "lots"], "--memory: cannot read 'lots'"),
+        (["plan", "Llama-3.1-8B", "--gpu", "V100"], "GPU 'V100' is not in the GPU table"),
+        (["plan", "Llama-3.1-8B", "--kv-cache-dtype", "fp3"], "unknown KV cache dtype 'fp3'"),
+        (["plan", "Llama-3.1-8B", "--memory", "24GB"], "the largest max_model_len that fits is"),
+        (["plan", "Kimi-K2-Instruct", "--gpu", "L4"], "no memory left for the KV cache"),
+        (["plan", "t5-small", "--pp", "9"], "pipeline_parallel_size (9) is larger"),
+    ],
+)
+def test_bad_input_is_one_line(
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
+    assert main(args) == 1
+    out = capsys.readouterr()
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.err
+    assert "Traceback" not in out.err and out.out == ""
+
+
+def test_bad_input_in_a_real_process() -> None:
+    proc = run("plan", "no-such-model")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: no-such-model:") and proc.stderr.count("\n") == 1
+    assert "Traceback" not in proc.stderr
+
+
+def test_usage_error_exit_code() -> None:
+    proc = run("plan", "Llama-3.1-8B", "--tp", "0")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_debug_shows_the_traceback() -> None:
+    proc = run("plan", "Llama-3.1-8B", "--tp", "3", "--debug")
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr and "ModelConfigError" in proc.stderr
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "capacity.png"
+    proc = run("plan", "gpt-oss-20b", "--gpu", "H100-80GB", "--plot", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot written to {path}" in proc.stdout.replace("\n", "")
