@@ -189,29 +189,40 @@ class BlockPool:
         if self._journal is not None:
             self._journal.append(("touch", touched))
 
-    def free_blocks(self, ordered_blocks: Iterable[int]) -> None:
+    def free_blocks(self, ordered_blocks: Iterable[int], evict_early: bool = False) -> None:
         """Drop one reference on each block; the first given is evicted first.
 
         Blocks reaching zero without a hash go to the head of the queue (reused next,
-        while their memory is warm); cached ones go to the tail (least recently used).
+        while their memory is warm); cached ones go to the tail (least recently used),
+        or with ``evict_early`` to the front of the cached part (evicted before every
+        other cached block, still reusable until then).
         """
         ref = self.ref_cnt
         keys = self.block_key
         lru = self._lru
         caching = self.enable_caching
         uncached = []
+        early = []
         for block in ordered_blocks:
             if block:
                 count = ref[block] - 1
                 ref[block] = count
                 if count == 0:
                     if caching and keys[block] is not None:
-                        lru[block] = None
+                        if evict_early:
+                            early.append(block)
+                        else:
+                            lru[block] = None
                     else:
                         uncached.append(block)
         if uncached:
             uncached.reverse()
             self._stack.extend(uncached)
+        if early:
+            move = lru.move_to_end
+            for block in reversed(early):
+                lru[block] = None
+                move(block, last=False)
 
     # ---------------------------------------------------------------- caching
     def cache_full_blocks(

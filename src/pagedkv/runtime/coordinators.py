@@ -80,8 +80,9 @@ class KVCacheCoordinator(ABC):
     @abstractmethod
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
-    ) -> tuple[list[list[int]], int]:
-        """Hit blocks per group and the hit length in tokens (valid for every group)."""
+    ) -> tuple[list[list[int]], int, int]:
+        """Hit blocks per group, the hit length in tokens (valid for every group) and the
+        longest prefix some group had cached (> hit when another group cut it short)."""
 
 
 class NoPrefixCacheCoordinator(KVCacheCoordinator):
@@ -89,8 +90,8 @@ class NoPrefixCacheCoordinator(KVCacheCoordinator):
 
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
-    ) -> tuple[list[list[int]], int]:
-        return [[] for _ in self.managers], 0
+    ) -> tuple[list[list[int]], int, int]:
+        return [[] for _ in self.managers], 0, 0
 
 
 class UnitaryCoordinator(KVCacheCoordinator):
@@ -98,9 +99,9 @@ class UnitaryCoordinator(KVCacheCoordinator):
 
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
-    ) -> tuple[list[list[int]], int]:
+    ) -> tuple[list[list[int]], int, int]:
         manager = self.managers[0]
-        return type(manager).find_longest_cache_hit(
+        lists, hit = type(manager).find_longest_cache_hit(
             block_hashes,
             max_length,
             (0,),
@@ -109,6 +110,7 @@ class UnitaryCoordinator(KVCacheCoordinator):
             self.alignment_tokens,
             self.hash_block_size,
         )
+        return lists, hit, hit
 
 
 @dataclass(frozen=True)
@@ -138,9 +140,10 @@ class HybridCoordinator(KVCacheCoordinator):
 
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
-    ) -> tuple[list[list[int]], int]:
+    ) -> tuple[list[list[int]], int, int]:
         lists: list[list[int]] = [[] for _ in self.managers]
         candidate = max_length
+        longest = 0
         searched_once: dict[int, int] = {}
         pool, align, hash_bs = self.block_pool, self.alignment_tokens, self.hash_block_size
         while True:
@@ -157,6 +160,8 @@ class HybridCoordinator(KVCacheCoordinator):
                 if sg.manager_cls.downward_closed_hits:
                     searched_once[index] = hit
                 current = hit
+                if hit > longest:
+                    longest = hit
             if current >= candidate:
                 break
             candidate = current
@@ -165,7 +170,7 @@ class HybridCoordinator(KVCacheCoordinator):
             keep = cdiv(candidate, sg.spec.block_size)
             for gid in sg.group_ids:
                 del lists[gid][keep:]
-        return lists, candidate
+        return lists, candidate, longest
 
 
 def make_coordinator(kv_cache_config: KVCacheConfig, **kwargs: Any) -> KVCacheCoordinator:

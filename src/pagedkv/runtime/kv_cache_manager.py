@@ -83,6 +83,11 @@ class KVCacheManager:
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         self._skipping = [m for m in self.managers if m.skips_tokens]
         self._cross = [isinstance(m, CrossAttentionManager) for m in self.managers]
+        # Tables of group 0: membership says whether a request is running.
+        self._first_tables: dict[str, list[int]] = (
+            self.managers[0].req_to_blocks if self.managers else {}
+        )
+        self._single = self.managers[0] if self.num_groups == 1 and not self._cross[0] else None
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in self.managers)
         self._empty = KVCacheBlocks(tuple([] for _ in self.managers))
         self._group_meta = [
@@ -131,9 +136,12 @@ class KVCacheManager:
             return self._empty, 0
         if request.hasher is not self.hasher:
             self._attach_hasher(request)
-        lists, num_hit = self.coordinator.find_longest_cache_hit(
+        lists, num_hit, longest = self.coordinator.find_longest_cache_hit(
             request.block_hashes, request.num_tokens - 1
         )
+        # A longer prefix that some group had: other requests share it, so this request
+        # keeps the blocks a hit there needs (see set_retained_boundaries).
+        request.shared_prefix_boundary = longest if longest > num_hit else 0
         preempted = request.num_preemptions > 0
         self._stats_total.record(request.num_tokens, num_hit, preempted)
         self._stats_step.record(request.num_tokens, num_hit, preempted)
@@ -174,61 +182,154 @@ class KVCacheManager:
 
         A new request adopts ``new_computed_blocks`` (from ``get_computed_blocks``) covering
         ``num_new_computed_tokens`` tokens. Full blocks are cached unless
-        ``delay_cache_blocks``; lookahead (draft) slots are never cached.
+        ``delay_cache_blocks``; lookahead (draft) slots are never cached. If anything
+        raises midway, every change of this call is undone before the exception propagates.
         """
-        if num_new_tokens < 0 or (num_new_tokens == 0 and num_new_computed_tokens == 0):
+        if num_new_tokens <= 0 and (num_new_tokens < 0 or num_new_computed_tokens == 0):
             raise KVCacheRuntimeError(
                 f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
                 f"no computed tokens to adopt, got {num_new_tokens}"
             )
-        request_id = request.request_id
-        managers = self.managers
-        if not managers:
-            return self._empty
-        num_computed = request.num_computed_tokens
-        total_computed = min(num_computed + num_new_computed_tokens, self.max_model_len)
+        max_len = self.max_model_len
+        total_computed = request.num_computed_tokens + num_new_computed_tokens
+        if total_computed > max_len:
+            total_computed = max_len
         num_main = total_computed + num_new_tokens
-        num_slots = min(num_main + num_lookahead_tokens, self.max_model_len)
-        pool = self.block_pool
-        running = request_id in managers[0].req_to_blocks
-        if running:
+        num_slots = num_main + num_lookahead_tokens
+        if num_slots > max_len:
+            num_slots = max_len
+        request_id = request.request_id
+        if request_id in self._first_tables:
             if new_computed_blocks is not None and not new_computed_blocks.is_empty():
                 raise KVCacheRuntimeError(
                     f"request {request_id!r} is running; only a new request can adopt cached blocks"
                 )
-            for m in self._skipping:
-                m.remove_skipped_blocks(request_id, num_computed)
-            hits = self._no_hits
-            reserve = 0
-        else:
-            hits = self._no_hits if new_computed_blocks is None else new_computed_blocks.blocks
-            if len(hits) != len(managers):
-                raise KVCacheRuntimeError(
-                    f"new_computed_blocks has {len(hits)} groups, the model has {len(managers)}"
+            single = self._single
+            if single is None:
+                return self._allocate_running(
+                    request, num_slots, num_main, delay_cache_blocks, num_encoder_tokens
                 )
-            reserve = self.watermark_blocks if has_scheduled_reqs else 0
-            if full_sequence_must_fit and not self._full_sequence_fits(
-                request, hits, total_computed, reserve
-            ):
+            # One group (the common case), inlined.
+            if single.skips_tokens:
+                single.remove_skipped_blocks(request_id, request.num_computed_tokens)
+            block_size = single.block_size
+            num_new = -(-num_slots // block_size) - len(single.req_to_blocks[request_id])
+            cache = self.enable_caching and not delay_cache_blocks
+            if num_new <= 0:
+                if not cache:
+                    return self._empty
+                cache_tokens = len(request.block_hashes) * self.hash_block_size
+                if num_main < cache_tokens:
+                    cache_tokens = num_main
+                if cache_tokens // block_size <= single.num_cached_block[request_id]:
+                    return self._empty
+            elif num_new > self.block_pool.num_free_blocks:
                 return None
+            return self._transaction(
+                request, None, 0, num_slots, num_main, num_encoder_tokens, cache
+            )
+        if not self.managers:
+            return self._empty
+        hits = self._no_hits if new_computed_blocks is None else new_computed_blocks.blocks
+        if len(hits) != self.num_groups:
+            raise KVCacheRuntimeError(
+                f"new_computed_blocks has {len(hits)} groups, the model has {self.num_groups}"
+            )
+        reserve = self.watermark_blocks if has_scheduled_reqs else 0
+        if full_sequence_must_fit and not self._full_sequence_fits(
+            request, hits, total_computed, reserve
+        ):
+            return None
         num_needed = 0
-        for gid, m in enumerate(managers):
+        for gid, m in enumerate(self.managers):
             tokens = num_encoder_tokens if self._cross[gid] else num_slots
             num_needed += m.get_num_blocks_to_allocate(
-                request_id, tokens, hits[gid], total_computed
+                request.request_id, tokens, hits[gid], total_computed
             )
-        if num_needed + reserve > pool.num_free_blocks:
+        if num_needed + reserve > self.block_pool.num_free_blocks:
             return None
-        if not running and self.enable_caching and request.hasher is not self.hasher:
+        if self.enable_caching and request.hasher is not self.hasher:
             self._attach_hasher(request)
+        return self._transaction(
+            request,
+            hits,
+            total_computed,
+            num_slots,
+            num_main,
+            num_encoder_tokens,
+            self.enable_caching and not delay_cache_blocks,
+        )
+
+    def _allocate_running(
+        self,
+        request: Request,
+        num_slots: int,
+        num_main: int,
+        delay_cache_blocks: bool,
+        num_encoder_tokens: int,
+    ) -> KVCacheBlocks | None:
+        request_id = request.request_id
+        num_computed = request.num_computed_tokens
+        for m in self._skipping:
+            m.remove_skipped_blocks(request_id, num_computed)
+        cache_tokens = -1  # tokens that may be cached now (-1: no caching)
+        if self.enable_caching and not delay_cache_blocks:
+            cache_tokens = len(request.block_hashes) * self.hash_block_size
+            if num_main < cache_tokens:
+                cache_tokens = num_main
+        num_needed = 0
+        work = False
+        cross = self._cross
+        for gid, m in enumerate(self.managers):
+            block_size = m.block_size
+            tokens = num_encoder_tokens if cross[gid] else num_slots
+            num_new = -(-tokens // block_size) - len(m.req_to_blocks[request_id])
+            if num_new > 0:
+                num_needed += num_new
+                work = True
+            elif cache_tokens // block_size > m.num_cached_block[request_id]:
+                work = True
+        if not work:
+            return self._empty
+        if num_needed > self.block_pool.num_free_blocks:
+            return None
+        return self._transaction(
+            request, None, 0, num_slots, num_main, num_encoder_tokens, cache_tokens >= 0
+        )
+
+    def _transaction(
+        self,
+        request: Request,
+        hits: tuple[list[int], ...] | None,
+        total_computed: int,
+        num_slots: int,
+        num_main: int,
+        num_encoder_tokens: int,
+        cache: bool,
+    ) -> KVCacheBlocks:
+        """Adopt hits (new requests), allocate, cache; all or nothing."""
+        request_id = request.request_id
+        managers = self.managers
+        pool = self.block_pool
         saved = [m.save(request_id) for m in managers]
         savepoint = pool.begin()
         try:
-            new_blocks = self._allocate(
-                request, hits, total_computed, num_slots, num_main, num_encoder_tokens, running
+            if hits is not None:
+                # Every group adopts its hits before any group allocates, so an
+                # allocation can never evict another group's hit blocks.
+                for gid, m in enumerate(managers):
+                    m.add_local_computed_blocks(request_id, hits[gid], total_computed)
+                if self.enable_caching:
+                    boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
+                    for m in self._skipping:
+                        m.set_retained_boundaries(request_id, boundaries)
+            cross = self._cross
+            new_blocks = tuple(
+                m.allocate_new_blocks(request_id, num_encoder_tokens if cross[gid] else num_slots)
+                for gid, m in enumerate(managers)
             )
-            if self.enable_caching and not delay_cache_blocks:
-                num_cacheable = min(num_main, request.num_tokens)
+            if cache:
+                num_cacheable = min(num_main, len(request.all_token_ids))
                 for m in managers:
                     m.cache_blocks(request, num_cacheable)
         except BaseException:
@@ -238,28 +339,6 @@ class KVCacheManager:
             raise
         pool.commit()
         return KVCacheBlocks(new_blocks)
-
-    def _allocate(
-        self,
-        request: Request,
-        hits: tuple[list[int], ...],
-        total_computed: int,
-        num_slots: int,
-        num_main: int,
-        num_encoder_tokens: int,
-        running: bool,
-    ) -> tuple[list[int], ...]:
-        request_id = request.request_id
-        managers = self.managers
-        if not running:
-            # Every group adopts its hits before any group allocates, so an allocation
-            # can never evict another group's hit blocks.
-            for gid, m in enumerate(managers):
-                m.add_local_computed_blocks(request_id, hits[gid], total_computed)
-        return tuple(
-            m.allocate_new_blocks(request_id, num_encoder_tokens if self._cross[gid] else num_slots)
-            for gid, m in enumerate(managers)
-        )
 
     def _full_sequence_fits(
         self, request: Request, hits: tuple[list[int], ...], total_computed: int, reserve: int

@@ -29,6 +29,7 @@ class Request:
         "num_preemptions",
         "num_prompt_tokens",
         "request_id",
+        "shared_prefix_boundary",
     )
 
     def __init__(
@@ -55,6 +56,8 @@ class Request:
         # Prefix-cache hit of the latest admission (-1 before the first lookup).
         self.num_cached_tokens = -1
         self.num_preemptions = 0
+        # Set by the KVCacheManager: a longer prefix some group had cached (0: none).
+        self.shared_prefix_boundary = 0
         self.block_hashes: list[Any] = []
         self.hasher: BlockHasher | None = None
         if hasher is not None:

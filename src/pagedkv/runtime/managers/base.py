@@ -68,6 +68,8 @@ class SingleTypeKVCacheManager(ABC):
         self.in_flight_tokens = in_flight_tokens
         self.req_to_blocks: dict[str, list[int]] = {}
         self.num_cached_block: dict[str, int] = {}
+        # Block indices, per request, freed with normal priority when skipped.
+        self._retained: dict[str, set[int]] = {}
 
     # ------------------------------------------------------------------ lookup
     @classmethod
@@ -164,27 +166,58 @@ class SingleTypeKVCacheManager(ABC):
         """Release the request's blocks, last first (the tail is evicted first)."""
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
+        self._retained.pop(request_id, None)
         if table:
             table.reverse()
             self.block_pool.free_blocks(table)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Replace blocks this kind no longer needs by the null block and free them."""
+        """Replace blocks this kind no longer needs by the null block and free them.
+
+        They stay cached but are evicted before other cached blocks, except those a
+        later request is likely to hit (see ``set_retained_boundaries``).
+        """
         skipped = self.get_num_skipped_tokens(num_computed_tokens)
-        if skipped <= 0:
-            return
         table = self.req_to_blocks.get(request_id)
-        if not table:
+        if skipped <= 0 or not table:
             return
-        removed = []
-        for i in range(min(skipped // self.block_size, len(table)) - 1, -1, -1):
+        last = skipped // self.block_size
+        if last > len(table):
+            last = len(table)
+        if last <= 0 or table[last - 1] == NULL_BLOCK:
+            return  # the removed region is a prefix: nothing new to remove
+        keep = self._retained.get(request_id)
+        early: list[int] = []
+        kept: list[int] = []
+        for i in range(last - 1, -1, -1):
             block = table[i]
             if block == NULL_BLOCK:
-                break  # everything before was removed earlier
-            removed.append(block)
+                break
             table[i] = NULL_BLOCK
-        if removed:
-            self.block_pool.free_blocks(removed)
+            if keep is not None and i in keep:
+                kept.append(block)
+            else:
+                early.append(block)
+        pool = self.block_pool
+        if early:
+            pool.free_blocks(early, evict_early=True)
+        if kept:
+            pool.free_blocks(kept)
+
+    def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
+        """Block indices a cache hit of ``num_tokens`` tokens needs (empty by default)."""
+        return 0, 0
+
+    def set_retained_boundaries(self, request_id: str, boundaries: Sequence[int]) -> None:
+        """Token positions where later requests are likely to hit (the prompt end, a prefix
+        other requests share): the blocks such a hit needs keep normal eviction priority
+        when they fall out of this request's window."""
+        keep: set[int] = set()
+        for boundary in boundaries:
+            if boundary > 0:
+                keep.update(range(*self.hit_block_range(boundary)))
+        if keep:
+            self._retained[request_id] = keep
 
     def rollback(self, request_id: str, saved: tuple[int, int] | None) -> None:
         """Restore the table length and cached count saved before a failed allocation
@@ -192,6 +225,7 @@ class SingleTypeKVCacheManager(ABC):
         if saved is None:
             self.req_to_blocks.pop(request_id, None)
             self.num_cached_block.pop(request_id, None)
+            self._retained.pop(request_id, None)
             return
         table = self.req_to_blocks.get(request_id)
         if table is not None:

@@ -54,6 +54,11 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         chunk = _chunk_size(self.kv_cache_spec)
         return (num_computed_tokens // chunk) * chunk
 
+    def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
+        aligned = num_tokens - num_tokens % self.alignment_tokens
+        chunk = _chunk_size(self.kv_cache_spec)
+        return (aligned // chunk) * chunk // self.block_size, aligned // self.block_size
+
     def max_admission_blocks(self) -> int | None:
         if self.max_model_len is None:
             return None

@@ -52,6 +52,10 @@ class MambaManager(SingleTypeKVCacheManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(num_computed_tokens - 1, 0)
 
+    def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
+        end = (num_tokens - num_tokens % self.alignment_tokens) // self.block_size
+        return max(end - 1, 0), end
+
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         table = self.req_to_blocks[request.request_id]
         first = self.num_cached_block[request.request_id]

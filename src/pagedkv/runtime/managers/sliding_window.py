@@ -68,6 +68,12 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         retained = spec.num_retained_tokens  # type: ignore[attr-defined]
         return max(0, num_computed_tokens - retained)
 
+    def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
+        block_size = self.block_size
+        end = (num_tokens - num_tokens % self.alignment_tokens) // block_size
+        need = max(cdiv(_window(self.kv_cache_spec) - 1, block_size), 1)
+        return max(end - need, 0), end
+
     def max_admission_blocks(self) -> int | None:
         if self.max_model_len is None:
             return None
