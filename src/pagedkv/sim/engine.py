@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagedkv.config import EngineConfig
+from pagedkv.planning.report import KVCachePlan
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.sim.scheduler import SchedulerSettings, Simulator
 from pagedkv.specs import FullAttentionSpec, KVCacheSpec, UniformTypeKVCacheSpecs
@@ -84,3 +85,65 @@ class SimEngine:
             model_name=self.model_name,
             kv_cache_groups=tuple(_group_label(g) for g in self.kv_cache_config.kv_cache_groups),
         )
+
+
+_GENEROUS_BUDGET_BYTES = 1 << 42  # plans a layout only; the block count is set afterwards
+
+
+def engine_from_plan(plan: KVCachePlan, config: EngineConfig, model_name: str) -> SimEngine:
+    """Simulate on worker 0's planned config (every worker has the same block count)."""
+    return SimEngine(kv_cache_config=plan.configs[0], config=config, model_name=model_name)
+
+
+def engine_from_model(
+    model: str,
+    *,
+    gpu: str | None = None,
+    num_blocks: int | None = None,
+    kv_cache_bytes: int | None = None,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    block_size: int = 16,
+    kv_cache_dtype: str = "auto",
+    max_model_len: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+) -> SimEngine:
+    """Plan the model's KV cache as ``pagedkv plan`` does: for ``gpu`` (its memory minus
+    weights and the activation reserve), for ``kv_cache_bytes`` per worker, or with
+    ``num_blocks`` given directly (the planner's layout, that many blocks)."""
+    from pagedkv.errors import ConfigError
+    from pagedkv.models import (
+        describe_model,
+        engine_config_for,
+        get_gpu,
+        get_kv_cache_specs,
+        memory_budgets,
+    )
+    from pagedkv.planning import plan_kv_cache
+
+    if sum(x is not None for x in (gpu, num_blocks, kv_cache_bytes)) != 1:
+        raise ConfigError("give exactly one of gpu, num_blocks and kv_cache_bytes")
+    if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 2):
+        raise ConfigError(f"num_blocks must be an integer >= 2, got {num_blocks!r}")
+    layout = describe_model(model)
+    options: dict[str, Any] = {
+        "block_size": block_size,
+        "cache_dtype": kv_cache_dtype,
+        "tensor_parallel_size": tensor_parallel_size,
+        "pipeline_parallel_size": pipeline_parallel_size,
+        "gpu_memory_utilization": gpu_memory_utilization,
+    }
+    if max_model_len is not None:
+        options["max_model_len"] = max_model_len
+    config = engine_config_for(layout, **options)
+    specs = get_kv_cache_specs(layout, config=config)
+    if num_blocks is not None:
+        available = [_GENEROUS_BUDGET_BYTES] * len(specs)
+    else:
+        device = get_gpu(gpu).planning_memory_bytes if gpu is not None else None
+        budgets = memory_budgets(layout, config, device_bytes=device, kv_cache_bytes=kv_cache_bytes)
+        available = [b.kv_cache_bytes for b in budgets]
+    limit = max(layout.max_model_len or config.max_model_len, config.max_model_len)
+    plan = plan_kv_cache(config, specs, available, max_model_len_limit=limit)
+    engine = engine_from_plan(plan, config, layout.name)
+    return engine if num_blocks is None else engine.with_num_blocks(num_blocks)
