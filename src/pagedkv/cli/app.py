@@ -30,7 +30,7 @@ def _root(
 
 
 # Command modules register themselves on ``app`` when imported.
-from pagedkv.cli import catalog, plan  # noqa: E402, F401
+from pagedkv.cli import catalog, plan, simulate  # noqa: E402, F401
 
 
 def main(argv: Sequence[str] | None = None) -> int:
