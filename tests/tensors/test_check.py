@@ -1,0 +1,147 @@
+"""The check that matters: the real KVCacheManager + real tensors vs dense attention."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pagedkv.config import EngineConfig
+from pagedkv.planning.types import KVCacheConfig
+from pagedkv.specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheSpec,
+    MLAAttentionSpec,
+    SlidingWindowMLASpec,
+    SlidingWindowSpec,
+)
+
+torch = pytest.importorskip("torch")
+
+from pagedkv.runtime import KVCacheManager  # noqa: E402
+from pagedkv.runtime.hashing import BlockHasher  # noqa: E402
+from pagedkv.runtime.managers import SlidingWindowManager  # noqa: E402
+from pagedkv.tensors.check import (  # noqa: E402
+    CheckReport,
+    PagedAttentionMismatch,
+    check_paged_attention,
+)
+from pagedkv.tensors.workload import random_workload  # noqa: E402
+
+from .configs import DEVICES, layer_outer_config  # noqa: E402
+
+BS = 4
+ENGINE = EngineConfig.create(block_size=BS, max_model_len=128, max_num_batched_tokens=32)
+
+
+def attn(cls: type = FullAttentionSpec, **kw: object) -> KVCacheSpec:
+    base = dict(block_size=BS, num_kv_heads=2, head_size=8, dtype="float32")
+    if cls in (MLAAttentionSpec, SlidingWindowMLASpec):
+        base = dict(block_size=BS, head_size=12, dtype="float32")
+    return cls(**{**base, **kw})
+
+
+MODELS: dict[str, list[tuple[KVCacheSpec, list[str]]]] = {
+    "full": [(attn(), ["f0", "f1", "f2"])],
+    "full+window": [
+        (attn(), ["f0", "f1"]),
+        (attn(SlidingWindowSpec, sliding_window=8), ["w0", "w1"]),
+        (attn(SlidingWindowSpec, sliding_window=8), ["w2", "w3"]),
+    ],
+    "full+chunked": [
+        (attn(), ["f0"]),
+        (attn(ChunkedLocalAttentionSpec, attention_chunk_size=8), ["c0"]),
+    ],
+    "mla": [(attn(MLAAttentionSpec), ["m0", "m1"])],
+    "mla+window": [
+        (attn(MLAAttentionSpec), ["m0"]),
+        (attn(SlidingWindowMLASpec, sliding_window=6), ["s0"]),
+    ],
+}
+
+
+def plan(model: str, num_blocks: int = 40, layout: str = "NHD") -> KVCacheConfig:
+    return layer_outer_config(MODELS[model], num_blocks=num_blocks, layout=layout)
+
+
+def run(config: KVCacheConfig, seed: int = 1, **kw: object) -> CheckReport:
+    workload = random_workload(seed, num_requests=16)
+    return check_paged_attention(config, ENGINE, workload, seed=seed, **kw)
+
+
+def assert_exercised(report: CheckReport, windowed: bool) -> None:
+    assert report.num_preemptions > 0 and report.num_hit_tokens > 0
+    assert report.num_attention_checks > report.num_requests
+    assert (report.num_null_table_entries > 0) == windowed
+    assert report.max_abs_error <= 1e-9
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("model", list(MODELS))
+def test_paged_attention_agrees_with_dense_every_step(model: str, device: str) -> None:
+    report = run(plan(model), device=device)
+    assert_exercised(report, windowed=model != "full" and model != "mla")
+    assert set(report.layers_checked) == {n for _, names in MODELS[model] for n in names}
+
+
+def test_hnd_layout_and_half_precision_storage() -> None:
+    groups = [
+        (dataclasses.replace(spec, dtype="float16"), names) for spec, names in MODELS["full+window"]
+    ]
+    config = layer_outer_config(groups, num_blocks=40, layout="HND")
+    assert_exercised(run(config), windowed=True)
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    num_blocks=st.integers(48, 96),
+    model=st.sampled_from(["full+window", "full+chunked", "mla+window"]),
+)
+def test_random_workloads_and_pool_sizes(seed: int, num_blocks: int, model: str) -> None:
+    report = run(plan(model, num_blocks), seed=seed)
+    assert report.max_abs_error <= 1e-9
+
+
+# --- the check must fail when block management is wrong -----------------------
+
+
+def test_freeing_a_window_block_too_early_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = SlidingWindowManager.get_num_skipped_tokens
+    monkeypatch.setattr(
+        SlidingWindowManager,
+        "get_num_skipped_tokens",
+        lambda self, n: original(self, n) + BS if n > 8 else 0,
+    )
+    with pytest.raises(PagedAttentionMismatch, match=r"layer 'w\d'"):
+        run(plan("full+window"))
+
+
+def test_a_cache_hit_on_other_tokens_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block hashes that ignore the tokens make unrelated prompts share blocks."""
+
+    def by_position(self: BlockHasher, request: object) -> list[object]:
+        done = len(request.block_hashes)  # type: ignore[attr-defined]
+        full = len(request.all_token_ids) // self.block_size  # type: ignore[attr-defined]
+        return [self.hash_fn(("block", i)) for i in range(done, full)]
+
+    monkeypatch.setattr(BlockHasher, "__call__", by_position)
+    with pytest.raises(PagedAttentionMismatch, match="paged attention differs"):
+        run(plan("full"))
+
+
+def test_two_groups_writing_one_block_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Layer i of every group shares slot i: if the window group used the full group's
+    block ids, its writes would clobber the full layers' keys."""
+    original = KVCacheManager.get_block_ids
+
+    def shared(self: KVCacheManager, request_id: str) -> tuple[list[int], ...]:
+        ids = original(self, request_id)
+        return (ids[0], ids[0], ids[2])
+
+    monkeypatch.setattr(KVCacheManager, "get_block_ids", shared)
+    with pytest.raises(PagedAttentionMismatch, match=r"layer '(f|w)\d'"):
+        run(plan("full+window"))
