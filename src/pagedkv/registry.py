@@ -37,7 +37,11 @@ class RegistrySnapshot(NamedTuple):
     builtins_registered: bool
 
 
-_lock = threading.RLock()
+# One re-entrant lock for registration and start-up. Platform discovery and plugin
+# loading (pagedkv.platforms) take the same lock: they call user code that may
+# register specs, and start-up registration calls them, so two locks could deadlock.
+STARTUP_LOCK = threading.RLock()
+_lock = STARTUP_LOCK
 _specs: dict[type, KVCacheSpecMetadata] = {}
 _roles: dict[str, type] = {}
 _builtins_registered = False

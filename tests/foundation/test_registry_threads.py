@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -109,3 +111,72 @@ def test_lazy_start_up_runs_once_and_every_thread_sees_the_builtins(
     assert errors == []
     assert calls == [1]
     assert seen == [FullManager] * NUM_THREADS
+
+
+DEADLOCK_SCRIPT = """
+import sys, threading, time, types
+from pagedkv.platforms import get_current_platform
+from pagedkv.registry import KVCacheSpecRegistry
+from pagedkv.specs import FullAttentionSpec
+
+class DetectedSpec(FullAttentionSpec):
+    pass
+
+class Manager:
+    pass
+
+a_resolving = threading.Event()
+
+def detect():
+    a_resolving.set()
+    time.sleep(0.2)  # let the other thread enter start-up registration
+    KVCacheSpecRegistry.register(DetectedSpec, Manager, FullAttentionSpec)
+
+module = types.ModuleType("pagedkv_test_detect")
+module.detect = detect
+sys.modules[module.__name__] = module
+
+def register_all(config=None):
+    KVCacheSpecRegistry.register(FullAttentionSpec, Manager)
+    get_current_platform()
+
+bootstrap = types.ModuleType("pagedkv_test_platform_bootstrap")
+bootstrap.register_all = register_all
+sys.modules[bootstrap.__name__] = bootstrap
+import pagedkv.registry
+pagedkv.registry._BOOTSTRAP_MODULE = bootstrap.__name__
+KVCacheSpecRegistry.reset()
+
+def query():
+    a_resolving.wait(5)
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)
+    KVCacheSpecRegistry.get_manager_class(spec)
+
+threads = [threading.Thread(target=get_current_platform), threading.Thread(target=query)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert DetectedSpec in KVCacheSpecRegistry.registered_specs()
+print("ok")
+"""
+
+
+def test_platform_resolution_and_registry_start_up_do_not_deadlock() -> None:
+    # Thread A resolves the platform, whose detection code registers a spec; thread
+    # B meanwhile triggers start-up registration, which needs the platform. With one
+    # lock each for registry and discovery they would wait for each other forever,
+    # so this runs in a child process with a timeout.
+    env = {**os.environ, "PAGEDKV_PLATFORM": "pagedkv_test_detect.detect"}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", DEADLOCK_SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("deadlock between platform discovery and registry start-up")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from pagedkv.errors import PlatformError
 from pagedkv.platforms.interface import GenericPlatform, Platform
 from pagedkv.platforms.qualname import qualname_of, resolve_obj_by_qualname
+from pagedkv.registry import STARTUP_LOCK
 
 logger = logging.getLogger(__name__)
 
@@ -18,7 +18,7 @@ PLATFORM_ENV = "PAGEDKV_PLATFORM"
 PLATFORM_GROUP = "pagedkv.platforms"
 PLUGIN_GROUP = "pagedkv.plugins"
 
-_lock = threading.RLock()
+_lock = STARTUP_LOCK  # shared with the registry: see pagedkv.registry
 _current: type[Platform] | None = None
 _plugins_loaded = False
 _loaded_plugins: set[str] = set()
