@@ -167,3 +167,39 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot written to {path}" in proc.stdout.replace("\n", "")
+
+
+def plan_in_process(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["plan", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_memory_and_cache_options(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
+    base = ["Llama-3.1-8B", "--memory", "80GiB", "--max-model-len", "8192"]
+    plain = plan_in_process(capsys, *base)
+    assert plain["memory"]["device_bytes"] == 80 * 2**30
+    weights = plan_in_process(capsys, *base, "--weights", "10GiB")
+    assert weights["memory"]["weight_bytes"] == 10 * 2**30
+    assert weights["num_blocks"] > plain["num_blocks"]
+    util = plan_in_process(capsys, *base, "--gpu-memory-utilization", "0.5")
+    assert util["memory"]["usable_bytes"] == int(80 * 2**30 * 0.5)
+    fp8 = plan_in_process(capsys, *base, "--kv-cache-dtype", "fp8")
+    assert fp8["kv_cache_dtype"] == "fp8_e4m3"
+    assert fp8["bytes_per_block"] * 2 == plain["bytes_per_block"]
+    big = plan_in_process(capsys, *base, "--block-size", "32")
+    assert (big["block_size"], big["bytes_per_block"]) == (32, 2 * plain["bytes_per_block"])
+    auto = plan_in_process(capsys, "Llama-3.1-8B", "--memory", "24GB", "--max-model-len", "-1")
+    assert auto["max_model_len_auto_fitted"] is True
+    assert auto["max_model_len"] == auto["largest_max_model_len"] < 131072
+
+
+def test_encoder_decoder_plan(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
+    out = plan_in_process(capsys, "whisper-large-v3", "--gpu", "L4")
+    assert sorted(g["kind"] for g in out["groups"]) == ["cross_attention", "full_attention"]
+    assert out["max_model_len"] == 448

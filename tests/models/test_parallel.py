@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError, ModelConfigError
-from pagedkv.models import describe_model, get_kv_cache_specs, pipeline_stages
-from pagedkv.specs import FullAttentionSpec, MambaSpec, MLAAttentionSpec
+from pagedkv.models import AttentionLayer, describe_model, get_kv_cache_specs, pipeline_stages
+from pagedkv.models.build import attention_spec
+from pagedkv.specs import AttentionSpec, FullAttentionSpec, MambaSpec, MLAAttentionSpec
 
 
 def layout(name: str):  # type: ignore[no-untyped-def]
@@ -155,3 +156,25 @@ def test_every_layer_on_exactly_one_stage(name: str, pp: int, tp: int) -> None:
     unit_counts = [len(units) for units in pipeline_stages(lay, pp)]
     assert max(unit_counts) - min(unit_counts) <= 1
     assert unit_counts[-1] == min(unit_counts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    kv_heads=st.integers(1, 64),
+    group=st.integers(1, 8),
+    tp=st.sampled_from([1, 2, 3, 4, 6, 8, 16, 32, 64]),
+)
+def test_kv_heads_are_split_or_replicated(kv_heads: int, group: int, tp: int) -> None:
+    layer = AttentionLayer("l", kv_heads * group, kv_heads, 128)
+    try:
+        spec = attention_spec("m", layer, tp, "bfloat16", 16)
+    except ModelConfigError as exc:
+        heads_ok = (kv_heads * group) % tp == 0
+        kv_ok = kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0
+        assert not (heads_ok and kv_ok)
+        assert str(exc).startswith("m: ") and "\n" not in str(exc)
+        return
+    assert isinstance(spec, AttentionSpec)
+    assert spec.max_tp_shards == kv_heads
+    # Every rank holds its share; ranks beyond the KV heads hold one replicated head.
+    assert spec.num_kv_heads * min(tp, kv_heads) == kv_heads

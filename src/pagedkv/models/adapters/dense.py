@@ -65,7 +65,7 @@ class DecoderAdapter(ModelAdapter):
         embed, head = embedding_params(view, source, hidden, self.tied_embeddings)
         return ModelLayout(
             name=view.model,
-            architecture=type(self).__name__,
+            architecture=source.architecture or source.model_type or type(self).__name__,
             dtype=model_dtype(view, source),
             units=tuple(units),
             hidden_size=hidden,

@@ -49,7 +49,7 @@ class EncoderDecoderAdapter(ModelAdapter):
         max_len, max_encoder = self.lengths(view)
         return ModelLayout(
             name=view.model,
-            architecture=type(self).__name__,
+            architecture=source.architecture or source.model_type or type(self).__name__,
             dtype=model_dtype(view, source),
             units=tuple(units),
             hidden_size=hidden,

@@ -83,7 +83,7 @@ class MambaSSMAdapter(ModelAdapter):
         tied = view.get("tie_embeddings", True)
         return ModelLayout(
             name=view.model,
-            architecture=type(self).__name__,
+            architecture=source.architecture or source.model_type or type(self).__name__,
             dtype=model_dtype(view, source),
             units=tuple(units),
             hidden_size=hidden,

@@ -76,7 +76,7 @@ class MLAAdapter(DecoderAdapter):
         embed, head = embedding_params(view, source, hidden)
         return ModelLayout(
             name=view.model,
-            architecture=type(self).__name__,
+            architecture=source.architecture or source.model_type or type(self).__name__,
             dtype=model_dtype(view, source),
             units=tuple(units),
             hidden_size=hidden,
