@@ -44,6 +44,7 @@ class SimResult:
     mean_used_blocks: float
     peak_running: int
     steps: int
+    computed_tokens: int
     manager_calls: int
     manager_calls_by_kind: dict[str, int]
     allocate_slots_failed: int

@@ -147,6 +147,7 @@ class _RunState:
         self.readmit_tokens = self.readmit_hits = 0
         self.steps = self.peak_running = self.peak_used = 0
         self.used_sum = 0
+        self.computed_tokens = 0
         self.clock_s = 0.0
         self.running: list[_Seq] = []
         self.waiting: deque[_Seq] = deque()
@@ -188,6 +189,7 @@ class _RunState:
                 if not preempted:
                     self._admit(scheduled, budget)
                 num_tokens = sum(n for _, n in scheduled)
+                self.computed_tokens += num_tokens
                 self._record_step(num_tokens)
                 self._execute(scheduled)
                 self.clock_s += settings.step_base_s + settings.step_per_token_s * num_tokens
@@ -398,6 +400,7 @@ class _RunState:
             mean_used_blocks=self.used_sum / self.steps if self.steps else 0.0,
             peak_running=self.peak_running,
             steps=self.steps,
+            computed_tokens=self.computed_tokens,
             manager_calls=sum(self.calls.values()),
             manager_calls_by_kind=dict(self.calls),
             allocate_slots_failed=self.failed,
