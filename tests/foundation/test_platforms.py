@@ -22,7 +22,7 @@ from pagedkv.platforms import (
     reset_plugins,
     set_current_platform,
 )
-from pagedkv.platforms.discovery import loaded_plugins
+from pagedkv.platforms import loaded_plugins
 
 AddPath = Callable[..., None]
 

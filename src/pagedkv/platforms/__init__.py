@@ -11,6 +11,7 @@ from pagedkv.platforms.discovery import (
     PLUGIN_GROUP,
     get_current_platform,
     load_general_plugins,
+    loaded_plugins,
     reset_plugins,
     set_current_platform,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "current_platform",
     "get_current_platform",
     "load_general_plugins",
+    "loaded_plugins",
     "qualname_of",
     "reset_plugins",
     "resolve_obj_by_qualname",
