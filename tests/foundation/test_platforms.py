@@ -19,10 +19,10 @@ from pagedkv.platforms import (
     Platform,
     get_current_platform,
     load_general_plugins,
+    loaded_plugins,
     reset_plugins,
     set_current_platform,
 )
-from pagedkv.platforms import loaded_plugins
 
 AddPath = Callable[..., None]
 
