@@ -10,7 +10,10 @@ from pagedkv.models.adapters.common import (
     attention_params,
     embedding_params,
     gated_mlp_params,
+    gdn_params,
     head_size,
+    mamba1_params,
+    mamba2_params,
     max_positions,
     model_dtype,
     moe_params,
@@ -41,33 +44,6 @@ def ssm_dtype(view: ConfigView) -> str | None:
         if isinstance(value, str) and value != "auto":
             return value
     return None
-
-
-def mamba2_params(hidden: int, state: Mamba2State) -> int:
-    groups_dim = 2 * state.n_groups * state.state_size
-    in_proj = hidden * (2 * state.intermediate_size + groups_dim + state.num_heads)
-    conv = (state.intermediate_size + groups_dim) * state.conv_kernel
-    return in_proj + conv + state.intermediate_size * hidden + 3 * state.num_heads
-
-
-def mamba1_params(hidden: int, state: Mamba1State, dt_rank: int) -> int:
-    inner = state.intermediate_size
-    x_proj = inner * (dt_rank + 2 * state.state_size)
-    return (
-        hidden * 2 * inner
-        + inner * state.conv_kernel
-        + x_proj
-        + dt_rank * inner
-        + (inner * state.state_size + inner * hidden)
-    )
-
-
-def gdn_params(hidden: int, state: GatedDeltaNetState) -> int:
-    key_dim = state.num_key_heads * state.key_head_dim
-    value_dim = state.num_value_heads * state.value_head_dim
-    in_proj = hidden * (2 * key_dim + 2 * value_dim + 2 * state.num_value_heads)
-    conv = (2 * key_dim + value_dim) * state.conv_kernel
-    return in_proj + conv + value_dim * hidden
 
 
 class HybridAdapter(ModelAdapter):

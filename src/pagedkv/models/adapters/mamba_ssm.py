@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from pagedkv.models.adapters.common import attention_params, gated_mlp_params, model_dtype
-from pagedkv.models.adapters.hybrid import mamba1_params, mamba2_params
+from pagedkv.models.adapters.common import (
+    attention_params,
+    gated_mlp_params,
+    mamba1_params,
+    mamba2_params,
+    model_dtype,
+)
 from pagedkv.models.layers import (
     AttentionLayer,
     LayerDesc,
