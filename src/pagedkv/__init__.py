@@ -106,3 +106,27 @@ from pagedkv.models import (
 )
 
 __version__ = "0.1.0"
+
+# --- simulation (sim/): imported on first use, so `import pagedkv` stays fast ---
+_SIM_EXPORTS = frozenset(
+    {
+        "SchedulerSettings",
+        "SimEngine",
+        "SimResult",
+        "Trace",
+        "TraceRequest",
+        "engine_from_model",
+        "load_trace",
+        "simulate",
+        "sweep",
+        "synthetic_trace",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _SIM_EXPORTS:
+        import pagedkv.sim
+
+        return getattr(pagedkv.sim, name)
+    raise AttributeError(f"module 'pagedkv' has no attribute {name!r}")

@@ -1,0 +1,37 @@
+"""Trace-driven simulation: trace readers, the scheduler loop, metrics, the bound, sweeps."""
+
+from pagedkv.sim.bound import AccessLog, BoundResult, belady_bound
+from pagedkv.sim.bundled import list_bundled_traces, load_trace
+from pagedkv.sim.engine import SimEngine, engine_from_model, engine_from_plan
+from pagedkv.sim.metrics import SimResult
+from pagedkv.sim.readers import read_azure, read_mooncake
+from pagedkv.sim.run import SweepPoint, simulate, sweep, sweep_sizes
+from pagedkv.sim.scheduler import SchedulerSettings, SimulationError, Simulator
+from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
+from pagedkv.sim.trace import Segment, Trace, TraceRequest
+
+__all__ = [
+    "AccessLog",
+    "BoundResult",
+    "Segment",
+    "SchedulerSettings",
+    "SimEngine",
+    "SimResult",
+    "SimulationError",
+    "Simulator",
+    "SweepPoint",
+    "SyntheticTraceConfig",
+    "Trace",
+    "TraceRequest",
+    "belady_bound",
+    "engine_from_model",
+    "engine_from_plan",
+    "list_bundled_traces",
+    "load_trace",
+    "read_azure",
+    "read_mooncake",
+    "simulate",
+    "sweep",
+    "sweep_sizes",
+    "synthetic_trace",
+]
