@@ -164,14 +164,21 @@ class BlockPool:
             self._next_fresh += fresh
             rest -= fresh
         evicted: list[tuple[int, Any]] = []
-        lru = self._lru
+        popitem = self._lru.popitem
         keys = self.block_key
+        maps = self._maps
+        dups = self._dups
+        no_events = self._events is None
         for _ in range(rest):
-            block = lru.popitem(last=False)[0]
+            block = popitem(last=False)[0]
             key = keys[block]
             if key is not None:
                 evicted.append((block, key))
-                self._drop_key(block, key)
+                if no_events and key not in dups:  # the only block with this key
+                    keys[block] = None
+                    del maps[key[1]][key[0]]
+                else:
+                    self._drop_key(block, key)
             blocks.append(block)
         return blocks, from_stack, fresh, evicted
 

@@ -40,16 +40,25 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         limit = min(max_length // block_size, len(hashes))
         lists = [[NULL_BLOCK] * limit for _ in kv_cache_group_ids]
         aligned = alignment_tokens == block_size
+        first_map = block_pool.hash_map(kv_cache_group_ids[0])
+        other_maps = [block_pool.hash_map(g) for g in kv_cache_group_ids[1:]]
         run = 0
         for i in range(limit - 1, -1, -1):
-            blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
-            if blocks is None:
+            h = hashes[i]
+            block = first_map.get(h)
+            if block is not None and other_maps:
+                others = [m.get(h) for m in other_maps]
+                if None in others:
+                    block = None
+            if block is None:
                 run = 0
                 continue
             if run == 0 and not aligned and ((i + 1) * block_size) % alignment_tokens:
                 continue  # a hit must end on an alignment boundary
-            for out, block in zip(lists, blocks):
-                out[i] = block
+            lists[0][i] = block
+            if other_maps:
+                for out, other in zip(lists[1:], others):
+                    out[i] = other  # type: ignore[assignment]
             run += 1
             if run >= need:
                 for out in lists:
@@ -63,10 +72,13 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             del out[num_blocks:]
         return lists, num_blocks * block_size
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._retained_tokens: int = self.kv_cache_spec.num_retained_tokens  # type: ignore[attr-defined]
+
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
-        spec = self.kv_cache_spec
-        retained = spec.num_retained_tokens  # type: ignore[attr-defined]
-        return max(0, num_computed_tokens - retained)
+        skipped = num_computed_tokens - self._retained_tokens
+        return skipped if skipped > 0 else 0
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         block_size = self.block_size

@@ -1,0 +1,96 @@
+"""Eviction priority of blocks that fell out of a window, and the retained boundaries."""
+
+from __future__ import annotations
+
+from pagedkv import BlockPool
+from pagedkv.runtime import Request
+from pagedkv.runtime.hashing import BlockHasher
+
+from .helpers import check_invariants, cross, full, make_manager, mamba, swa
+
+
+def test_evict_early_puts_cached_blocks_at_the_front_of_the_cached_part() -> None:
+    pool = BlockPool(8, hash_block_size=4)
+    blocks = pool.get_new_blocks(4)
+    req = Request("r", list(range(16)), hasher=BlockHasher(4))
+    pool.cache_full_blocks(req, blocks, 0, 4, 4, 0)
+    pool.free_blocks([blocks[0], blocks[1]])
+    pool.free_blocks([blocks[3], blocks[2]], evict_early=True)
+    assert pool.free_queue()[-4:] == [blocks[3], blocks[2], blocks[0], blocks[1]]
+
+
+def test_out_of_window_blocks_are_evicted_before_other_cached_blocks() -> None:
+    manager = make_manager([swa(8)], num_blocks=40)
+    req = Request("a", list(range(40)))
+    manager.allocate_slots(req, 32)
+    req.num_computed_tokens = 32
+    table = manager.get_block_ids("a")[0]
+    manager.allocate_slots(req, 8)  # 25 tokens skipped: blocks 0-5 leave the window
+    queue = manager.block_pool.free_queue()
+    cached_part = queue[-len(manager.block_pool._lru) :]
+    # Blocks 5..0 out of the window sit at the front of the cached part, except those
+    # covering the window before the prompt end (39 -> blocks 7-8), none here.
+    assert cached_part[:6] == table[:6][::-1]  # highest index first, as freed
+    check_invariants(manager, {"a": 40})
+
+
+def test_window_before_prompt_end_and_shared_junction_keeps_normal_priority() -> None:
+    manager = make_manager([swa(8)], num_blocks=64)
+    req = Request("a", list(range(24)))  # replay boundary 23 -> hit of 20 needs blocks 3, 4
+    manager.allocate_slots(req, 24)
+    req.num_computed_tokens = 24
+    sw = manager.managers[0]
+    assert sw._retained["a"] == {3, 4}
+    req.append_output_token_ids(list(range(16)))
+    manager.allocate_slots(req, 16)
+    table = manager.get_block_ids("a")[0]  # blocks 0-2 already left the window at 24
+    req.num_computed_tokens = 40
+    sw.remove_skipped_blocks("a", 40)  # 33 skipped: blocks 0-7
+    lru = list(manager.block_pool._lru)
+    # Block 3 (left at 24 tokens) and block 4 (now) are at the tail; 5-7 in front.
+    assert set(lru[:3]) == {table[5], table[6], table[7]}
+    assert table[:3] == [0, 0, 0] and lru[-1] == table[4]
+    manager.free(req)
+    assert "a" not in sw._retained
+
+
+def test_hybrid_records_the_shared_prefix_junction() -> None:
+    manager = make_manager([full(), swa(8)], num_blocks=64)
+    a = Request("a", list(range(40)))
+    manager.allocate_slots(a, 40)
+    a.num_computed_tokens = 40
+    window_blocks = manager.get_block_ids("a")[1]
+    manager.free(a)
+    manager.block_pool.evict_blocks([window_blocks[8]])
+    b = Request("b", list(range(40)))
+    hit, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 32 and b.shared_prefix_boundary == 36
+    manager.allocate_slots(b, 40 - num_hit, num_hit, hit)
+    assert manager.managers[1]._retained["b"] >= {7, 8}
+
+
+def test_cross_attention_is_sized_once_from_encoder_tokens_and_never_cached() -> None:
+    manager = make_manager([full(), cross()], num_blocks=32)
+    assert manager.enable_caching is False
+    req = Request("a", list(range(6)))
+    new = manager.allocate_slots(req, 6, num_encoder_tokens=10)
+    assert new is not None and [len(ids) for ids in new.blocks] == [2, 3]
+    req.num_computed_tokens = 6
+    req.append_output_token_ids([1, 2, 3])
+    new = manager.allocate_slots(req, 3)
+    assert new is not None and [len(ids) for ids in manager.get_block_ids("a")] == [3, 3]
+    manager.free(req)
+    assert manager.num_free_blocks == 31
+
+
+def test_mamba_superseded_checkpoints_are_evicted_early_except_at_the_prompt_end() -> None:
+    manager = make_manager([mamba()], num_blocks=64)
+    req = Request("a", list(range(21)))
+    manager.allocate_slots(req, 21)
+    table = manager.get_block_ids("a")[0]
+    req.num_computed_tokens = 21
+    req.append_output_token_ids(1)
+    manager.allocate_slots(req, 1)  # 20 skipped: blocks 0-4 freed
+    lru = list(manager.block_pool._lru)
+    # prompt end 20 -> the checkpoint after token 20 (block 4) keeps normal priority
+    assert lru[-1] == table[4] and set(lru[:-1]) == set(table[:4])
