@@ -56,6 +56,12 @@ class ModelConfig:
                 f"got {self.max_model_len!r}"
             )
         object.__setattr__(self, "dtype", canonical_dtype_name(self.dtype))
+        builder = self.kv_cache_config_builder
+        if builder is not None and (not isinstance(builder, str) or "." not in builder.strip()):
+            raise ConfigError(
+                "ModelConfig.kv_cache_config_builder must be a qualified class name like "
+                f"'pkg.module.Builder', got {builder!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

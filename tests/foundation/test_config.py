@@ -92,6 +92,8 @@ def test_config_is_frozen_and_hashable() -> None:
         ({"enable_prefix_caching": 1}, "CacheConfig.enable_prefix_caching"),
         ({"async_scheduling": "yes"}, "SchedulerConfig.async_scheduling"),
         ({"model": "llama"}, "EngineConfig.model"),
+        ({"kv_cache_config_builder": "Builder"}, "ModelConfig.kv_cache_config_builder"),
+        ({"kv_cache_config_builder": object}, "ModelConfig.kv_cache_config_builder"),
     ],
 )
 def test_invalid_options_name_the_field(options: dict[str, object], field: str) -> None:
