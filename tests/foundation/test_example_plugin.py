@@ -24,6 +24,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pagedkv-example-pl
 @pytest.fixture(scope="module")
 def installed_example(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """pip-install the example (from a copy, so the source tree stays clean)."""
+    # --no-build-isolation builds with the environment's setuptools (a Python 3.11
+    # venv has it; the example's build backend).
+    pytest.importorskip("setuptools")
     work = tmp_path_factory.mktemp("example")
     source = work / "src"
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
