@@ -66,16 +66,27 @@ def _memory_table(result: PlanResult) -> Table:
 
 def _groups_table(result: PlanResult) -> Table:
     table = Table(title="KV cache groups (identical groups folded)", title_justify="left")
-    for name in ("groups", "kind", "layers each", "block size", "page bytes", "padding waste"):
+    columns = ("groups", "kind", "layers each", "block size", "page bytes", "padding waste")
+    for name in (*columns, "blocks/request"):
         table.add_column(name, justify="left" if name == "kind" else "right")
     rows: Counter[tuple[Any, ...]] = Counter()
     for g in result.plan.groups:
-        rows[(g.kind, g.num_layers, g.block_size, g.page_size_bytes, g.waste_bytes)] += 1
-    for (kind, layers, bs, page, waste), count in rows.items():
+        key = (g.kind, g.num_layers, g.block_size, g.page_size_bytes, g.waste_bytes)
+        rows[(*key, g.blocks_per_request)] += 1
+    for (kind, layers, bs, page, waste, blocks), count in rows.items():
         share = f" ({waste / page:.1%})" if page and waste else ""
         table.add_row(
-            str(count), kind, str(layers), str(bs), format_int(page), format_int(waste) + share
+            str(count),
+            kind,
+            str(layers),
+            str(bs),
+            format_int(page),
+            format_int(waste) + share,
+            format_int(blocks),
         )
+    table.caption = (
+        f"blocks/request: one group's blocks for a {result.plan.max_model_len:,}-token request"
+    )
     return table
 
 
