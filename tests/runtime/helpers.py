@@ -104,13 +104,13 @@ def check_invariants(
     assert len(free) + used + 1 == pool.num_blocks
     assert pool.num_free_blocks == len(free)
     cached = pool.cached_blocks()
-    keyed = {b for b in range(pool.num_blocks) if pool.block_key[b] is not None}
+    keyed = {b for b in range(pool.num_blocks) if pool.block_hash[b] is not None}
     in_map = [b for blocks in cached.values() for b in blocks]
     assert len(in_map) == len(set(in_map))
     assert set(in_map) == keyed, "hash map and per-block keys disagree"
     for key, blocks in cached.items():
         for block in blocks:
-            assert pool.block_key[block] == key
+            assert pool.key_of(block) == key
     if allocated_tokens is not None:
         for m in manager.managers:
             assert set(m.req_to_blocks) == set(allocated_tokens)

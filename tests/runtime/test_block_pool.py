@@ -28,7 +28,7 @@ def test_null_block_is_never_free_hashed_or_counted() -> None:
     assert 0 not in blocks
     req = hashed_request(list(range(8)))
     pool.cache_full_blocks(req, [0, blocks[0]], 0, 2, 4, 0)
-    assert pool.block_key[0] is None
+    assert pool.block_hash[0] is None
     pool.touch([0, 0])
     pool.free_blocks([0])
     assert pool.ref_cnt[0] == 0
@@ -154,7 +154,7 @@ def test_cache_full_blocks_caches_only_hashed_full_blocks_and_is_idempotent() ->
     req = hashed_request(list(range(10)))  # two full hash blocks
     num_full = min(12, len(req.block_hashes) * 4) // 4
     pool.cache_full_blocks(req, blocks, 0, num_full, 4, 0)
-    assert [pool.block_key[b] is not None for b in blocks] == [True, True, False]
+    assert [pool.block_hash[b] is not None for b in blocks] == [True, True, False]
     pool.take_events()
     pool.cache_full_blocks(req, blocks, 2, 2, 4, 0)
     assert pool.take_events() == []
@@ -187,7 +187,7 @@ def test_reset_prefix_cache_refused_while_in_use_then_clears_everything() -> Non
     assert pool.take_events() == [AllBlocksCleared()]
     assert pool.get_cached_block(req.block_hashes[0], [0]) is None
     assert pool.free_queue() == queue  # order untouched
-    assert all(key is None for key in pool.block_key)
+    assert all(key is None for key in pool.block_hash)
 
 
 def test_evict_blocks_drops_hash_of_in_use_block_and_rejects_bad_ids() -> None:
@@ -195,7 +195,7 @@ def test_evict_blocks_drops_hash_of_in_use_block_and_rejects_bad_ids() -> None:
     blocks = pool.get_new_blocks(2)
     req = cache(pool, blocks, list(range(8)))
     pool.evict_blocks([blocks[0]])
-    assert pool.block_key[blocks[0]] is None
+    assert pool.block_hash[blocks[0]] is None
     assert pool.ref_cnt[blocks[0]] == 1
     assert pool.get_cached_block(req.block_hashes[0], [0]) is None
     with pytest.raises(KVCacheRuntimeError, match="outside the pool"):

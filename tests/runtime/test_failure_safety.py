@@ -20,7 +20,7 @@ def snapshot(manager: KVCacheManager) -> dict[str, Any]:
     return {
         "free": sorted(pool.free_queue()),
         "ref": list(pool.ref_cnt),
-        "keys": list(pool.block_key),
+        "keys": [pool.key_of(b) for b in range(pool.num_blocks)],
         "cached": pool.cached_blocks(),
         "tables": [{r: list(t) for r, t in m.req_to_blocks.items()} for m in manager.managers],
         "num_cached": [dict(m.num_cached_block) for m in manager.managers],

@@ -74,7 +74,7 @@ def test_lookahead_slots_are_allocated_but_never_cached() -> None:
     new = manager.allocate_slots(req, 8, num_lookahead_tokens=8)
     assert new is not None and len(new.blocks[0]) == 4
     pool = manager.block_pool
-    assert [pool.block_key[b] is not None for b in new.blocks[0]] == [True, True, False, False]
+    assert [pool.block_hash[b] is not None for b in new.blocks[0]] == [True, True, False, False]
 
 
 def test_delayed_caching_allocates_without_caching() -> None:
@@ -82,9 +82,9 @@ def test_delayed_caching_allocates_without_caching() -> None:
     req = Request("a", list(range(8)))
     new = manager.allocate_slots(req, 8, delay_cache_blocks=True)
     assert new is not None
-    assert all(manager.block_pool.block_key[b] is None for b in new.blocks[0])
+    assert all(manager.block_pool.block_hash[b] is None for b in new.blocks[0])
     manager.cache_blocks(req, 8)
-    assert all(manager.block_pool.block_key[b] is not None for b in new.blocks[0])
+    assert all(manager.block_pool.block_hash[b] is not None for b in new.blocks[0])
 
 
 def test_get_block_ids_returns_a_copy_per_group_and_empty_for_unknown() -> None:

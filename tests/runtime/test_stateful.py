@@ -112,7 +112,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             scale = m.block_size // self.manager.hash_block_size
             for i, block in enumerate(ids):
                 if block:
-                    assert pool.block_key[block] == (req.block_hashes[(i + 1) * scale - 1], gid)
+                    assert pool.key_of(block) == (req.block_hashes[(i + 1) * scale - 1], gid)
 
     @invariant()
     def consistent(self) -> None:

@@ -1,9 +1,9 @@
 """The block pool: block ids, reference counts, the free queue and the prefix-cache hash map.
 
 Blocks are plain integer ids ``0 .. num_blocks - 1``; block 0 is the permanent null
-block (placeholder for positions a request does not need). Per-block state lives in two
-flat lists (reference count, cache key), so a pool of millions of blocks costs 16 bytes
-per block and builds in milliseconds.
+block (placeholder for positions a request does not need). Per-block state lives in three
+flat lists (reference count, block hash, group id), so a pool of millions of blocks costs
+24 bytes per block and builds in milliseconds; a cached block adds its map entries.
 
 The free queue (head = next block handed out) is kept in three parts, which together
 give exactly the order of one doubly linked list:
@@ -13,29 +13,25 @@ give exactly the order of one doubly linked list:
 3. ``_lru``: freed blocks that were cached, least recently used first (O(1) removal
    from the middle when a cache hit revives one).
 
-A block hash lives in ``_maps[group_id][block_hash] -> block id``; further blocks with
-the same key (duplicate content) wait in ``_dups`` and are promoted when the first goes.
+A cached block is found through ``_maps[group_id][block_hash] -> block id``; further
+blocks with the same key (duplicate content) wait in ``_dups[group_id][block_hash]`` and
+are promoted when the first goes.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+from pagedkv.runtime.journal import Journal, Savepoint, undo
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 
 NULL_BLOCK = 0
-
-
-class Savepoint(NamedTuple):
-    """Where the pool was when a transaction began (see ``BlockPool.begin``)."""
-
-    num_events: int
 
 
 class BlockPool:
@@ -62,14 +58,15 @@ class BlockPool:
         self.hash_block_size = hash_block_size
         self.medium = medium
         self.ref_cnt: list[int] = [0] * num_blocks
-        self.block_key: list[tuple[Any, int] | None] = [None] * num_blocks
+        self.block_hash: list[Any] = [None] * num_blocks  # None: not cached
+        self.block_group: list[int] = [0] * num_blocks  # group of the cached hash
         self._stack: list[int] = []
         self._next_fresh = 1  # block 0 is the null block, never free
         self._lru: OrderedDict[int, None] = OrderedDict()
         self._maps: list[dict[Any, int]] = []
-        self._dups: dict[tuple[Any, int], list[int]] = {}
+        self._dups: list[dict[Any, list[int]]] = []
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
-        self._journal: list[tuple[Any, ...]] | None = None
+        self._journal: Journal | None = None
         # Blocks cached in the current step whose content the engine has not written yet.
         # Kinds that need complete content at admission (state checkpoints) skip them.
         self.unwritten_blocks: set[int] = set()
@@ -93,7 +90,13 @@ class BlockPool:
         maps = self._maps
         while len(maps) <= group_id:
             maps.append({})
+            self._dups.append({})
         return maps[group_id]
+
+    def key_of(self, block: int) -> tuple[Any, int] | None:
+        """``(block hash, group id)`` of a cached block, None if it is not cached."""
+        h = self.block_hash[block]
+        return None if h is None else (h, self.block_group[block])
 
     def get_cached_block(self, block_hash: Any, group_ids: Sequence[int]) -> list[int] | None:
         """One cached block per group id, or None if any group misses."""
@@ -113,8 +116,9 @@ class BlockPool:
         """Every ``(block hash, group id)`` key with its blocks, first-inserted first."""
         out: dict[tuple[Any, int], list[int]] = {}
         for gid, m in enumerate(self._maps):
+            dups = self._dups[gid]
             for h, block in m.items():
-                out[(h, gid)] = [block, *self._dups.get((h, gid), ())]
+                out[(h, gid)] = [block, *dups.get(h, ())]
         return out
 
     # ------------------------------------------------------------- allocation
@@ -163,22 +167,26 @@ class BlockPool:
             blocks.extend(range(self._next_fresh, self._next_fresh + fresh))
             self._next_fresh += fresh
             rest -= fresh
-        evicted: list[tuple[int, Any]] = []
+        evicted: list[tuple[int, Any, int]] = []
         popitem = self._lru.popitem
-        keys = self.block_key
+        hashes = self.block_hash
+        groups = self.block_group
         maps = self._maps
         dups = self._dups
-        no_events = self._events is None
+        plain = self._events is None
+        journal = self._journal is not None
         for _ in range(rest):
             block = popitem(last=False)[0]
-            key = keys[block]
-            if key is not None:
-                evicted.append((block, key))
-                if no_events and key not in dups:  # the only block with this key
-                    keys[block] = None
-                    del maps[key[1]][key[0]]
+            h = hashes[block]
+            if h is not None:
+                gid = groups[block]
+                if journal:
+                    evicted.append((block, h, gid))
+                if plain and h not in dups[gid]:  # the only block with this key
+                    hashes[block] = None
+                    del maps[gid][h]
                 else:
-                    self._drop_key(block, key)
+                    self._drop_key(block, h, gid)
             blocks.append(block)
         return blocks, from_stack, fresh, evicted
 
@@ -205,7 +213,7 @@ class BlockPool:
         other cached block, still reusable until then).
         """
         ref = self.ref_cnt
-        keys = self.block_key
+        hashes = self.block_hash
         lru = self._lru
         caching = self.enable_caching
         uncached = []
@@ -215,7 +223,7 @@ class BlockPool:
                 count = ref[block] - 1
                 ref[block] = count
                 if count == 0:
-                    if caching and keys[block] is not None:
+                    if caching and hashes[block] is not None:
                         if evict_early:
                             early.append(block)
                         else:
@@ -250,17 +258,18 @@ class BlockPool:
         hashes = request.block_hashes
         scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
         m = self.hash_map(group_id)
-        keys = self.block_key
+        block_hash = self.block_hash
+        groups = self.block_group
         stored = []
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if block == NULL_BLOCK or keys[block] is not None:
+            if block == NULL_BLOCK or block_hash[block] is not None:
                 continue
             h = hashes[i] if scale == 1 else hashes[(i + 1) * scale - 1]
-            key = (h, group_id)
-            keys[block] = key
+            block_hash[block] = h
+            groups[block] = group_id
             if h in m:
-                self._dups.setdefault(key, []).append(block)
+                self._dups[group_id].setdefault(h, []).append(block)
             else:
                 m[h] = block
             stored.append(block)
@@ -268,66 +277,81 @@ class BlockPool:
             self._journal.append(("cache", stored))
         if self._events is not None:
             self._events.append(
-                self._stored_event(request, stored, num_cached_blocks, num_full_blocks, block_size)
+                self._stored_event(
+                    request, stored, num_cached_blocks, num_full_blocks, block_size, group_id
+                )
             )
 
     def _stored_event(
-        self, request: Request, stored: list[int], first: int, end: int, block_size: int
+        self,
+        request: Request,
+        stored: list[int],
+        first: int,
+        end: int,
+        block_size: int,
+        group_id: int,
     ) -> BlockStored:
         scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
-        hashes = request.block_hashes
-        parent = hashes[first * scale - 1] if first > 0 else None
-        keys = self.block_key
+        parent = request.block_hashes[first * scale - 1] if first > 0 else None
         return BlockStored(
-            block_hashes=[keys[b][0] for b in stored],  # type: ignore[index]
+            block_hashes=[self.block_hash[b] for b in stored],
             parent_block_hash=parent,
             token_ids=request.all_token_ids[first * block_size : end * block_size],
             block_size=block_size,
             lora_id=None,
             medium=self.medium,
             lora_name=request.lora_name,
-            group_idx=keys[stored[0]][1] if stored else None,  # type: ignore[index]
+            group_idx=group_id,
         )
 
-    def _drop_key(self, block: int, key: tuple[Any, int]) -> None:
-        self.block_key[block] = None
-        h, gid = key
+    def _drop_key(self, block: int, h: Any, gid: int) -> None:
+        self.block_hash[block] = None
         m = self._maps[gid]
-        dups = self._dups.get(key)
+        dups = self._dups[gid]
+        others = dups.get(h)
         if m.get(h) == block:
-            if dups:
-                m[h] = dups.pop(0)
-                if not dups:
-                    del self._dups[key]
+            if others:
+                m[h] = others.pop(0)
+                if not others:
+                    del dups[h]
             else:
                 del m[h]
-        elif dups is not None:
-            dups.remove(block)
-            if not dups:
-                del self._dups[key]
+        elif others is not None:
+            others.remove(block)
+            if not others:
+                del dups[h]
         if self._events is not None:
             self._events.append(BlockRemoved(block_hashes=[h], medium=self.medium, group_idx=gid))
 
+    def _restore_key(self, block: int, h: Any, gid: int) -> None:
+        """Make ``block`` the first cached block of its key again (used by rollback)."""
+        self.block_hash[block] = h
+        self.block_group[block] = gid
+        m = self.hash_map(gid)
+        if h in m:
+            self._dups[gid].setdefault(h, []).insert(0, m[h])
+        m[h] = block
+
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the hash of each block (in use or not); the blocks stay where they are."""
-        keys = self.block_key
+        hashes = self.block_hash
         for block in block_ids:
             if not isinstance(block, int) or not 0 <= block < self.num_blocks:
                 raise KVCacheRuntimeError(
                     f"evict_blocks: block id {block!r} is outside the pool "
                     f"(0 .. {self.num_blocks - 1})"
                 )
-            key = keys[block]
-            if key is not None:
-                self._drop_key(block, key)
+            h = hashes[block]
+            if h is not None:
+                self._drop_key(block, h, self.block_group[block])
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refused (False) while any block is in use."""
         if self.num_free_blocks != self.num_blocks - 1:
             return False
         self._maps = []
-        self._dups = {}
-        self.block_key = [None] * self.num_blocks
+        self._dups = []
+        self.block_hash = [None] * self.num_blocks
         if self._events is not None:
             self._events.append(AllBlocksCleared())
         return True
@@ -350,42 +374,9 @@ class BlockPool:
         self._journal = None
 
     def rollback(self, savepoint: Savepoint) -> None:
-        """Undo everything since ``begin``: new blocks go back where they came from (with
-        their hashes), hashes given are taken back, touched blocks are released (a revived
-        cached block returns to the tail of the queue), and events are dropped."""
+        """Undo everything since ``begin`` (see ``pagedkv.runtime.journal.undo``)."""
         journal = self._journal or []
         self._journal = None
-        ref = self.ref_cnt
-        for entry in reversed(journal):
-            if entry[0] == "new":
-                self._undo_new(entry[1], entry[2], entry[3], entry[4])
-            elif entry[0] == "touch":
-                for block in entry[1]:
-                    ref[block] -= 1
-                    if ref[block] == 0:
-                        self._lru[block] = None
-            else:  # "cache"
-                for block in entry[1]:
-                    key = self.block_key[block]
-                    if key is not None:
-                        self._drop_key(block, key)
+        undo(self, journal)
         if self._events is not None:
             del self._events[savepoint.num_events :]
-
-    def _undo_new(
-        self, blocks: list[int], from_stack: int, fresh: int, evicted: Sequence[tuple[int, Any]]
-    ) -> None:
-        for block in blocks:
-            self.ref_cnt[block] = 0
-        for block, key in reversed(evicted):
-            self.block_key[block] = key
-            h, gid = key
-            m = self.hash_map(gid)
-            if h in m:
-                self._dups.setdefault(key, []).insert(0, m[h])
-            m[h] = block
-            self._lru[block] = None
-            self._lru.move_to_end(block, last=False)
-        if fresh:
-            self._next_fresh -= fresh
-        self._stack.extend(reversed(blocks[:from_stack]))

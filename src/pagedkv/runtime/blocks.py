@@ -21,9 +21,9 @@ class KVCacheBlocks(NamedTuple):
         """A copy of the id lists, one per group."""
         return tuple(list(ids) for ids in self.blocks)
 
-    def get_unhashed_block_ids_all_groups(self, block_key: list[object]) -> list[int]:
-        """Non-null ids that have no hash yet in the pool whose ``block_key`` is given."""
-        return [b for ids in self.blocks for b in ids if b != NULL_BLOCK and block_key[b] is None]
+    def get_unhashed_block_ids_all_groups(self, block_hash: list[object]) -> list[int]:
+        """Non-null ids without a hash yet (``block_hash``: the pool's per-block hashes)."""
+        return [b for ids in self.blocks for b in ids if b != NULL_BLOCK and block_hash[b] is None]
 
     @property
     def num_blocks(self) -> int:

@@ -115,12 +115,12 @@ class SingleTypeKVCacheManager(ABC):
             return max(required - len(table), 0)
         skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
         num_new = max(required - max(skipped, len(new_computed_blocks)), 0)
-        ref = self.block_pool.ref_cnt
-        evictable = 0
-        for block in new_computed_blocks[skipped:]:
-            if block and ref[block] == 0:
-                evictable += 1
-        return num_new + evictable
+        if not new_computed_blocks:
+            return num_new
+        # Cached hits with no reference leave the free queue when adopted.
+        kept = new_computed_blocks[skipped:] if skipped else new_computed_blocks
+        refs = list(map(self.block_pool.ref_cnt.__getitem__, kept))
+        return num_new + refs.count(0) - kept.count(NULL_BLOCK)
 
     def add_local_computed_blocks(
         self, request_id: str, new_computed_blocks: Sequence[int], total_computed_tokens: int

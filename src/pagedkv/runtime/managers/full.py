@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pagedkv.runtime.block_pool import BlockPool
@@ -33,15 +33,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
         limit = min(max_length // block_size, len(hashes))
         if len(kv_cache_group_ids) == 1:
-            lookup = block_pool.hash_map(kv_cache_group_ids[0]).get
-            hit: list[int] = []
-            append = hit.append
-            for i in range(limit):
-                block = lookup(hashes[i])
-                if block is None:
-                    break
-                append(block)
-            lists = [hit]
+            lists = [_leading_hits(block_pool.hash_map(kv_cache_group_ids[0]).get, hashes, limit)]
         else:
             lists = [[] for _ in kv_cache_group_ids]
             for i in range(limit):
@@ -56,3 +48,19 @@ class FullAttentionManager(SingleTypeKVCacheManager):
             for out in lists:
                 del out[num_tokens // block_size :]
         return lists, num_tokens
+
+
+def _leading_hits(lookup: Callable[[Any], int | None], hashes: list[Any], limit: int) -> list[int]:
+    """Blocks of ``hashes[:limit]`` up to the first miss, looked up in growing chunks at C
+    speed (``map`` over ``dict.get``), so a long hit costs a few list operations."""
+    hit: list[int] = []
+    start, step = 0, 8
+    while start < limit:
+        end = min(start + step, limit)
+        chunk = list(map(lookup, hashes[start:end]))
+        if None in chunk:
+            hit.extend(chunk[: chunk.index(None)])  # type: ignore[arg-type]
+            break
+        hit.extend(chunk)  # type: ignore[arg-type]
+        start, step = end, step * 2
+    return hit
