@@ -45,7 +45,9 @@ def test_plan_json_matches_the_planner() -> None:
     out = run_json("plan", "Llama-3.1-8B", "--gpu", "H100-80GB", "--max-model-len", "32768")
     layout = describe_model("Llama-3.1-8B", use_transformers=False)
     config = engine_config_for(layout, max_model_len=32768)
-    budgets = memory_budgets(layout, config, device_bytes=get_gpu("H100-80GB").memory_bytes)
+    budgets = memory_budgets(
+        layout, config, device_bytes=get_gpu("H100-80GB").planning_memory_bytes
+    )
     specs = get_kv_cache_specs(layout, config=config)
     plan = plan_kv_cache(config, specs, [b.kv_cache_bytes for b in budgets])
     assert out["model"] == "Llama-3.1-8B" and out["gpu"] == "H100-80GB"
@@ -56,7 +58,7 @@ def test_plan_json_matches_the_planner() -> None:
     assert group["kind"] == "full_attention" and len(group["layers"]) == 32
     assert (group["block_size"], group["page_size_bytes"]) == (16, 2 * 2**20)
     memory = out["memory"]
-    assert memory["device_bytes"] == 80 * 10**9
+    assert memory["device_bytes"] == 80 * 2**30  # HBM: the vendor GB is a GiB
     assert (
         memory["kv_cache_bytes"]
         == budgets[0].kv_cache_bytes

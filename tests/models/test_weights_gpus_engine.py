@@ -72,6 +72,8 @@ def test_gpu_table() -> None:
     assert "H100-80GB" in names and len(names) == len(set(names)) >= 10
     h100 = get_gpu("h100-80gb")
     assert h100.memory_bytes == 80 * 10**9
+    assert h100.planning_memory_bytes == 80 * 2**30  # HBM stacks are binary-sized
+    assert get_gpu("L4").planning_memory_bytes == 24 * 10**9  # GDDR: the decimal figure
     assert get_gpu("H100") is h100  # unique prefix
     a100 = get_gpu("A100-40GB")
     assert a100.planning_memory_bytes == 42_405_855_232  # observed usable memory

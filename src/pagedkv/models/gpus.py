@@ -13,8 +13,9 @@ from pagedkv.errors import ConfigError
 
 @dataclass(frozen=True)
 class GPU:
-    """One accelerator. ``memory_bytes`` is the vendor figure read as decimal GB;
-    ``usable_memory_bytes`` what a process was observed to see, when known."""
+    """One accelerator. ``memory_bytes`` is the vendor figure read as decimal GB,
+    ``memory_bytes_binary`` the same read as GiB; ``usable_memory_bytes`` what a
+    process was observed to see, when known."""
 
     name: str
     vendor: str
@@ -28,8 +29,13 @@ class GPU:
 
     @property
     def planning_memory_bytes(self) -> int:
-        """The figure plans use: observed usable memory if known, else the vendor figure."""
-        return self.usable_memory_bytes or self.memory_bytes
+        """The figure plans use: observed usable memory if known; else, for HBM parts
+        (binary-sized stacks), the vendor GB read as GiB; else the vendor GB as decimal."""
+        if self.usable_memory_bytes:
+            return self.usable_memory_bytes
+        if self.memory_type.upper().startswith("HBM") and self.memory_bytes_binary:
+            return self.memory_bytes_binary
+        return self.memory_bytes
 
 
 def _gpu(name: str, entry: dict[str, Any]) -> GPU:
