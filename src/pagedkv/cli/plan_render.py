@@ -51,7 +51,8 @@ def _memory_table(result: PlanResult) -> Table:
     table.add_column("bytes", justify="right")
     table.add_column("how")
     if b.device_bytes:
-        how = result.gpu.name if result.gpu else "--memory"
+        gpu = result.gpu
+        how = f"{gpu.name}: {gpu.planning_memory_source}" if gpu else "--memory"
         table.add_row("device memory", format_bytes(b.device_bytes), how)
         table.add_row(
             f"x utilization {b.gpu_memory_utilization:g}", format_bytes(b.usable_bytes), ""

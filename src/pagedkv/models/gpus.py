@@ -37,6 +37,15 @@ class GPU:
             return self.memory_bytes_binary
         return self.memory_bytes
 
+    @property
+    def planning_memory_source(self) -> str:
+        """How ``planning_memory_bytes`` was chosen, in words."""
+        if self.usable_memory_bytes:
+            return "observed usable memory"
+        if self.memory_bytes_binary and self.planning_memory_bytes == self.memory_bytes_binary:
+            return "vendor GB read as GiB (HBM)"
+        return "vendor GB"
+
 
 def _gpu(name: str, entry: dict[str, Any]) -> GPU:
     usable = entry.get("usable_memory_observed") or {}
