@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from pagedkv import (
     ChunkedLocalAttentionSpec,
+    CrossAttentionManager,
     CrossAttentionSpec,
     EngineConfig,
     FullAttentionSpec,
@@ -78,10 +79,13 @@ def make_manager(
 
 
 def check_invariants(
-    manager: KVCacheManager, allocated_tokens: Mapping[str, int] | None = None
+    manager: KVCacheManager,
+    allocated_tokens: Mapping[str, int] | None = None,
+    encoder_tokens: int = 0,
 ) -> None:
     """The pool and every table agree. ``allocated_tokens``: request id -> tokens it holds
-    slots for (checked against each table's length)."""
+    slots for (checked against each table's length; cross-attention tables against
+    ``encoder_tokens``)."""
     pool = manager.block_pool
     free = pool.free_queue()
     assert len(free) == len(set(free)), "a block is twice in the free queue"
@@ -115,6 +119,8 @@ def check_invariants(
         for m in manager.managers:
             assert set(m.req_to_blocks) == set(allocated_tokens)
             for rid, num_tokens in allocated_tokens.items():
+                if isinstance(m, CrossAttentionManager):
+                    num_tokens = encoder_tokens
                 expected = -(-num_tokens // m.block_size)
                 assert len(m.req_to_blocks[rid]) == expected, (
                     f"{type(m).__name__}: request {rid} has {len(m.req_to_blocks[rid])} blocks "

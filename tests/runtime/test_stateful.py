@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from pagedkv import KVCacheSpec
 from pagedkv.runtime import KVCacheManager, Request
 
-from .helpers import check_invariants, chunked, full, make_manager, mamba, swa
+from .helpers import check_invariants, chunked, cross, full, make_manager, mamba, swa
 
 PREFIXES = ([], [1, 2, 3, 4, 5, 6, 7, 8], [9] * 20, [1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 14])
 CHUNK_TOKENS = 12
@@ -21,6 +21,7 @@ MAX_MODEL_LEN = 96
 class KVCacheMachine(RuleBasedStateMachine):
     specs: Callable[[], Sequence[KVCacheSpec]]
     num_blocks = 40
+    encoder_tokens = 0  # > 0 for encoder-decoder layouts (cross attention)
 
     def __init__(self) -> None:
         super().__init__()
@@ -50,7 +51,12 @@ class KVCacheMachine(RuleBasedStateMachine):
         hit, num_hit = self.manager.get_computed_blocks(req)
         self.check_hit(req, hit.blocks, num_hit)
         num_new = min(req.num_tokens - num_hit, CHUNK_TOKENS)
-        if self.manager.allocate_slots(req, num_new, num_hit, hit) is not None:
+        if (
+            self.manager.allocate_slots(
+                req, num_new, num_hit, hit, num_encoder_tokens=self.encoder_tokens
+            )
+            is not None
+        ):
             req.num_computed_tokens = num_hit + num_new
             self.waiting.remove(req)
             self.running.append(req)
@@ -116,15 +122,19 @@ class KVCacheMachine(RuleBasedStateMachine):
 
     @invariant()
     def consistent(self) -> None:
-        check_invariants(self.manager, {r.request_id: r.num_computed_tokens for r in self.running})
+        check_invariants(
+            self.manager,
+            {r.request_id: r.num_computed_tokens for r in self.running},
+            self.encoder_tokens,
+        )
 
 
 SETTINGS = settings(max_examples=25, stateful_step_count=30, deadline=None)
 
 
-def machine(name: str, specs: Callable[[], Sequence[KVCacheSpec]]) -> type:
-    cls = type(name, (KVCacheMachine,), {"specs": staticmethod(specs)})
-    return cls
+def machine(name: str, specs: Callable[[], Sequence[KVCacheSpec]], encoder_tokens: int = 0) -> type:
+    attrs = {"specs": staticmethod(specs), "encoder_tokens": encoder_tokens}
+    return type(name, (KVCacheMachine,), attrs)
 
 
 FullMachine = machine("FullMachine", lambda: [full()])
@@ -136,6 +146,7 @@ MambaNoneMachine = machine(
 )
 HybridMachine = machine("HybridMachine", lambda: [full(), swa(8), mamba()])
 MixedBlockHybridMachine = machine("MixedBlockHybridMachine", lambda: [full(4), swa(16, 8)])
+EncoderDecoderMachine = machine("EncoderDecoderMachine", lambda: [full(), cross()], 10)
 
 TestFull = FullMachine.TestCase
 TestSlidingWindow = SlidingWindowMachine.TestCase
@@ -144,6 +155,7 @@ TestMambaAlign = MambaAlignMachine.TestCase
 TestMambaNone = MambaNoneMachine.TestCase
 TestHybrid = HybridMachine.TestCase
 TestMixedBlockHybrid = MixedBlockHybridMachine.TestCase
+TestEncoderDecoder = EncoderDecoderMachine.TestCase
 for _case in (
     TestFull,
     TestSlidingWindow,
@@ -152,5 +164,6 @@ for _case in (
     TestMambaNone,
     TestHybrid,
     TestMixedBlockHybrid,
+    TestEncoderDecoder,
 ):
     _case.settings = SETTINGS
