@@ -205,3 +205,13 @@ def test_encoder_decoder_plan(
     out = plan_in_process(capsys, "whisper-large-v3", "--gpu", "L4")
     assert sorted(g["kind"] for g in out["groups"]) == ["cross_attention", "full_attention"]
     assert out["max_model_len"] == 448
+
+
+def test_auto_fit_without_a_model_limit(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
+    # Pure Mamba: memory does not grow with length; the search stops at the default limit.
+    out = plan_in_process(capsys, "mamba2-2.7b", "--gpu", "H200", "--max-model-len", "-1")
+    assert out["max_model_len"] == out["largest_max_model_len"] == 8192
+    assert [g["kind"] for g in out["groups"]] == ["mamba"]

@@ -9,7 +9,7 @@ import typer
 
 from pagedkv.cli.app import app
 from pagedkv.cli.common import format_bytes, parse_bytes
-from pagedkv.config import EngineConfig
+from pagedkv.config import EngineConfig, ModelConfig
 from pagedkv.errors import ConfigError, InsufficientMemoryError, PlanningError
 from pagedkv.models import (
     GPU,
@@ -115,7 +115,9 @@ def make_plan(request: PlanRequest) -> PlanResult:
     _check_budgets(budgets)
     specs = get_kv_cache_specs(layout, config=config)
     available = [b.kv_cache_bytes for b in budgets]
-    limit = max(layout.max_model_len or 0, config.max_model_len, 1)
+    # Auto-fit searches up to the model's limit (or the length asked for, if larger);
+    # a model without a limit (pure Mamba) searches up to the EngineConfig default.
+    limit = max(layout.max_model_len or ModelConfig().max_model_len, config.max_model_len)
     target = config.max_model_len
     if target == -1:
         target = plan_kv_cache(config, specs, available, max_model_len_limit=limit).max_model_len
