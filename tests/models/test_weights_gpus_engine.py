@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from pagedkv.errors import ConfigError
@@ -119,3 +122,28 @@ def test_activation_reserve_shrinks_with_tp() -> None:
     one = activation_reserve_bytes(layout, engine_config_for(layout))
     two = activation_reserve_bytes(layout, engine_config_for(layout, tensor_parallel_size=2))
     assert two < one
+
+
+def test_glm45_air_moe_from_its_published_numbers(tmp_path: Path) -> None:
+    config = {
+        "architectures": ["Glm4MoeForCausalLM"],
+        "model_type": "glm4_moe",
+        "hidden_size": 4096,
+        "intermediate_size": 10944,
+        "moe_intermediate_size": 1408,
+        "n_routed_experts": 128,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "num_attention_heads": 96,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "num_hidden_layers": 46,
+        "vocab_size": 151552,
+        "torch_dtype": "bfloat16",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    layout = describe_model(path, use_transformers=False)
+    assert layout.num_params / 1e9 == pytest.approx(106, rel=0.03)  # "106B total"
+    assert layout.layer_kinds() == {"full_attention": 46}
+    assert layout.units[0].expert_params == 0 and layout.units[1].expert_params > 0

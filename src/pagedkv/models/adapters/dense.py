@@ -39,10 +39,14 @@ def optional_int(view: ConfigView, *keys: str) -> int:
     "Phi3ForCausalLM",
     "GlmForCausalLM",
     "Glm4ForCausalLM",
+    "Glm4MoeForCausalLM",
     "llama",
     "mistral",
     "mixtral",
     "phi3",
+    "glm",
+    "glm4",
+    "glm4_moe",
 )
 class DecoderAdapter(ModelAdapter):
     """Llama-style decoder; a ``sliding_window`` without ``layer_types`` applies to every layer."""
