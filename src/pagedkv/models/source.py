@@ -74,10 +74,11 @@ def _parse(path: Path, name: str) -> dict[str, Any]:
 
 
 def _find_bundled(name: str) -> Path | None:
-    root = bundled_models_dir()
+    """A bundled config by name, case-insensitively; a Hub id (``org/name``) works too."""
+    key = name.strip().lower().rsplit("/", 1)[-1]
     for candidate in list_bundled_models():
-        if candidate.lower() == name.lower() or candidate.lower().split("/")[-1] == name.lower():
-            return root / candidate / "config.json"
+        if candidate.lower() == key:
+            return bundled_models_dir() / candidate / "config.json"
     return None
 
 
