@@ -152,7 +152,9 @@ def plan_command(
     ),
     gpu: str | None = typer.Option(None, "--gpu", help=f"GPU from the table [{DEFAULT_GPU}]."),
     memory: str | None = typer.Option(None, "--memory", help="Device memory, e.g. 80GiB."),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
+    gpu_memory_utilization: float = typer.Option(
+        0.9, "--gpu-memory-utilization", help="Share of device memory the engine may use."
+    ),
     weights: str = typer.Option("auto", "--weights", help="Weight bytes per worker, or auto."),
     kv_cache_memory: str | None = typer.Option(
         None, "--kv-cache-memory", help="KV cache bytes per worker (skips the estimate)."
@@ -160,10 +162,12 @@ def plan_command(
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallel size."),
     pp: int = typer.Option(1, "--pp", min=1, help="Pipeline parallel size."),
     max_model_len: int | None = typer.Option(
-        None, "--max-model-len", help="Tokens per request; -1 fits the largest."
+        None, "--max-model-len", help="Tokens per request [the model's]; -1 fits the largest."
     ),
-    block_size: int = typer.Option(16, "--block-size", min=1),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
+    block_size: int = typer.Option(16, "--block-size", min=1, help="Tokens per block."),
+    kv_cache_dtype: str = typer.Option(
+        "auto", "--kv-cache-dtype", help="bfloat16, fp8, int8_per_token_head, ... (auto: model's)."
+    ),
     context_len: list[int] = CONTEXT_LEN_OPTION,
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
     plot: Path | None = PLOT_OPTION,
