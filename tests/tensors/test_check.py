@@ -25,7 +25,7 @@ from pagedkv.planning.planner import get_kv_cache_configs  # noqa: E402
 from pagedkv.runtime import KVCacheManager  # noqa: E402
 from pagedkv.runtime.hashing import BlockHasher  # noqa: E402
 from pagedkv.runtime.managers import SlidingWindowManager  # noqa: E402
-from pagedkv.tensors import find_unsafe_overlaps  # noqa: E402
+from pagedkv.tensors import find_unsafe_overlaps, paged_attention  # noqa: E402
 from pagedkv.tensors.check import (  # noqa: E402
     CheckReport,
     PagedAttentionMismatch,
@@ -174,3 +174,21 @@ def test_two_groups_writing_one_block_is_caught(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(KVCacheManager, "get_block_ids", shared)
     with pytest.raises(PagedAttentionMismatch, match=r"layer 'l\d'"):
         run(plan("full+window"))
+
+
+def test_a_custom_kernel_is_checked_too() -> None:
+    """A 'kernel' that ignores the last token of every context fails; the reference
+    wrapped as a custom kernel passes."""
+    calls = []
+
+    def reference(view, query, metadata, **kw):  # type: ignore[no-untyped-def]
+        calls.append(view.layer_name)
+        return paged_attention(view, query, metadata, **kw)
+
+    def off_by_one(view, query, metadata, **kw):  # type: ignore[no-untyped-def]
+        shorter = metadata._replace(seq_lens=(metadata.seq_lens - 1).clamp(min=1))
+        return paged_attention(view, query, shorter, **kw)
+
+    assert run(plan("full"), attention=reference).max_abs_error <= 1e-9 and calls
+    with pytest.raises(PagedAttentionMismatch):
+        run(plan("full"), attention=off_by_one)

@@ -10,6 +10,7 @@ cache hit, early window free or two groups writing one block shows up as a misma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -57,11 +58,21 @@ def _content(views: dict[str, LayerView], salt: int) -> TokenContent:
     return TokenContent(shapes, {n: v.tensor.dtype for n, v in views.items()}, salt=salt)
 
 
+# (view, query [T, Hq, D], metadata, *, value_head_size, compute_dtype) -> [T, Hq, Dv]
+AttentionFn = Callable[..., torch.Tensor]
+
+
 class _Runner:
     def __init__(
-        self, memory: KVCacheMemory, content: TokenContent, seed: int, atol: float
+        self,
+        memory: KVCacheMemory,
+        content: TokenContent,
+        seed: int,
+        atol: float,
+        attention: AttentionFn,
     ) -> None:
         self.memory = memory
+        self.attention = attention
         self.views = _attention_layers(memory)
         self.content = content
         self.gen = torch.Generator().manual_seed(seed)
@@ -111,7 +122,7 @@ class _Runner:
         query = torch.randn(
             len(meta.positions), heads, head, generator=self.gen, dtype=torch.float64
         )
-        got = paged_attention(
+        got = self.attention(
             view,
             query.to(view.tensor.device),
             meta,
@@ -158,13 +169,19 @@ def check_paged_attention(
     max_num_batched_tokens: int = 32,
     max_num_seqs: int = 8,
     max_steps: int = 2000,
+    attention: AttentionFn = paged_attention,
 ) -> CheckReport:
     """Run ``workload`` through a real KVCacheManager and real tensors; raise
-    PagedAttentionMismatch at the first query whose paged output differs from dense."""
+    PagedAttentionMismatch at the first query whose paged output differs from dense.
+
+    ``attention`` is the paged attention under test (default: the reference); it is
+    called like :func:`paged_attention` and may run on ``device``.
+    """
     manager = KVCacheManager(kv_cache_config, config)
     memory = allocate_kv_cache(kv_cache_config, device)
     _poison(memory)
-    runner = _Runner(memory, _content(_attention_layers(memory), seed), seed, atol)
+    content = _content(_attention_layers(memory), seed)
+    runner = _Runner(memory, content, seed, atol, attention)
     scheduler = MiniScheduler(manager, workload, max_num_batched_tokens, max_num_seqs)
     groups = kv_cache_config.kv_cache_groups
     checked_groups = sorted({v.group_id for v in runner.views.values()})
