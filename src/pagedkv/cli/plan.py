@@ -150,7 +150,9 @@ def plan_command(
     model: str = typer.Argument(
         DEFAULT_MODEL, help="Bundled model name, model directory or config.json."
     ),
-    gpu: str | None = typer.Option(None, "--gpu", help=f"GPU from the table [{DEFAULT_GPU}]."),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help=f"GPU from the table (default {DEFAULT_GPU})."
+    ),
     memory: str | None = typer.Option(None, "--memory", help="Device memory, e.g. 80GiB."),
     gpu_memory_utilization: float = typer.Option(
         0.9, "--gpu-memory-utilization", help="Share of device memory the engine may use."
@@ -162,7 +164,9 @@ def plan_command(
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallel size."),
     pp: int = typer.Option(1, "--pp", min=1, help="Pipeline parallel size."),
     max_model_len: int | None = typer.Option(
-        None, "--max-model-len", help="Tokens per request [the model's]; -1 fits the largest."
+        None,
+        "--max-model-len",
+        help="Tokens per request (default: the model's); -1 fits the largest.",
     ),
     block_size: int = typer.Option(16, "--block-size", min=1, help="Tokens per block."),
     kv_cache_dtype: str = typer.Option(
