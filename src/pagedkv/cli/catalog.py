@@ -68,7 +68,7 @@ def gpus_command(
             g.name,
             f"{g.memory_bytes / 1e9:g} GB",
             format_bytes(g.planning_memory_bytes),
-            f"{g.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
+            f"{g.bandwidth_bytes_per_s / 1e12:.2f} TB/s" if g.bandwidth_bytes_per_s else "-",
             g.memory_type,
             g.confidence,
         )

@@ -7,7 +7,7 @@ specs for one tensor-parallel rank.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pagedkv.errors import ModelConfigError
 
@@ -184,7 +184,6 @@ class ModelLayout:
     max_model_len: int | None = None
     max_encoder_len: int | None = None
     quant_method: str | None = None
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def layers(self) -> list[LayerDesc]:

@@ -65,7 +65,7 @@ class DecoderAdapter(ModelAdapter):
             layer = self.attention_layer(view, index, kind)
             params, experts = self.mlp_params(view, index)
             attn = attention_params(hidden, layer.num_heads, layer.num_kv_heads, layer.head_size)
-            units.append(Unit(index, self.unit_layers(view, index, layer), attn + params, experts))
+            units.append(Unit(index, (layer,), attn + params, experts))
         embed, head = embedding_params(view, source, hidden, self.tied_embeddings)
         return ModelLayout(
             name=view.model,
@@ -82,11 +82,6 @@ class DecoderAdapter(ModelAdapter):
 
     def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
         return [SLIDING if view.has("sliding_window") else FULL] * num_layers
-
-    def unit_layers(
-        self, view: ConfigView, index: int, layer: AttentionLayer
-    ) -> tuple[AttentionLayer, ...]:
-        return (layer,)
 
     def attention_layer(self, view: ConfigView, index: int, kind: str) -> AttentionLayer:
         heads = view.int("num_attention_heads")
