@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedkv.errors import ConfigError
 from pagedkv.models import (
@@ -147,3 +149,24 @@ def test_glm45_air_moe_from_its_published_numbers(tmp_path: Path) -> None:
     assert layout.num_params / 1e9 == pytest.approx(106, rel=0.03)  # "106B total"
     assert layout.layer_kinds() == {"full_attention": 46}
     assert layout.units[0].expert_params == 0 and layout.units[1].expert_params > 0
+
+
+WEIGHT_MODELS = ["Llama-3.1-8B", "DeepSeek-V3", "gpt-oss-20b", "Jamba-v0.1", "whisper-large-v3"]
+WEIGHT_LAYOUTS = {name: describe_model(name, use_transformers=False) for name in WEIGHT_MODELS}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(WEIGHT_MODELS),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.integers(1, 8),
+)
+def test_weights_are_conserved_across_workers(name: str, tp: int, pp: int) -> None:
+    layout = WEIGHT_LAYOUTS[name]
+    per_worker = weight_bytes_per_worker(layout, tp, pp)
+    total = weight_bytes_per_worker(layout, 1, 1)[0]
+    assert len(per_worker) == tp * pp
+    # Each stage is split evenly over its TP ranks (rounded up per rank).
+    assert total <= sum(per_worker) <= total + tp * pp
+    stages = [per_worker[i * tp] for i in range(pp)]
+    assert all(per_worker[i * tp + r] == stages[i] for i in range(pp) for r in range(tp))
