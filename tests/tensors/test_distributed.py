@@ -11,15 +11,12 @@ from datetime import timedelta
 import pytest
 
 from pagedkv.config import EngineConfig
-from pagedkv.specs import FullAttentionSpec
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from pagedkv.distributed import (  # noqa: E402
     DistributedPlanningError,
-    RankReport,
-    check_reports,
     plan_across_ranks,
 )
 
@@ -34,23 +31,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def rank_results() -> dict[int, dict]:
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
+def run_ranks(world: int, backend: str) -> dict[int, dict]:
+    """Start ``world`` spawned ranks, collect their results, never leave one running."""
     ctx = multiprocessing.get_context("spawn")
     results_queue = ctx.Queue()
     port = free_port()
     procs = [
-        ctx.Process(target=dist_worker.run_rank, args=(rank, WORLD, port, results_queue))
-        for rank in range(WORLD)
+        ctx.Process(target=dist_worker.run_rank, args=(rank, world, port, results_queue, backend))
+        for rank in range(world)
     ]
     for proc in procs:
         proc.start()
     results: dict[int, dict] = {}
     deadline = time.monotonic() + 90
     try:
-        while len(results) < WORLD and time.monotonic() < deadline:
+        while len(results) < world and time.monotonic() < deadline:
             try:
                 rank, result = results_queue.get(timeout=1)
             except queue_module.Empty:
@@ -62,10 +57,17 @@ def rank_results() -> dict[int, dict]:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-    assert len(results) == WORLD, f"only ranks {sorted(results)} reported back"
+    assert len(results) == world, f"only ranks {sorted(results)} reported back"
     for rank, result in results.items():
         assert "crash" not in result, f"rank {rank} crashed:\n{result['crash']}"
     return results
+
+
+@pytest.fixture(scope="module")
+def rank_results() -> dict[int, dict]:
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    return run_ranks(WORLD, "gloo")
 
 
 def test_every_rank_gets_the_same_block_count_and_its_own_layers(rank_results) -> None:
@@ -89,6 +91,7 @@ def test_a_rank_reporting_a_different_spec_fails_every_rank(rank_results) -> Non
         message = rank_results[rank]["mismatch"]
         assert message.startswith("DistributedPlanningError"), message
         assert "different KV cache specs on rank 2" in message and "rank 3" in message
+        assert "model.layers.21.self_attn" in message
 
 
 def test_a_failing_rank_fails_every_rank_and_the_group_survives(rank_results) -> None:
@@ -106,18 +109,24 @@ def test_a_dead_rank_makes_the_others_raise_instead_of_hanging(rank_results) -> 
         assert "rank" in message
 
 
-def test_reports_are_checked_without_processes() -> None:
-    spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64)
-    ok = [RankReport(r, {"l0": spec}, 1 << 30, "1") for r in range(2)]
-    check_reports(ok)
-    with pytest.raises(DistributedPlanningError, match="different pagedkv versions"):
-        check_reports([ok[0], ok[1]._replace(version="2")])
-    with pytest.raises(DistributedPlanningError, match="rank 1: boom"):
-        check_reports([ok[0], ok[1]._replace(error="boom")])
-
-
 def test_needs_an_initialized_group() -> None:
     if dist.is_initialized():
         pytest.skip("a process group is already initialized in this process")
     with pytest.raises(DistributedPlanningError, match="not initialized"):
         plan_across_ranks(EngineConfig.create(), {}, 0, timeout=timedelta(seconds=1))
+
+
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()),
+    reason="needs 2 CUDA devices and NCCL",
+)
+def test_nccl_ranks_agree_and_share_failures() -> None:
+    results = run_ranks(2, "nccl")
+    oks = [results[r]["ok"] for r in range(2)]
+    assert all(isinstance(ok, dict) for ok in oks), oks
+    assert oks[0]["num_blocks"] == oks[1]["num_blocks"] and oks[0]["digest"] == oks[1]["digest"]
+    assert all(ok["fits"] for ok in oks)
+    for rank in range(2):
+        assert results[rank]["mismatch"].startswith("DistributedPlanningError")
+        assert "rank 1: PlanningError" in results[rank]["local_failure"]
+        assert results[rank]["after_failures"] == oks[0]["num_blocks"]
