@@ -126,15 +126,34 @@ def test_mamba_hit_is_one_checkpoint_block_preceded_by_nulls() -> None:
     assert len(blocks.blocks[0]) == 3
 
 
-def test_mamba_checkpoint_cached_this_step_is_not_a_hit_until_next_step() -> None:
+def test_mamba_checkpoint_cached_this_step_is_refused_until_written() -> None:
     manager = make_manager([mamba()])
-    req = Request("a", list(range(12)))
-    manager.allocate_slots(req, 12)
-    _, num_hit = manager.get_computed_blocks(Request("b", list(range(13))))
-    assert num_hit == 0  # states are written by this step's forward pass
-    manager.new_step_starts()
-    _, num_hit = manager.get_computed_blocks(Request("c", list(range(13))))
+    a = Request("a", list(range(12)))
+    manager.allocate_slots(a, 12)  # caches checkpoints the forward pass writes now
+    b = Request("b", list(range(13)))
+    hit, num_hit = manager.get_computed_blocks(b)
     assert num_hit == 12
+    assert manager.allocate_slots(b, 1, num_hit, hit) is None  # state not written yet
+    manager.new_step_starts()
+    assert manager.allocate_slots(b, 1, num_hit, hit) is not None
+
+
+def test_mamba_checkpoint_is_written_once_its_request_is_scheduled_again() -> None:
+    manager = make_manager([mamba()])
+    a = Request("a", list(range(12)))
+    manager.allocate_slots(a, 12)
+    a.num_computed_tokens = 12
+    a.append_output_token_ids(1)
+    manager.allocate_slots(a, 1)  # a's previous step has run: its checkpoints exist
+    b = Request("b", list(range(13)))
+    hit, num_hit = manager.get_computed_blocks(b)
+    assert manager.allocate_slots(b, 1, num_hit, hit) is not None
+    c = Request("c", list(range(8)))
+    manager.allocate_slots(c, 8)
+    manager.free(c)  # a finished (or preempted) request's states were written too
+    d = Request("d", list(range(9)))
+    hit, num_hit = manager.get_computed_blocks(d)
+    assert num_hit == 8 and manager.allocate_slots(d, 1, num_hit, hit) is not None
 
 
 def test_mamba_none_mode_cannot_be_prefix_cached() -> None:

@@ -67,9 +67,12 @@ class BlockPool:
         self._dups: list[dict[Any, list[int]]] = []
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
         self._journal: Journal | None = None
-        # Blocks cached in the current step whose content the engine has not written yet.
-        # Kinds that need complete content at admission (state checkpoints) skip them.
-        self.unwritten_blocks: set[int] = set()
+        # Blocks cached in the current step whose content the engine has not written yet
+        # (block -> request that caches it). A kind that needs complete content at
+        # admission (state checkpoints) cannot adopt them until they are written: at the
+        # caching request's next allocation or free, or at the next engine step.
+        self.unwritten_blocks: dict[int, str] = {}
+        self._unwritten_by_request: dict[str, list[int]] = {}
 
     # ----------------------------------------------------------------- queries
     @property
@@ -107,6 +110,27 @@ class BlockPool:
                 return None
             out.append(block)
         return out
+
+    def mark_unwritten(self, request_id: str, blocks: Iterable[int]) -> None:
+        """``blocks`` were cached for ``request_id`` and are written by the current step."""
+        mine = self._unwritten_by_request.setdefault(request_id, [])
+        for block in blocks:
+            if block:
+                self.unwritten_blocks[block] = request_id
+                mine.append(block)
+
+    def mark_written(self, request_id: str) -> None:
+        """The step that computed ``request_id``'s last allocation has run."""
+        blocks = self._unwritten_by_request.pop(request_id, None)
+        if blocks:
+            unwritten = self.unwritten_blocks
+            for block in blocks:
+                if unwritten.get(block) == request_id:
+                    del unwritten[block]
+
+    def clear_unwritten(self) -> None:
+        self.unwritten_blocks.clear()
+        self._unwritten_by_request.clear()
 
     def free_queue(self) -> list[int]:
         """All free blocks in the order they would be handed out (for tests and tools)."""

@@ -11,6 +11,7 @@ from pagedkv.runtime.blocks import KVCacheBlocks
 from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator
 from pagedkv.runtime.events import BlockStored, KVCacheEvent
 from pagedkv.runtime.hashing import DEFAULT_CHAIN_SEED, BlockHasher
+from pagedkv.runtime.managers.base import SingleTypeKVCacheManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
@@ -82,12 +83,21 @@ class KVCacheManager:
         self.num_groups = len(self.managers)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         self._skipping = [m for m in self.managers if m.skips_tokens]
+        self._unwritten = self.block_pool._unwritten_by_request  # non-empty: track writes
+        sets: dict[tuple[type, object], list[SingleTypeKVCacheManager]] = {}
+        for m in self._skipping:
+            sets.setdefault((type(m), m.kv_cache_spec), []).append(m)
+        self._skip_sets = [(group[0], group) for group in sets.values()]
         self._cross = [isinstance(m, CrossAttentionManager) for m in self.managers]
         # Tables of group 0: membership says whether a request is running.
         self._first_tables: dict[str, list[int]] = (
             self.managers[0].req_to_blocks if self.managers else {}
         )
         self._single = self.managers[0] if self.num_groups == 1 and not self._cross[0] else None
+        distinct_sizes = {m.block_size for m in self.managers}
+        self._same_block_size = (
+            self.managers[0] if len(distinct_sizes) == 1 and not any(self._cross) else None
+        )
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in self.managers)
         self._empty = KVCacheBlocks(tuple([] for _ in self.managers))
         self._group_meta = [
@@ -200,6 +210,8 @@ class KVCacheManager:
             num_slots = max_len
         request_id = request.request_id
         if request_id in self._first_tables:
+            if self._unwritten:
+                self.block_pool.mark_written(request_id)  # its previous step has run
             if new_computed_blocks is not None and not new_computed_blocks.is_empty():
                 raise KVCacheRuntimeError(
                     f"request {request_id!r} is running; only a new request can adopt cached blocks"
@@ -269,14 +281,26 @@ class KVCacheManager:
         num_encoder_tokens: int,
     ) -> KVCacheBlocks | None:
         request_id = request.request_id
-        num_computed = request.num_computed_tokens
-        for m in self._skipping:
-            m.remove_skipped_blocks(request_id, num_computed)
+        if self._skip_sets:
+            self._remove_skipped(request_id, request.num_computed_tokens)
         cache_tokens = -1  # tokens that may be cached now (-1: no caching)
         if self.enable_caching and not delay_cache_blocks:
             cache_tokens = len(request.block_hashes) * self.hash_block_size
             if num_main < cache_tokens:
                 cache_tokens = num_main
+        first = self._same_block_size
+        if first is not None:
+            # All groups have one block size: their tables grow and get cached in step.
+            block_size = first.block_size
+            num_new = -(-num_slots // block_size) - len(first.req_to_blocks[request_id])
+            if num_new <= 0:
+                if cache_tokens // block_size <= first.num_cached_block[request_id]:
+                    return self._empty
+            elif num_new * self.num_groups > self.block_pool.num_free_blocks:
+                return None
+            return self._transaction(
+                request, None, 0, num_slots, num_main, num_encoder_tokens, cache_tokens >= 0
+            )
         num_needed = 0
         work = False
         cross = self._cross
@@ -296,6 +320,19 @@ class KVCacheManager:
         return self._transaction(
             request, None, 0, num_slots, num_main, num_encoder_tokens, cache_tokens >= 0
         )
+
+    def _remove_skipped(self, request_id: str, num_computed_tokens: int) -> None:
+        """Free blocks that left a window; identical groups share one skip computation."""
+        for probe, group in self._skip_sets:
+            skipped = probe.get_num_skipped_tokens(num_computed_tokens)
+            if skipped <= 0:
+                continue
+            last = skipped // probe.block_size
+            for m in group:
+                table = m.req_to_blocks[request_id]
+                index = (last if last < len(table) else len(table)) - 1
+                if index >= 0 and table[index]:
+                    m.remove_skipped_blocks(request_id, num_computed_tokens)
 
     def _transaction(
         self,
@@ -320,7 +357,13 @@ class KVCacheManager:
                 for gid, m in enumerate(managers):
                     m.add_local_computed_blocks(request_id, hits[gid], total_computed)
                 if self.enable_caching:
-                    boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
+                    # Where later requests are likely to hit: this prompt's end, a prefix
+                    # another group had (the junction), and the hit just adopted (shared).
+                    boundaries = (
+                        request.num_prompt_tokens - 1,
+                        request.shared_prefix_boundary,
+                        total_computed,
+                    )
                     for m in self._skipping:
                         m.set_retained_boundaries(request_id, boundaries)
             cross = self._cross
@@ -359,6 +402,8 @@ class KVCacheManager:
     def free(self, request: Request | str) -> None:
         """Release every block of the request, last blocks first (evicted first)."""
         request_id = request if isinstance(request, str) else request.request_id
+        if self._unwritten:
+            self.block_pool.mark_written(request_id)
         for m in self.managers:
             m.free(request_id)
 
@@ -381,7 +426,7 @@ class KVCacheManager:
 
     def new_step_starts(self) -> None:
         """Call once per engine step: checkpoints cached in earlier steps become usable."""
-        self.block_pool.unwritten_blocks.clear()
+        self.block_pool.clear_unwritten()
 
     def take_events(self) -> list[KVCacheEvent]:
         """KV cache events since the last call, BlockStored annotated with the group kind."""

@@ -5,7 +5,8 @@ behind it are freed (with ``block_size == max_model_len`` that is a single block
 Mode "align": block ``i`` holds the state after token ``(i + 1) * block_size``: each
 full block is a checkpoint that is cached like an attention block, and a hit is the
 single latest cached checkpoint, preceded by nulls. A checkpoint cached during the
-current step is not yet written, so lookups skip it until ``new_step_starts``.
+current step is written by that step's forward pass: a new request whose hit ends on one
+is refused (``allocate_slots`` returns None) until it is written, and gets it then.
 """
 
 from __future__ import annotations
@@ -39,12 +40,11 @@ class MambaManager(SingleTypeKVCacheManager):
     ) -> tuple[list[list[int]], int]:
         block_size = kv_cache_spec.block_size
         hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
-        pending = block_pool.unwritten_blocks
         for i in range(min(max_length // block_size, len(hashes)) - 1, -1, -1):
             if ((i + 1) * block_size) % alignment_tokens:
                 continue
             blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
-            if blocks is None or any(b in pending for b in blocks):
+            if blocks is None:
                 continue
             return [[NULL_BLOCK] * i + [b] for b in blocks], (i + 1) * block_size
         return [[] for _ in kv_cache_group_ids], 0
@@ -56,10 +56,29 @@ class MambaManager(SingleTypeKVCacheManager):
         end = (num_tokens - num_tokens % self.alignment_tokens) // self.block_size
         return max(end - 1, 0), end
 
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+    ) -> int:
+        unwritten = self.block_pool.unwritten_blocks
+        if (
+            unwritten
+            and new_computed_blocks
+            and new_computed_blocks[-1] in unwritten
+            and request_id not in self.req_to_blocks
+        ):
+            return self.block_pool.num_blocks + 1  # the state is written this step
+        return super().get_num_blocks_to_allocate(
+            request_id, num_tokens, new_computed_blocks, total_computed_tokens
+        )
+
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         table = self.req_to_blocks[request.request_id]
         first = self.num_cached_block[request.request_id]
         super().cache_blocks(request, num_tokens)
         last = self.num_cached_block[request.request_id]
         if last > first:
-            self.block_pool.unwritten_blocks.update(b for b in table[first:last] if b)
+            self.block_pool.mark_unwritten(request.request_id, table[first:last])
