@@ -94,3 +94,20 @@ def test_mamba_superseded_checkpoints_are_evicted_early_except_at_the_prompt_end
     lru = list(manager.block_pool._lru)
     # prompt end 20 -> the checkpoint after token 20 (block 4) keeps normal priority
     assert lru[-1] == table[4] and set(lru[:-1]) == set(table[:4])
+
+
+def test_adopted_hit_keeps_normal_priority_when_it_leaves_the_window() -> None:
+    manager = make_manager([mamba()], num_blocks=64)
+    a = Request("a", list(range(20)))
+    manager.allocate_slots(a, 20)
+    manager.free(a)
+    manager.new_step_starts()
+    b = Request("b", [*range(16), 50, 51, 52, 53, 54, 55, 56, 57, 58])  # shares 16 tokens
+    hit, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 16
+    checkpoint = hit.blocks[0][3]
+    manager.allocate_slots(b, 25 - num_hit, num_hit, hit)
+    b.num_computed_tokens = 25
+    b.append_output_token_ids(1)
+    manager.allocate_slots(b, 1)  # the adopted checkpoint is superseded and freed
+    assert list(manager.block_pool._lru)[-1] == checkpoint  # tail, not the front
