@@ -1,0 +1,68 @@
+"""Guard: `import pagedkv` stays light (no heavy packages, no optional layers) and fast.
+
+Run in a fresh interpreter so whatever this test session already imported does not count.
+The time limit is generous: a guard against an accidental heavy import, not a benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+FORBIDDEN_PACKAGES = ("torch", "transformers", "matplotlib", "numpy")
+FORBIDDEN_MODULES = ("pagedkv.sim", "pagedkv.cli", "pagedkv.tensors", "pagedkv.distributed")
+IMPORT_LIMIT_S = 1.5
+ATTEMPTS = 3  # the best of a few runs, so one run slowed by a busy machine does not fail
+
+_PROBE = """
+import json, sys, time
+started = time.perf_counter()
+{statement}
+elapsed_s = time.perf_counter() - started
+print(json.dumps({{"elapsed_s": elapsed_s, "modules": sorted(sys.modules)}}))
+"""
+
+
+def _probe(statement: str) -> tuple[float, list[str]]:
+    code = _PROBE.format(statement=statement)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(result["elapsed_s"]), list(result["modules"])
+
+
+def _offenders(modules: list[str]) -> list[str]:
+    heavy = [m for m in modules if m.split(".")[0] in FORBIDDEN_PACKAGES]
+    layers = [m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN_MODULES)]
+    return sorted({m.split(".")[0] for m in heavy}) + layers
+
+
+def test_import_pagedkv_pulls_in_no_heavy_package_or_optional_layer() -> None:
+    _, modules = _probe("import pagedkv")
+    assert "pagedkv" in modules and "pagedkv.runtime" in modules  # the probe really imported
+    assert _offenders(modules) == [], f"`import pagedkv` imported: {_offenders(modules)}"
+
+
+def test_first_registry_query_stays_light() -> None:
+    # The first query runs the start-up hook (built-ins, platform, plugins): still no torch.
+    _, modules = _probe("import pagedkv\npagedkv.KVCacheSpecRegistry.ensure_registered()")
+    assert _offenders(modules) == [], f"start-up registration imported: {_offenders(modules)}"
+
+
+def test_import_pagedkv_is_fast() -> None:
+    times = []
+    for _ in range(ATTEMPTS):
+        elapsed_s, _ = _probe("import pagedkv")
+        times.append(elapsed_s)
+        if elapsed_s < IMPORT_LIMIT_S:
+            return
+    raise AssertionError(f"`import pagedkv` took {min(times):.2f} s (limit {IMPORT_LIMIT_S} s)")
+
+
+def test_probe_sees_a_heavy_import() -> None:
+    # The guard can fail: a statement that imports a forbidden layer is reported.
+    _, modules = _probe("import pagedkv.sim")
+    assert "pagedkv.sim" in _offenders(modules)
