@@ -17,8 +17,8 @@ from pagedkv.models.layers import (
     shard,
 )
 from pagedkv.models.registry import find_adapter
-from pagedkv.models.source import ModelSource, load_model_config
-from pagedkv.models.view import ConfigView, normalize_with_transformers
+from pagedkv.models.source import ModelSource, bundled_models_dir, load_model_config
+from pagedkv.models.view import ConfigView, normalize_with_transformers, transformers_mode
 from pagedkv.specs import (
     ChunkedLocalAttentionSpec,
     CrossAttentionSpec,
@@ -41,13 +41,21 @@ def describe_model(model: ModelLike, *, use_transformers: bool | None = None) ->
     """Read a config (bundled name, directory, file or ModelSource) into a ModelLayout.
 
     ``use_transformers``: True requires transformers, False never uses it, None
-    (default) uses it when installed unless ``PAGEDKV_TRANSFORMERS=0``.
+    (default) uses it when installed unless ``PAGEDKV_TRANSFORMERS=0``, except for
+    bundled configs: tests prove both paths give the same specs for those, and
+    importing transformers costs seconds.
     """
     source = load_model_config(model)
     adapter = find_adapter(source)
+    if use_transformers is None and transformers_mode(None) is None and _is_bundled(source):
+        use_transformers = False
     normalized, _ = normalize_with_transformers(source.name, source.raw, use_transformers)
     view = ConfigView(source.name, source.text_config, normalized)
     return adapter.describe(view, source)
+
+
+def _is_bundled(source: ModelSource) -> bool:
+    return source.path is not None and source.path.parent.parent == bundled_models_dir()
 
 
 def _as_layout(model: ModelLike | ModelLayout, use_transformers: bool | None) -> ModelLayout:
