@@ -31,8 +31,7 @@ def _normalize_shapes(name: str, shapes: Any) -> tuple[tuple[int, ...], ...]:
             dims = ()
         if not dims or len(dims) != len(raw) or min(dims) <= 0:
             raise KVCacheSpecError(
-                f"{name}.shapes has an invalid shape {raw!r}: "
-                "dimensions must be positive integers"
+                f"{name}.shapes has an invalid shape {raw!r}: dimensions must be positive integers"
             )
         result.append(dims)
     if not result:
