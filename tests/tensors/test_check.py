@@ -14,6 +14,7 @@ from pagedkv.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
+    MambaSpec,
     MLAAttentionSpec,
     SlidingWindowMLASpec,
     SlidingWindowSpec,
@@ -66,6 +67,10 @@ MODELS: dict[str, dict[str, KVCacheSpec]] = {
         "w1": attn(SlidingWindowSpec, sliding_window=8, head_size=4),
     },
 }
+STATE = MambaSpec(
+    block_size=BS, shapes=((4, 6), (2, 8)), dtypes=("float32", "float32"), mamba_cache_mode="align"
+)
+MODELS["full+mamba"] = {"f0": attn(), "s0": STATE, "s1": STATE, "f1": attn()}
 WINDOWED = {"full+window", "full+chunked", "mla+window", "unequal pages"}
 
 
@@ -75,6 +80,7 @@ def engine(num_blocks: int = 40, **kw: object) -> EngineConfig:
         max_model_len=64,
         max_num_batched_tokens=32,
         num_gpu_blocks_override=num_blocks,
+        mamba_cache_mode="align",
         **kw,
     )
 
@@ -104,7 +110,8 @@ def test_paged_attention_agrees_with_dense_every_step(model: str, device: str) -
     assert find_unsafe_overlaps(planned[0]) == []
     report = run(planned, device=device)
     assert_exercised(report, windowed=model in WINDOWED)
-    assert set(report.layers_checked) == set(MODELS[model])
+    attention = {n for n, s in MODELS[model].items() if not isinstance(s, MambaSpec)}
+    assert set(report.layers_checked) == attention
 
 
 def test_hnd_layout_and_half_precision_storage() -> None:
@@ -192,3 +199,17 @@ def test_a_custom_kernel_is_checked_too() -> None:
     assert run(plan("full"), attention=reference).max_abs_error <= 1e-9 and calls
     with pytest.raises(PagedAttentionMismatch):
         run(plan("full"), attention=off_by_one)
+
+
+def test_a_state_block_shared_with_attention_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the state group's current block were an attention block, state writes would
+    clobber keys: hand the state group the full group's last block."""
+    original = KVCacheManager.get_block_ids
+
+    def shared(self: KVCacheManager, request_id: str) -> tuple[list[int], ...]:
+        full_ids, state_ids = original(self, request_id)
+        return full_ids, [*state_ids[:-1], full_ids[-1]] if state_ids else state_ids
+
+    monkeypatch.setattr(KVCacheManager, "get_block_ids", shared)
+    with pytest.raises(PagedAttentionMismatch, match=r"layer 'f\d'"):
+        run(plan("full+mamba"))

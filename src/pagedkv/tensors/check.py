@@ -19,6 +19,7 @@ from pagedkv.config import EngineConfig
 from pagedkv.errors import PagedKVError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.runtime import KVCacheManager
+from pagedkv.specs import CrossAttentionSpec
 from pagedkv.tensors.allocation import KVCacheMemory, allocate_kv_cache
 from pagedkv.tensors.attention import attend, paged_attention, window_for_spec, write_kv
 from pagedkv.tensors.content import TokenContent
@@ -45,15 +46,27 @@ class CheckReport:
 
 
 def _attention_layers(memory: KVCacheMemory) -> dict[str, LayerView]:
-    return {n: v for n, v in memory.layers.items() if v.layout in ("NHD", "HND", "latent")}
+    """Self-attention layers (cross attention keys come from the encoder, not tokens)."""
+    return {
+        n: v
+        for n, v in memory.layers.items()
+        if v.layout in ("NHD", "HND", "latent") and not isinstance(v.spec, CrossAttentionSpec)
+    }
+
+
+def _row_shape(view: LayerView) -> tuple[int, ...]:
+    """One token's K (or latent) shape: ``(heads, head)``, or ``(head,)`` for a latent."""
+    shape = view.tensor.shape
+    if view.layout == "latent":
+        return (int(shape[2]),)
+    heads = shape[3] if view.layout == "NHD" else shape[2]
+    return int(heads), int(shape[4])
 
 
 def _content(views: dict[str, LayerView], salt: int) -> TokenContent:
     shapes = {}
     for name, view in views.items():
-        spec = view.spec
-        head = spec.head_size  # type: ignore[attr-defined]
-        row = (head,) if view.layout == "latent" else (spec.num_kv_heads, head)  # type: ignore[attr-defined]
+        row = _row_shape(view)
         shapes[name] = (row,) if view.layout == "latent" else (row, row)
     return TokenContent(shapes, {n: v.tensor.dtype for n, v in views.items()}, salt=salt)
 
@@ -74,6 +87,7 @@ class _Runner:
         self.memory = memory
         self.attention = attention
         self.views = _attention_layers(memory)
+        self.state_views = [v for v in memory.layers.values() if v.layout == "state"]
         self.content = content
         self.gen = torch.Generator().manual_seed(seed)
         self.atol = atol
@@ -81,13 +95,29 @@ class _Runner:
         self.num_checks = 0
 
     def run_step(
-        self, step: int, chunks: list[ScheduledChunk], metadata: dict[int, AttentionMetadata]
+        self,
+        step: int,
+        chunks: list[ScheduledChunk],
+        metadata: dict[int, AttentionMetadata],
+        block_ids: list[tuple[list[int], ...]],
     ) -> None:
+        self._write_states(block_ids)
         for name, view in self.views.items():
             meta = metadata[view.group_id]
             self._write(name, view, chunks, meta)
         for name, view in self.views.items():
             self._attend(step, name, view, chunks, metadata[view.group_id])
+
+    def _write_states(self, block_ids: list[tuple[list[int], ...]]) -> None:
+        """Overwrite each request's current state block: if a state block were also an
+        attention block, the attention check would see the damage."""
+        for view in self.state_views:
+            for ids in block_ids:
+                current = [b for b in ids[view.group_id] if b]
+                for tensor in view.tensors if current else ():
+                    tensor[current[-1]] = torch.randn(
+                        tensor.shape[1:], generator=self.gen, dtype=torch.float64
+                    ).to(tensor.dtype)
 
     def _rows(
         self, chunk: ScheduledChunk, name: str, start: int, end: int
@@ -117,7 +147,7 @@ class _Runner:
     ) -> None:
         latent = view.layout == "latent"
         head = int(view.tensor.shape[-1])
-        heads = 2 if latent else 2 * int(view.spec.num_kv_heads)  # type: ignore[attr-defined]
+        heads = 2 if latent else 2 * _row_shape(view)[0]
         v_size = max(1, head // 2) if latent else None
         query = torch.randn(
             len(meta.positions), heads, head, generator=self.gen, dtype=torch.float64
@@ -201,7 +231,7 @@ def check_paged_attention(
             block_size = groups[gid].kv_cache_spec.block_size
             (metadata[gid],) = build_attention_metadata(scheduled, [block_size], device)
         if chunks:
-            runner.run_step(step, chunks, metadata)
+            runner.run_step(step, chunks, metadata, block_ids)
         num_tokens += sum(c.num_new_tokens for c in chunks)
         scheduler.finish_step(chunks)
         step += 1
