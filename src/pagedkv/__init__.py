@@ -105,6 +105,10 @@ from pagedkv.models import (
     register_model_adapter,
 )
 
+# --- tensors (tensors/, distributed.py): torch stays unimported until used; the torch
+# helpers (allocate_kv_cache, paged_attention, ...) live in pagedkv.tensors ---
+from pagedkv.distributed import DistributedPlanningError, plan_across_ranks
+
 __version__ = "0.1.0"
 
 # --- simulation (sim/): imported on first use, so `import pagedkv` stays fast ---
