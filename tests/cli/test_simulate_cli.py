@@ -33,6 +33,7 @@ def test_json_summary_with_bound_on_a_synthetic_trace(tmp_path):
     assert data["requests"] == 40 and data["num_blocks"] == 400
     assert data["manager_calls"] == sum(data["manager_calls_by_kind"].values()) > 0
     assert data["manager_seconds"] > 0 and 0 < data["peak_usage"] <= 1
+    assert isinstance(data["evictions"], int)
     assert data["hit_tokens"] > 0  # the synthetic trace shares system prompts
     assert data["hit_rate"] == pytest.approx(data["hit_tokens"] / data["prompt_tokens"], 1e-5)
     assert data["bound_hit_rate"] >= data["hit_rate"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pagedkv.errors import ConfigError
@@ -68,6 +70,11 @@ def test_preemption_by_recomputation_and_readmission():
         "new_step_starts": 9,
     }
     assert res.peak_used_blocks == 4 and res.peak_usage == 1.0
+    assert res.evictions is None  # not counted unless asked (needs KV cache events)
+    counted = _run(dataclasses.replace(make_engine(5), count_evictions=True), trace, max_num_seqs=2)
+    # step 2 evicts R1's tail block; step 6 R1 needs 2 new blocks: R0's two last cached blocks
+    assert counted.evictions == 3
+    assert counted.manager_calls_by_kind == res.manager_calls_by_kind
 
 
 def test_request_that_never_fits_is_dropped_and_counted():
@@ -125,3 +132,37 @@ def test_settings_are_checked():
         SchedulerSettings(max_num_seqs=0)
     with pytest.raises(ConfigError, match="arrivals"):
         SchedulerSettings(arrivals="sometimes")  # type: ignore[arg-type]
+
+
+def test_mamba_align_mode_cuts_prefill_chunks_at_block_boundaries(tmp_path):
+    # full + Mamba (align, 4-token blocks); 10-token prompt, 3 tokens per step.
+    # chunks: 3 (0 -> 3: no boundary inside), 1 (3 -> 4: stop at the boundary),
+    # 3 (4 -> 7), 1 (7 -> 8), 2 (8 -> 10, the prompt end) -> 5 steps instead of 4
+    from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
+    from pagedkv.specs import FullAttentionSpec, MambaSpec
+
+    full = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8)
+    mamba = MambaSpec(
+        block_size=4, shapes=((4, 4),), dtypes=("bfloat16",), mamba_cache_mode="align"
+    )
+    groups = (
+        KVCacheGroupSpec(layer_names=("attn",), kv_cache_spec=full),
+        KVCacheGroupSpec(layer_names=("ssm",), kv_cache_spec=mamba),
+    )
+    cfg = KVCacheConfig(
+        num_blocks=64, kv_cache_tensors=(), kv_cache_groups=groups, max_model_len=64
+    )
+    plain = make_engine(64, max_model_len=64)
+    hybrid = dataclasses.replace(plain, kv_cache_config=cfg)
+    trace = make_trace((((1, 10),), 1))
+    tight = {"max_prefill_chunk": 3, "max_num_batched_tokens": 3}
+    assert _run(plain, trace, **tight).steps == 4
+    res = _run(hybrid, trace, **tight)
+    assert res.steps == 5 and res.requests_done == 1
+    # 17 tokens in chunks of 9: plain 9 + 8; aligned 8 (cut to a boundary) + 9 (the end)
+    longer = make_trace((((1, 17),), 1))
+    for engine, expected in ((plain, ["9", "8"]), (hybrid, ["8", "9"])):
+        path = tmp_path / "steps.csv"
+        engine.simulator(SchedulerSettings(max_prefill_chunk=9)).run(longer, steps_path=str(path))
+        rows = [line.split(",") for line in path.read_text().splitlines()[1:]]
+        assert [row[4] for row in rows] == expected

@@ -173,7 +173,9 @@ def simulate_command(
         "block_size": block_size,
         "max_model_len": max_model_len,
     }
-    engine = dataclasses.replace(_engine(model, gpu, num_blocks, opts), hash_algo=hash_algo)
+    engine = dataclasses.replace(
+        _engine(model, gpu, num_blocks, opts), hash_algo=hash_algo, count_evictions=True
+    )
     show = sys.stderr.isatty()
     if sweep:
         _run_sweep(engine, loaded, settings, bound, plot, json_output, show, run_sweep, sweep_sizes)

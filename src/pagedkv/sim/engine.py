@@ -10,7 +10,7 @@ from pagedkv.config import EngineConfig
 from pagedkv.planning.report import KVCachePlan
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.sim.scheduler import SchedulerSettings, Simulator
-from pagedkv.specs import FullAttentionSpec, KVCacheSpec, UniformTypeKVCacheSpecs
+from pagedkv.specs import FullAttentionSpec, KVCacheSpec, MambaSpec, UniformTypeKVCacheSpecs
 
 
 def _behaviour_spec(spec: KVCacheSpec) -> KVCacheSpec:
@@ -36,6 +36,16 @@ def bound_geometry(kv_cache_config: KVCacheConfig) -> tuple[int, int] | None:
     return full[0].block_size, (kv_cache_config.num_blocks - 1) // len(full)
 
 
+def _mamba_align_block_size(kv_cache_config: KVCacheConfig) -> int:
+    """The Mamba block size when Mamba groups checkpoint per block ("align"), else 0."""
+    sizes = [
+        spec.block_size
+        for spec in (_behaviour_spec(g.kv_cache_spec) for g in kv_cache_config.kv_cache_groups)
+        if isinstance(spec, MambaSpec) and spec.mamba_cache_mode == "align"
+    ]
+    return min(sizes, default=0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SimEngine:
     """A KV cache config plus engine options; ``simulator()`` builds a fresh manager."""
@@ -44,6 +54,7 @@ class SimEngine:
     config: EngineConfig
     model_name: str = "model"
     hash_algo: str | None = None
+    count_evictions: bool = False
 
     @property
     def num_blocks(self) -> int:
@@ -68,7 +79,12 @@ class SimEngine:
             max_num_batched_tokens=settings.max_num_batched_tokens,
             max_num_seqs=settings.max_num_seqs,
         )
-        manager = KVCacheManager(self.kv_cache_config, config, hash_algo=self.hash_algo)
+        manager = KVCacheManager(
+            self.kv_cache_config,
+            config,
+            hash_algo=self.hash_algo,
+            enable_events=self.count_evictions,
+        )
         hasher = manager.hasher if manager.enable_caching else None
 
         def make_request(request_id: str, token_ids: list[int]) -> Any:
@@ -84,6 +100,8 @@ class SimEngine:
             settings=settings,
             model_name=self.model_name,
             kv_cache_groups=tuple(_group_label(g) for g in self.kv_cache_config.kv_cache_groups),
+            count_evictions=self.count_evictions,
+            align_block_size=_mamba_align_block_size(self.kv_cache_config),
         )
 
 
