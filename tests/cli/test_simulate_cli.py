@@ -63,7 +63,7 @@ def test_sweep_json_and_plot(tmp_path):
     proc = _run(*BASE, "--trace", "synthetic:30:2", "--sweep", "--plot", str(png))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["sweep"]
-    assert [r["num_blocks"] for r in rows] == [12, 25, 50, 100, 200, 400]
+    assert [r["num_blocks"] for r in rows] == [50, 100, 200, 400, 800, 1600]
     assert all(r["bound_hit_rate"] >= r["hit_rate"] for r in rows)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

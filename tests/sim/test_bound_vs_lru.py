@@ -57,7 +57,7 @@ def test_bound_beats_lru_when_lru_evicts_the_wrong_block():
 
 def test_sweep_is_monotone_enough_and_names_sizes():
     trace = make_trace(*[(((i % 3, 16), (10 + i, 4)), 2) for i in range(12)])
-    points = sweep(make_engine(64), trace, sweep_sizes(64, 4), SchedulerSettings(max_num_seqs=2))
+    points = sweep(make_engine(64), trace, sweep_sizes(32, 2, 1), SchedulerSettings(max_num_seqs=2))
     assert [p.num_blocks for p in points] == [8, 16, 32, 64]
     assert all(p.bound_hit_rate is not None and p.bound_hit_rate >= p.hit_rate for p in points)
     assert points[-1].hit_rate >= points[0].hit_rate

@@ -143,7 +143,9 @@ def simulate_command(
     ),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
     bound: bool = typer.Option(False, "--bound", help="Also the clairvoyant (Belady) bound."),
-    sweep: bool = typer.Option(False, "--sweep", help="Hit rate at 6 sizes up to the cache."),
+    sweep: bool = typer.Option(
+        False, "--sweep", help="Hit rate at 1/8x .. 4x the cache size (6 sizes)."
+    ),
     plot: str | None = typer.Option(None, "--plot", help="With --sweep: write a PNG."),
     steps_csv: str | None = typer.Option(None, "--steps-csv", help="Per-step time series."),
     skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines"),

@@ -69,6 +69,8 @@ def sweep(
     return points
 
 
-def sweep_sizes(num_blocks: int, count: int = 6) -> list[int]:
-    """Block counts from ``num_blocks / 2**(count-1)`` up to ``num_blocks``, doubling."""
-    return sorted({max(num_blocks >> i, 2) for i in range(count)})
+def sweep_sizes(num_blocks: int, below: int = 3, above: int = 2) -> list[int]:
+    """``num_blocks`` halved ``below`` times and doubled ``above`` times (at least 2 each)."""
+    sizes = {max(num_blocks >> i, 2) for i in range(below + 1)}
+    sizes |= {num_blocks << i for i in range(1, above + 1)}
+    return sorted(sizes)
