@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagedkv.config import EngineConfig
+from pagedkv.errors import ConfigError, NoFreeBlocksError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.specs import (
     ChunkedLocalAttentionSpec,
@@ -29,10 +30,11 @@ from pagedkv.runtime.managers import SlidingWindowManager  # noqa: E402
 from pagedkv.tensors import find_unsafe_overlaps, paged_attention  # noqa: E402
 from pagedkv.tensors.check import (  # noqa: E402
     CheckReport,
+    CheckStalledError,
     PagedAttentionMismatch,
     check_paged_attention,
 )
-from pagedkv.tensors.workload import random_workload  # noqa: E402
+from pagedkv.tensors.workload import WorkloadRequest, random_workload  # noqa: E402
 
 from .configs import DEVICES, layer_outer_config  # noqa: E402
 
@@ -213,3 +215,16 @@ def test_a_state_block_shared_with_attention_is_caught(monkeypatch: pytest.Monke
     monkeypatch.setattr(KVCacheManager, "get_block_ids", shared)
     with pytest.raises(PagedAttentionMismatch, match=r"layer 'f\d'"):
         run(plan("full+mamba"))
+
+
+def test_workloads_that_cannot_run_are_typed_errors() -> None:
+    planned = plan("full")
+    long = [WorkloadRequest("too-long", tuple(range(60)), tuple(range(10)))]
+    with pytest.raises(ConfigError, match="'too-long' has 70 tokens"):
+        check_paged_attention(*planned, long)
+    with pytest.raises(CheckStalledError, match="3 steps"):
+        run(planned, max_steps=3)
+    tiny = layer_outer_config([(attn(), ["f0"])], num_blocks=4)  # 3 usable blocks
+    wide = [WorkloadRequest("wide", tuple(range(20)), (1,))]
+    with pytest.raises(NoFreeBlocksError, match=r"'wide'.*empty KV cache of 4 blocks"):
+        check_paged_attention(tiny, engine(), wide)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from pagedkv.config import EngineConfig
-from pagedkv.errors import PagedKVError
+from pagedkv.errors import ConfigError, PagedKVError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.runtime import KVCacheManager
 from pagedkv.specs import CrossAttentionSpec
@@ -32,8 +32,15 @@ class PagedAttentionMismatch(PagedKVError, AssertionError):
     """Paged attention over the managed cache disagreed with dense attention."""
 
 
+class CheckStalledError(PagedKVError, RuntimeError):
+    """The workload did not finish within the step limit."""
+
+
 @dataclass(frozen=True)
 class CheckReport:
+    """What one check ran: steps, requests, tokens, cache hits, preemptions, block-table
+    null entries seen, attention comparisons made, layers checked and the worst error."""
+
     num_steps: int
     num_requests: int
     num_scheduled_tokens: int
@@ -208,6 +215,13 @@ def check_paged_attention(
     called like :func:`paged_attention` and may run on ``device``.
     """
     manager = KVCacheManager(kv_cache_config, config)
+    for item in workload:
+        num_tokens = len(item.prompt_token_ids) + len(item.output_token_ids)
+        if num_tokens > manager.max_model_len:
+            raise ConfigError(
+                f"workload request {item.request_id!r} has {num_tokens} tokens, more than "
+                f"max_model_len={manager.max_model_len}"
+            )
     memory = allocate_kv_cache(kv_cache_config, device)
     _poison(memory)
     content = _content(_attention_layers(memory), seed)
@@ -218,7 +232,7 @@ def check_paged_attention(
     num_tokens = num_nulls = step = 0
     while not scheduler.done:
         if step >= max_steps:
-            raise PagedAttentionMismatch(f"workload did not finish in {max_steps} steps")
+            raise CheckStalledError(f"workload did not finish in {max_steps} steps")
         chunks = scheduler.step()
         block_ids = [manager.get_block_ids(c.request.request_id) for c in chunks]
         metadata: dict[int, AttentionMetadata] = {}
