@@ -33,10 +33,10 @@ def full(heads: int) -> FullAttentionSpec:
 
 def sliding_hybrid(heads: int) -> dict[str, KVCacheSpec]:
     """5 sliding-window layers to 1 full layer (Gemma-3 style)."""
-    window = SlidingWindowSpec(block_size=16, num_kv_heads=heads, head_size=128, sliding_window=1024)
-    return {
-        f"layers.{i}": full(heads) if (i + 1) % 6 == 0 else window for i in range(NUM_LAYERS)
-    }
+    window = SlidingWindowSpec(
+        block_size=16, num_kv_heads=heads, head_size=128, sliding_window=1024
+    )
+    return {f"layers.{i}": full(heads) if (i + 1) % 6 == 0 else window for i in range(NUM_LAYERS)}
 
 
 def mamba_hybrid(heads: int) -> dict[str, KVCacheSpec]:

@@ -5,7 +5,7 @@ shared by every group) and splits each bucket into groups of at most ``g`` layer
 A block id then costs ``g * P`` bytes; a max-length request costs that times the
 blocks all its groups hold. The candidate needing the fewest bytes per request
 wins; within ``TOLERANCE`` of it vLLM's own rule is kept when it qualifies, else the
-candidate with the fewest groups.
+candidate with the fewest groups, then the smallest block size.
 """
 
 from __future__ import annotations
@@ -200,5 +200,8 @@ def search(
     if vllm is not None and any(s is vllm for s in eligible):
         chosen = vllm
     else:
-        chosen = min(eligible, key=lambda s: (s.num_groups, s.bytes_per_request, -s.group_size))
+        # Fewest groups, then the smallest block size (finer prefix-cache hits), then bytes.
+        chosen = min(
+            eligible, key=lambda s: (s.num_groups, max(s.block_sizes), s.bytes_per_request)
+        )
     return vllm, chosen, scored
