@@ -164,3 +164,17 @@ class TestDeepSeekMLA:
         config = EngineConfig.create(max_model_len=8192)
         plan = plan_kv_cache(config, [{"layers.0": spec}], [1 * GiB])
         assert plan.groups[0].page_size_bytes == 41_984
+
+
+def test_layer_slot_i_is_shared_by_layer_i_of_every_group() -> None:
+    config = EngineConfig.create(max_model_len=131072, async_scheduling=True)
+    plan = plan_kv_cache(config, [gemma3_27b()], [80 * GiB])
+    (kv,) = plan.configs
+    n = kv.num_blocks
+    regions = kv.layer_regions()
+    assert len(kv.kv_cache_tensors) == plan.num_groups == 31
+    assert {t.size for t in kv.kv_cache_tensors} == {plan.bytes_per_block * n}
+    for slot in range(2):
+        offsets = {regions[g.layer_names[slot]].offset for g in kv.kv_cache_groups}
+        assert offsets == {slot * 128 * KiB * n}
+    assert {r.block_stride for r in regions.values()} == {128 * KiB}
