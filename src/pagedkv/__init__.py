@@ -46,6 +46,7 @@ from pagedkv.planning import (
     KVCacheTensor,
     LayerRegion,
     SupportsKVCacheGrouping,
+    VLLMRuleKVCacheConfigBuilder,
     WorkerReport,
     get_kv_cache_config_builder,
     get_kv_cache_configs,
@@ -104,10 +105,6 @@ from pagedkv.models import (
     memory_budgets,
     register_model_adapter,
 )
-
-# --- tensors (tensors/, distributed.py): torch stays unimported until used; the torch
-# helpers (allocate_kv_cache, paged_attention, ...) live in pagedkv.tensors ---
-from pagedkv.distributed import DistributedPlanningError, plan_across_ranks
 
 __version__ = "0.1.0"
 
