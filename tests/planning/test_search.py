@@ -75,3 +75,23 @@ def test_auto_fit_rescores_at_the_fitted_length() -> None:
     assert next(a for a in fitted.alternatives if a.chosen).name == "vllm"
     assert fitted.num_groups == 2
     assert all(a.reference_len > 500_000 for a in fitted.alternatives)
+
+
+def test_vllm_rule_builder_keeps_vllms_grouping() -> None:
+    from pagedkv.config import ModelConfig
+    from pagedkv.planning import VLLMRuleKVCacheConfigBuilder
+    from pagedkv.platforms import qualname_of
+
+    from .models import gemma3_27b
+
+    model = ModelConfig(
+        max_model_len=131072, kv_cache_config_builder=qualname_of(VLLMRuleKVCacheConfigBuilder)
+    )
+    config = CONFIG.replace(model=model, async_scheduling=True)
+    plan = plan_kv_cache(config, [gemma3_27b()], [80 * GiB])
+    assert plan.num_groups == 7 and plan.bytes_per_block == 1_310_720
+    assert next(a for a in plan.alternatives if a.chosen).name == "vllm"
+    assert (
+        min(a.bytes_per_request for a in plan.alternatives)
+        < plan.max_concurrency[0].bytes_per_request
+    )

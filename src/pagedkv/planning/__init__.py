@@ -4,6 +4,7 @@ from pagedkv.planning.builder import (
     DefaultKVCacheConfigBuilder,
     KVCacheConfigBuilder,
     SupportsKVCacheGrouping,
+    VLLMRuleKVCacheConfigBuilder,
     get_kv_cache_config_builder,
 )
 from pagedkv.planning.plan import plan_kv_cache
@@ -37,6 +38,7 @@ __all__ = [
     "KVCacheTensor",
     "LayerRegion",
     "SupportsKVCacheGrouping",
+    "VLLMRuleKVCacheConfigBuilder",
     "WorkerReport",
     "check_aliasing",
     "get_kv_cache_config_builder",

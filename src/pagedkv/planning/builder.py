@@ -63,6 +63,8 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
     """The model's own grouping when it declares one, else the searched default;
     layer-slot placement in one shared allocation."""
 
+    vllm_rule: bool = False
+
     def get_kv_cache_groups(
         self, config: EngineConfig, kv_cache_spec: Mapping[str, KVCacheSpec]
     ) -> list[KVCacheGroupSpec]:
@@ -86,6 +88,7 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
             kv_cache_spec,
             block_size_multiple=platform.kv_cache_block_size_multiple(config),
             allow_hybrid=config.cache.enable_hybrid_kv_cache and platform.support_hybrid_kv_cache(),
+            vllm_rule=self.vllm_rule,
         )
 
     def get_kv_cache_config_from_groups(
@@ -97,6 +100,13 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
         self, config: EngineConfig, kv_cache_groups: Sequence[KVCacheGroupSpec]
     ) -> int | None:
         return bytes_per_block(kv_cache_groups)
+
+
+class VLLMRuleKVCacheConfigBuilder(DefaultKVCacheConfigBuilder):
+    """The default builder keeping vLLM's fixed group-size rule whenever it can unify
+    the pages (to compare against vLLM); the searched groupings stay in the report."""
+
+    vllm_rule = True
 
 
 def get_kv_cache_config_builder(config: EngineConfig | None) -> KVCacheConfigBuilder:

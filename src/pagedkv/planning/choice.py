@@ -129,8 +129,10 @@ def choose_kv_cache_groups(
     *,
     block_size_multiple: int = 1,
     allow_hybrid: bool = True,
+    vllm_rule: bool = False,
 ) -> GroupingChoice:
-    """The default builder's grouping with the alternatives it scored."""
+    """The default builder's grouping with the alternatives it scored (``vllm_rule``:
+    vLLM's fixed group-size rule whenever it applies, for comparisons)."""
     ref = reference_config(config)
     if not kv_cache_spec:
         return GroupingChoice((), (), ref.max_model_len)
@@ -142,7 +144,9 @@ def choose_kv_cache_groups(
         return GroupingChoice(
             tuple(single), (_single_alternative(single[0], ref),), ref.max_model_len
         )
-    vllm, chosen, scored = search(make_buckets(specs), ref, block_size_multiple)
+    vllm, chosen, scored = search(
+        make_buckets(specs), ref, block_size_multiple, vllm_rule=vllm_rule
+    )
     groups = groups_from_buckets(chosen.page.buckets, chosen.group_size)
     alternatives = [to_alternative(s, s is chosen, ref) for s in _shortlist(vllm, chosen, scored)]
     alternatives.sort(key=lambda a: (not a.chosen, a.bytes_per_request))

@@ -177,9 +177,12 @@ def score(page: PageCandidate, group_size: int, is_vllm: bool = False) -> Scored
 
 
 def search(
-    buckets: Sequence[Bucket], config: EngineConfig, multiple: int
+    buckets: Sequence[Bucket], config: EngineConfig, multiple: int, *, vllm_rule: bool = False
 ) -> tuple[Scored | None, Scored, list[Scored]]:
-    """(vLLM's candidate or None, the chosen one, every valid candidate scored)."""
+    """(vLLM's candidate or None, the chosen one, every valid candidate scored).
+
+    ``vllm_rule`` picks vLLM's candidate whenever its rule can unify the pages.
+    """
     vllm_page, pages = page_candidates(buckets, config, multiple)
     vllm = None
     if vllm_page is not None:
@@ -197,7 +200,7 @@ def search(
         )
     best = min(s.bytes_per_request for s in scored)
     eligible = [s for s in scored if s.bytes_per_request <= best * (1 + TOLERANCE)]
-    if vllm is not None and any(s is vllm for s in eligible):
+    if vllm is not None and (vllm_rule or any(s is vllm for s in eligible)):
         chosen = vllm
     else:
         # Fewest groups, then the smallest block size (finer prefix-cache hits), then bytes.
