@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import pytest
 
 from pagedkv import (
+    ChunkedLocalAttentionSpec,
     ConfigError,
     EncoderOnlyAttentionSpec,
     EngineConfig,
@@ -152,12 +153,18 @@ class TestCapacity:
             for name, specs in {
                 "full": {"a": full()},
                 "sliding": {"a": sliding(1024)},
+                "chunked": {
+                    "a": ChunkedLocalAttentionSpec(
+                        block_size=16, num_kv_heads=8, head_size=128, attention_chunk_size=8192
+                    )
+                },
                 "mamba": {"a": mamba1(mode="none")},
             }.items()
         }
         # Points are max_model_len first, then the other lengths in order.
         assert blocks["full"] == [65536, 256, 4096]
         assert blocks["sliding"][0] == blocks["sliding"][2] < 1000
+        assert blocks["chunked"][0] == blocks["chunked"][2] == (8192 + 8192) // 16
         assert blocks["mamba"] == [1, 1, 1]
 
     def test_context_lengths_and_token_capacity(self) -> None:
