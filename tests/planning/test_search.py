@@ -95,3 +95,21 @@ def test_vllm_rule_builder_keeps_vllms_grouping() -> None:
         min(a.bytes_per_request for a in plan.alternatives)
         < plan.max_concurrency[0].bytes_per_request
     )
+
+
+def test_bad_platform_block_multiple_and_bad_limit() -> None:
+    import pytest
+
+    from pagedkv import PlanningError, PlatformError
+
+    class Broken(GenericPlatform):
+        @classmethod
+        def kv_cache_block_size_multiple(cls, config):  # type: ignore[no-untyped-def]
+            return 0
+
+    set_current_platform(Broken)
+    with pytest.raises(PlatformError, match="kv_cache_block_size_multiple"):
+        plan_kv_cache(CONFIG, [jamba()], [8 * GiB])
+    set_current_platform(None)
+    with pytest.raises(PlanningError, match="max_model_len_limit"):
+        plan_kv_cache(CONFIG, [jamba()], [8 * GiB], max_model_len_limit=0)

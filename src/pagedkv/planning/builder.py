@@ -83,10 +83,16 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
     ) -> GroupingChoice:
         """The searched default grouping together with the alternatives it scored."""
         platform = get_current_platform()
+        multiple = platform.kv_cache_block_size_multiple(config)
+        if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple <= 0:
+            raise PlatformError(
+                f"{platform.__qualname__}.kv_cache_block_size_multiple must return a positive "
+                f"integer, got {multiple!r}"
+            )
         return choose_kv_cache_groups(
             config,
             kv_cache_spec,
-            block_size_multiple=platform.kv_cache_block_size_multiple(config),
+            block_size_multiple=multiple,
             allow_hybrid=config.cache.enable_hybrid_kv_cache and platform.support_hybrid_kv_cache(),
             vllm_rule=self.vllm_rule,
         )

@@ -109,7 +109,9 @@ def plan_workers(
     """The whole planning flow; ``get_kv_cache_configs`` returns its configs."""
     specs_per_worker, available = kv_cache_specs_per_worker, available_memory_per_worker
     _check_inputs(specs_per_worker, available)
-    limit = max_model_len_limit or DEFAULT_MAX_MODEL_LEN_LIMIT
+    limit = DEFAULT_MAX_MODEL_LEN_LIMIT if max_model_len_limit is None else max_model_len_limit
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+        raise PlanningError(f"max_model_len_limit must be a positive integer, got {limit!r}")
     merged = merge_worker_specs(specs_per_worker)
     KVCacheSpecRegistry.check_kv_cache_spec_registry(merged)
     merged = with_retained_tokens(merged, config.scheduler.num_lookahead_tokens)
