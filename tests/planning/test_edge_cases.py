@@ -269,3 +269,14 @@ def test_66_concurrency_excludes_the_null_block() -> None:
     assert point.vllm_max_concurrency == 1025 / 512  # vLLM counts the null block
     assert point.max_concurrency == 1024 / 512
     assert point.max_requests == 2
+
+
+def test_64_draft_flag_survives_page_unification() -> None:
+    from pagedkv.planning.search import page_candidates
+
+    draft = dataclasses.replace(full(heads=8), is_draft=True)
+    specs = {"f": full(heads=8), "d": draft, "s": sliding(128, heads=4)}
+    _, found = page_candidates(make_buckets(specs), CONFIG, 1)
+    for candidate in found:
+        by_layer = {n: spec for b in candidate.buckets for n, spec in zip(b.layer_names, b.specs)}
+        assert by_layer["d"].is_draft and not by_layer["f"].is_draft

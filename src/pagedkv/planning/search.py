@@ -61,14 +61,16 @@ class Scored:
 def _refit(
     buckets: Sequence[Bucket], fit: Callable[[KVCacheSpec], KVCacheSpec | None]
 ) -> tuple[Bucket, ...] | None:
-    cache: dict[KVCacheSpec, KVCacheSpec | None] = {}
+    # Keyed with is_draft too: it does not take part in equality but must survive.
+    cache: dict[tuple[KVCacheSpec, bool], KVCacheSpec | None] = {}
     out = []
     for bucket in buckets:
         specs = []
         for spec in bucket.specs:
-            if spec not in cache:
-                cache[spec] = fit(spec)
-            fitted = cache[spec]
+            key = (spec, spec.is_draft)
+            if key not in cache:
+                cache[key] = fit(spec)
+            fitted = cache[key]
             if fitted is None:
                 return None
             specs.append(fitted)
