@@ -13,28 +13,24 @@ give exactly the order of one doubly linked list:
 3. ``_lru``: freed blocks that were cached, least recently used first (O(1) removal
    from the middle when a cache hit revives one).
 
-A cached block is found through ``_maps[group_id][block_hash] -> block id``; further
-blocks with the same key (duplicate content) wait in ``_dups[group_id][block_hash]`` and
-are promoted when the first goes.
+Which cached block holds which hash is kept by ``PrefixCacheIndex`` (prefix_cache.py).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
-from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+from pagedkv.runtime.events import AllBlocksCleared, KVCacheEvent
 from pagedkv.runtime.journal import Journal, Savepoint, undo
+from pagedkv.runtime.prefix_cache import NULL_BLOCK, PrefixCacheIndex
 
-if TYPE_CHECKING:
-    from pagedkv.runtime.request import Request
-
-NULL_BLOCK = 0
+__all__ = ["NULL_BLOCK", "BlockPool"]
 
 
-class BlockPool:
+class BlockPool(PrefixCacheIndex):
     """Fixed set of KV cache blocks shared by every group of a model.
 
     ``hash_block_size``: token granularity of the requests' hash chains (None: every
@@ -88,62 +84,9 @@ class BlockPool:
         usable = self.num_blocks - 1
         return 0.0 if usable == 0 else 1.0 - self.num_free_blocks / usable
 
-    def hash_map(self, group_id: int) -> dict[Any, int]:
-        """The ``block hash -> first cached block id`` map of one group."""
-        maps = self._maps
-        while len(maps) <= group_id:
-            maps.append({})
-            self._dups.append({})
-        return maps[group_id]
-
-    def key_of(self, block: int) -> tuple[Any, int] | None:
-        """``(block hash, group id)`` of a cached block, None if it is not cached."""
-        h = self.block_hash[block]
-        return None if h is None else (h, self.block_group[block])
-
-    def get_cached_block(self, block_hash: Any, group_ids: Sequence[int]) -> list[int] | None:
-        """One cached block per group id, or None if any group misses."""
-        out = []
-        for gid in group_ids:
-            block = self.hash_map(gid).get(block_hash)
-            if block is None:
-                return None
-            out.append(block)
-        return out
-
-    def mark_unwritten(self, request_id: str, blocks: Iterable[int]) -> None:
-        """``blocks`` were cached for ``request_id`` and are written by the current step."""
-        mine = self._unwritten_by_request.setdefault(request_id, [])
-        for block in blocks:
-            if block:
-                self.unwritten_blocks[block] = request_id
-                mine.append(block)
-
-    def mark_written(self, request_id: str) -> None:
-        """The step that computed ``request_id``'s last allocation has run."""
-        blocks = self._unwritten_by_request.pop(request_id, None)
-        if blocks:
-            unwritten = self.unwritten_blocks
-            for block in blocks:
-                if unwritten.get(block) == request_id:
-                    del unwritten[block]
-
-    def clear_unwritten(self) -> None:
-        self.unwritten_blocks.clear()
-        self._unwritten_by_request.clear()
-
     def free_queue(self) -> list[int]:
         """All free blocks in the order they would be handed out (for tests and tools)."""
         return [*reversed(self._stack), *range(self._next_fresh, self.num_blocks), *self._lru]
-
-    def cached_blocks(self) -> dict[tuple[Any, int], list[int]]:
-        """Every ``(block hash, group id)`` key with its blocks, first-inserted first."""
-        out: dict[tuple[Any, int], list[int]] = {}
-        for gid, m in enumerate(self._maps):
-            dups = self._dups[gid]
-            for h, block in m.items():
-                out[(h, gid)] = [block, *dups.get(h, ())]
-        return out
 
     # ------------------------------------------------------------- allocation
     def get_new_blocks(self, num_blocks: int) -> list[int]:
@@ -262,112 +205,6 @@ class BlockPool:
             for block in reversed(early):
                 lru[block] = None
                 move(block, last=False)
-
-    # ---------------------------------------------------------------- caching
-    def cache_full_blocks(
-        self,
-        request: Request,
-        blocks: Sequence[int],
-        num_cached_blocks: int,
-        num_full_blocks: int,
-        block_size: int,
-        group_id: int,
-    ) -> None:
-        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hash (skipping null blocks).
-
-        Block ``i``'s hash is the request's chain hash at token ``(i + 1) * block_size``.
-        """
-        if num_cached_blocks >= num_full_blocks:
-            return
-        hashes = request.block_hashes
-        scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
-        m = self.hash_map(group_id)
-        block_hash = self.block_hash
-        groups = self.block_group
-        stored = []
-        for i in range(num_cached_blocks, num_full_blocks):
-            block = blocks[i]
-            if block == NULL_BLOCK or block_hash[block] is not None:
-                continue
-            h = hashes[i] if scale == 1 else hashes[(i + 1) * scale - 1]
-            block_hash[block] = h
-            groups[block] = group_id
-            if h in m:
-                self._dups[group_id].setdefault(h, []).append(block)
-            else:
-                m[h] = block
-            stored.append(block)
-        if self._journal is not None:
-            self._journal.append(("cache", stored))
-        if self._events is not None:
-            self._events.append(
-                self._stored_event(
-                    request, stored, num_cached_blocks, num_full_blocks, block_size, group_id
-                )
-            )
-
-    def _stored_event(
-        self,
-        request: Request,
-        stored: list[int],
-        first: int,
-        end: int,
-        block_size: int,
-        group_id: int,
-    ) -> BlockStored:
-        scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
-        parent = request.block_hashes[first * scale - 1] if first > 0 else None
-        return BlockStored(
-            block_hashes=[self.block_hash[b] for b in stored],
-            parent_block_hash=parent,
-            token_ids=request.all_token_ids[first * block_size : end * block_size],
-            block_size=block_size,
-            lora_id=None,
-            medium=self.medium,
-            lora_name=request.lora_name,
-            group_idx=group_id,
-        )
-
-    def _drop_key(self, block: int, h: Any, gid: int) -> None:
-        self.block_hash[block] = None
-        m = self._maps[gid]
-        dups = self._dups[gid]
-        others = dups.get(h)
-        if m.get(h) == block:
-            if others:
-                m[h] = others.pop(0)
-                if not others:
-                    del dups[h]
-            else:
-                del m[h]
-        elif others is not None:
-            others.remove(block)
-            if not others:
-                del dups[h]
-        if self._events is not None:
-            self._events.append(BlockRemoved(block_hashes=[h], medium=self.medium, group_idx=gid))
-
-    def _restore_key(self, block: int, h: Any, gid: int) -> None:
-        """Make ``block`` the first cached block of its key again (used by rollback)."""
-        self.block_hash[block] = h
-        self.block_group[block] = gid
-        m = self.hash_map(gid)
-        if h in m:
-            self._dups[gid].setdefault(h, []).insert(0, m[h])
-        m[h] = block
-
-    def evict_blocks(self, block_ids: Iterable[int]) -> None:
-        """Drop the hash of each block (in use or not); the blocks stay where they are."""
-        hashes = self.block_hash
-        for block in block_ids:
-            if not isinstance(block, int) or not 0 <= block < self.num_blocks:
-                raise KVCacheRuntimeError(
-                    f"evict_blocks: block id {block!r} is outside the pool "
-                    f"(0 .. {self.num_blocks - 1})"
-                )
-            h = hashes[block]
-            if h is not None:
-                self._drop_key(block, h, self.block_group[block])
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refused (False) while any block is in use."""
