@@ -182,3 +182,11 @@ def test_admission_cap_applies_only_when_the_full_sequence_must_fit() -> None:
         short2.allocate_slots(Request("a", list(range(200))), 16, full_sequence_must_fit=True)
         is None
     )
+
+
+def test_mamba_admission_counts_only_the_blocks_it_holds_at_once() -> None:
+    # in-flight 64 tokens, block 4: at most 16 + 1 state blocks per request
+    manager = make_manager([mamba()], num_blocks=20)
+    assert manager.managers[0].max_admission_blocks() == 17
+    req = Request("a", list(range(200)))  # 50 blocks of tokens, but never 50 held
+    assert manager.allocate_slots(req, 16, full_sequence_must_fit=True) is not None

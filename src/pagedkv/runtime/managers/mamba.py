@@ -52,6 +52,13 @@ class MambaManager(SingleTypeKVCacheManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(num_computed_tokens - 1, 0)
 
+    def max_admission_blocks(self) -> int | None:
+        """The live state block plus the blocks of one step's tokens."""
+        if self.max_model_len is None or self.in_flight_tokens is None:
+            return None
+        tokens = min(self.in_flight_tokens, self.max_model_len)
+        return -(-tokens // self.block_size) + 1
+
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         end = (num_tokens - num_tokens % self.alignment_tokens) // self.block_size
         return max(end - 1, 0), end
