@@ -37,7 +37,10 @@ def scheduler_block_size(groups: Sequence[KVCacheGroupSpec], default: int) -> in
 
 
 def _real_width(group: KVCacheGroupSpec) -> int:
-    return sum(s.real_page_size_bytes for s in group.layer_specs().values())
+    spec = group.kv_cache_spec
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return spec.real_page_size_bytes
+    return spec.real_page_size_bytes * len(group.layer_names)
 
 
 def group_reports(

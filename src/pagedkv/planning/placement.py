@@ -16,6 +16,7 @@ from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 from pagedkv.platforms import get_current_platform
+from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
 KV_CACHE_LAYOUTS = ("NHD", "HND")
 
@@ -33,7 +34,12 @@ def resolve_kv_cache_layout(config: EngineConfig) -> str:
 
 
 def layer_pages(group: KVCacheGroupSpec) -> list[tuple[str, int]]:
-    return [(name, spec.page_size_bytes) for name, spec in group.layer_specs().items()]
+    """(layer, page bytes) in group order; a plain group's page is computed once."""
+    spec = group.kv_cache_spec
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return [(n, spec.kv_cache_specs[n].page_size_bytes) for n in group.layer_names]
+    page = spec.page_size_bytes
+    return [(n, page) for n in group.layer_names]
 
 
 def group_width_bytes(group: KVCacheGroupSpec) -> int:

@@ -82,7 +82,11 @@ def page_candidate(
     name: str, buckets: tuple[Bucket, ...], page_bytes: int, config: EngineConfig
 ) -> PageCandidate:
     blocks = tuple(b.first.max_memory_usage_blocks(config) for b in buckets)
-    real = tuple(sum(s.real_page_size_bytes for s in b.specs) for b in buckets)
+    sizes: dict[int, int] = {}  # by id: refitted specs repeat the same objects
+    for spec in (s for b in buckets for s in b.specs):
+        if id(spec) not in sizes:
+            sizes[id(spec)] = spec.real_page_size_bytes
+    real = tuple(sum(sizes[id(s)] for s in b.specs) for b in buckets)
     return PageCandidate(name, page_bytes, buckets, blocks, real)
 
 

@@ -63,7 +63,16 @@ class KVCacheTensor:
         )
 
     def regions(self) -> list[LayerRegion]:
-        return [self.region(name) for name in self.layers]
+        return [
+            LayerRegion(
+                name,
+                self.offset + i * self.layer_stride,
+                self.block_stride,
+                self.page_size_bytes,
+                self.host_resident,
+            )
+            for i, name in enumerate(self.layers)
+        ]
 
 
 @dataclass(frozen=True, kw_only=True)

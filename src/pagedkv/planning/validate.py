@@ -8,6 +8,7 @@ from pagedkv.config import EngineConfig
 from pagedkv.errors import InsufficientMemoryError, PlanningError
 from pagedkv.planning.builder import KVCacheConfigBuilder
 from pagedkv.planning.partition import check_exact_partition
+from pagedkv.planning.placement import layer_pages
 from pagedkv.planning.regions import PlacedRegion, check_aliasing
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 
@@ -56,7 +57,7 @@ def _device_bytes(config: KVCacheConfig, builder: KVCacheConfigBuilder, worker: 
 
 
 def _check_regions(config: KVCacheConfig, worker: int) -> None:
-    specs = {n: s for g in config.kv_cache_groups for n, s in g.layer_specs().items()}
+    pages = {n: page for g in config.kv_cache_groups for n, page in layer_pages(g)}
     group_of = {n: gid for gid, g in enumerate(config.kv_cache_groups) for n in g.layer_names}
     n = config.num_blocks
     allocations: dict[tuple[bool, int], list[PlacedRegion]] = {}
@@ -75,10 +76,10 @@ def _check_regions(config: KVCacheConfig, worker: int) -> None:
                     f"worker {worker}: layer {name!r} needs bytes [{region.offset}, {end}) "
                     f"of a {tensor.size}-byte tensor"
                 )
-            if region.page_size_bytes < specs[name].page_size_bytes:
+            if region.page_size_bytes < pages[name]:
                 raise PlanningError(
                     f"worker {worker}: layer {name!r} region holds {region.page_size_bytes} "
-                    f"bytes per block, its page needs {specs[name].page_size_bytes}"
+                    f"bytes per block, its page needs {pages[name]}"
                 )
             if n > 1 and 0 < region.block_stride < region.page_size_bytes:
                 raise PlanningError(f"worker {worker}: layer {name!r} blocks overlap each other")
