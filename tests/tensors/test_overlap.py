@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagedkv.planning.types import KVCacheConfig
+from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 from pagedkv.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -20,6 +20,7 @@ from pagedkv.specs import (
 torch = pytest.importorskip("torch")
 
 from pagedkv.tensors import UnsafeOverlap, allocate_kv_cache, find_unsafe_overlaps  # noqa: E402
+from pagedkv.tensors.overlap import sweep_unsafe_overlaps  # noqa: E402
 
 from .configs import block_outer_config, layer_outer_config  # noqa: E402
 
@@ -123,3 +124,46 @@ def test_same_block_id_across_groups_is_shared_on_purpose() -> None:
         kv_cache_groups=(dataclasses.replace(plan.kv_cache_groups[0], layer_names=("f", "w")),),
     )
     assert UnsafeOverlap("f", 0, "w", 0) in find_unsafe_overlaps(merged)
+
+
+@st.composite
+def arbitrary_plans(draw: st.DrawFn) -> KVCacheConfig:
+    """Plans with arbitrary (often broken) placements, one tensor per group."""
+    num_blocks = draw(st.integers(1, 6))
+    tensors, groups = [], []
+    spec = FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=2, dtype="float32")
+    for gid in range(draw(st.integers(1, 3))):
+        names = tuple(f"g{gid}.l{i}" for i in range(draw(st.integers(1, 3))))
+        tensors.append(
+            KVCacheTensor(
+                size=4096,
+                layers=names,
+                layer_stride=draw(st.integers(0, 40)),
+                block_stride=draw(st.integers(1, 40)),
+                page_size_bytes=draw(st.integers(1, 40)),
+                offset=draw(st.integers(0, 40)),
+            )
+        )
+        groups.append(KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec))
+    return KVCacheConfig(
+        num_blocks=num_blocks, kv_cache_tensors=tuple(tensors), kv_cache_groups=tuple(groups)
+    )
+
+
+def _pairs(overlaps: list[UnsafeOverlap]) -> set[frozenset[str]]:
+    return {frozenset((o.layer_a, o.layer_b)) for o in overlaps}
+
+
+@settings(max_examples=200, deadline=None)
+@given(config=arbitrary_plans())
+def test_closed_form_agrees_with_brute_force(config: KVCacheConfig) -> None:
+    fast = find_unsafe_overlaps(config, limit=10**6)
+    slow = sweep_unsafe_overlaps(config, limit=10**6)
+    assert _pairs(fast) == _pairs(slow)
+    regions = config.layer_regions()
+    group = {n: g for g, grp in enumerate(config.kv_cache_groups) for n in grp.layer_names}
+    for o in fast:  # every report is a real, unintended overlap
+        a0, a1 = regions[o.layer_a].block_range(o.block_a)
+        b0, b1 = regions[o.layer_b].block_range(o.block_b)
+        assert a0 < b1 and b0 < a1
+        assert not (o.block_a == o.block_b and group[o.layer_a] != group[o.layer_b])
