@@ -31,8 +31,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def run_ranks(world: int, backend: str) -> dict[int, dict]:
-    """Start ``world`` spawned ranks, collect their results, never leave one running."""
+def spawn_ranks(world: int, backend: str) -> dict[int, dict]:
+    """Start ``world`` spawned ranks and collect their results; never leave one running."""
     ctx = multiprocessing.get_context("spawn")
     results_queue = ctx.Queue()
     port = free_port()
@@ -57,6 +57,13 @@ def run_ranks(world: int, backend: str) -> dict[int, dict]:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+    return results
+
+
+def run_ranks(world: int, backend: str) -> dict[int, dict]:
+    results = spawn_ranks(world, backend)
+    if any("Address already in use" in r.get("crash", "") for r in results.values()):
+        results = spawn_ranks(world, backend)  # the free port was taken in between: once more
     assert len(results) == world, f"only ranks {sorted(results)} reported back"
     for rank, result in results.items():
         assert "crash" not in result, f"rank {rank} crashed:\n{result['crash']}"
