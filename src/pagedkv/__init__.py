@@ -6,6 +6,7 @@ from pagedkv.dtypes import KVCacheDtype, canonical_dtype_name, get_kv_dtype
 from pagedkv.errors import (
     ConfigError,
     InsufficientMemoryError,
+    KVCacheRuntimeError,
     KVCacheSpecError,
     ModelConfigError,
     NoFreeBlocksError,
@@ -106,7 +107,7 @@ from pagedkv.models import (
     register_model_adapter,
 )
 
-__version__ = "0.1.0"
+from pagedkv._version import __version__
 
 # --- simulation (sim/): imported on first use, so `import pagedkv` stays fast ---
 _SIM_EXPORTS = frozenset(

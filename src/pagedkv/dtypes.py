@@ -77,7 +77,8 @@ def canonical_dtype_name(dtype: Any) -> str:
 
 def get_kv_dtype(dtype: Any) -> KVCacheDtype:
     """The format of a dtype given by name (or alias) or as a torch dtype."""
-    return DTYPES[canonical_dtype_name(dtype)]
+    fmt = DTYPES.get(dtype) if isinstance(dtype, str) else None
+    return fmt if fmt is not None else DTYPES[canonical_dtype_name(dtype)]
 
 
 def dtype_size(dtype: Any) -> int:

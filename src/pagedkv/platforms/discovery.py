@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import os
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pagedkv.errors import PlatformError
 from pagedkv.platforms.interface import GenericPlatform, Platform
 from pagedkv.platforms.qualname import qualname_of, resolve_obj_by_qualname
 from pagedkv.registry import STARTUP_LOCK
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +24,13 @@ _lock = STARTUP_LOCK  # shared with the registry: see pagedkv.registry
 _current: type[Platform] | None = None
 _plugins_loaded = False
 _loaded_plugins: set[str] = set()
+
+
+def entry_points(*, group: str) -> Any:
+    # importlib.metadata costs ~50-90 ms to import: only pay it when discovery runs.
+    from importlib.metadata import entry_points as _entry_points
+
+    return _entry_points(group=group)
 
 
 def _as_platform_class(obj: Any, origin: str) -> type[Platform] | None:
