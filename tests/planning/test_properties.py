@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from itertools import combinations, pairwise
+from itertools import pairwise
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -106,10 +106,15 @@ def brute_force_violations(kv: KVCacheConfig) -> list[tuple[str, str]]:
                 spans.append(
                     (tensor.host_resident, lo, hi, b, group_of[r.layer_name], r.layer_name)
                 )
+    spans.sort()
     bad = []
-    for a, c in combinations(spans, 2):
-        if a[0] == c[0] and a[1] < c[2] and c[1] < a[2] and (a[3] != c[3] or a[4] == c[4]):
-            bad.append((a[5], c[5]))
+    active: list[tuple[bool, int, int, int, int, str]] = []
+    for span in spans:
+        active = [a for a in active if a[0] == span[0] and a[2] > span[1]]
+        for a in active:
+            if a[3] != span[3] or a[4] == span[4]:
+                bad.append((a[5], span[5]))
+        active.append(span)
     return bad
 
 
@@ -144,7 +149,7 @@ def test_regions_never_overlap_unsafely(
     case: tuple[EngineConfig, list[dict[str, KVCacheSpec]], list[int]],
 ) -> None:
     config, workers, memory = case
-    config = config.replace(num_gpu_blocks_override=3, max_model_len=16)
+    config = config.replace(num_gpu_blocks_override=24, max_model_len=16)
     plan = plan_or_skip(config, workers, memory)
     for kv in plan.configs:
         assert brute_force_violations(kv) == []
@@ -206,3 +211,31 @@ def test_aliasing_check_matches_brute_force(case: tuple[list[PlacedRegion], int]
     exact = num_blocks == 1 or len({r.block_stride for r in placed}) == 1
     if exact:
         assert ok == expected_ok  # and rejects only unsafe ones when strides agree
+
+
+def test_brute_force_oracle_sees_a_bad_placement() -> None:
+    from pagedkv import KVCacheGroupSpec, KVCacheTensor
+
+    groups = (
+        KVCacheGroupSpec(layer_names=("a",), kv_cache_spec=full()),
+        KVCacheGroupSpec(layer_names=("b",), kv_cache_spec=full()),
+    )
+
+    def tensor(layer: str, offset: int) -> KVCacheTensor:
+        return KVCacheTensor(
+            size=4 * 65536,
+            layers=(layer,),
+            layer_stride=0,
+            block_stride=65536,
+            page_size_bytes=65536,
+            offset=offset,
+        )
+
+    good = KVCacheConfig(
+        num_blocks=3, kv_cache_tensors=(tensor("a", 0), tensor("b", 0)), kv_cache_groups=groups
+    )
+    shifted = KVCacheConfig(
+        num_blocks=3, kv_cache_tensors=(tensor("a", 0), tensor("b", 65536)), kv_cache_groups=groups
+    )
+    assert brute_force_violations(good) == []
+    assert ("a", "b") in brute_force_violations(shifted)
