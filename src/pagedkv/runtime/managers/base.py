@@ -163,13 +163,34 @@ class SingleTypeKVCacheManager(ABC):
 
     # ----------------------------------------------------------------- freeing
     def free(self, request_id: str) -> None:
-        """Release the request's blocks, last first (the tail is evicted first)."""
+        """Release the request's blocks, last first (the tail is evicted first).
+
+        Kinds that skip tokens give their blocks the same priorities as when they leave
+        the window: early eviction except where a later hit is likely.
+        """
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
-        self._retained.pop(request_id, None)
-        if table:
+        keep = self._retained.pop(request_id, None)
+        if not table:
+            return
+        if not (self.skips_tokens and self.enable_caching):
             table.reverse()
             self.block_pool.free_blocks(table)
+            return
+        early: list[int] = []
+        kept: list[int] = []
+        for i in range(len(table) - 1, -1, -1):
+            block = table[i]
+            if block:
+                if keep is not None and i in keep:
+                    kept.append(block)
+                else:
+                    early.append(block)
+        pool = self.block_pool
+        if early:
+            pool.free_blocks(early, evict_early=True)
+        if kept:
+            pool.free_blocks(kept)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Replace blocks this kind no longer needs by the null block and free them.
