@@ -111,3 +111,20 @@ def test_adopted_hit_keeps_normal_priority_when_it_leaves_the_window() -> None:
     b.append_output_token_ids(1)
     manager.allocate_slots(b, 1)  # the adopted checkpoint is superseded and freed
     assert list(manager.block_pool._lru)[-1] == checkpoint  # tail, not the front
+
+
+def test_freed_window_blocks_outside_retained_points_are_evicted_first() -> None:
+    manager = make_manager([full(), swa(8)], num_blocks=64)
+    req = Request("a", list(range(12)))  # prompt end 11 -> hit of 8 needs window blocks 0, 1
+    manager.allocate_slots(req, 12)
+    prompt_window = manager.get_block_ids("a")[1][:2]
+    req.num_computed_tokens = 12
+    req.append_output_token_ids([1, 2, 3, 4])
+    manager.allocate_slots(req, 4)  # 16 tokens: window block 3 (decode) is full and cached
+    req.num_computed_tokens = 16
+    window_table = manager.get_block_ids("a")[1]
+    manager.free(req)
+    lru = list(manager.block_pool._lru)
+    early = {b for b in window_table[2:] if b}
+    assert set(lru[: len(early)]) == early  # blocks no retained point needs go first
+    assert set(prompt_window) <= set(lru[len(early) :])  # the prompt-end window stays
