@@ -228,3 +228,23 @@ def test_workloads_that_cannot_run_are_typed_errors() -> None:
     wide = [WorkloadRequest("wide", tuple(range(20)), (1,))]
     with pytest.raises(NoFreeBlocksError, match=r"'wide'.*empty KV cache of 4 blocks"):
         check_paged_attention(tiny, engine(), wide)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=PagedAttentionMismatch,
+    reason="runtime bug: with attention_chunk_size % block_size != 0 a pure chunked-local "
+    "model gets a null-block 'hit' (chunk 12, block 8: 8 tokens for a 14-token prompt on a "
+    "cold cache) although tokens 8..11 attend to tokens 0..7 of the same chunk. A null "
+    "prefix hit must be a multiple of the chunk size too. Remove this marker once fixed.",
+)
+def test_chunk_not_a_multiple_of_the_block_size() -> None:
+    spec = ChunkedLocalAttentionSpec(
+        block_size=8, num_kv_heads=2, head_size=4, dtype="float32", attention_chunk_size=12
+    )
+    config = EngineConfig.create(
+        block_size=8, max_model_len=64, max_num_batched_tokens=8, num_gpu_blocks_override=86
+    )
+    (kv_cache_config,) = get_kv_cache_configs(config, [{"l0": spec, "l1": spec}], [1 << 30])
+    workload = random_workload(556597, num_requests=12)
+    check_paged_attention(kv_cache_config, config, workload, max_num_batched_tokens=8)
