@@ -69,3 +69,13 @@ def test_bound_needs_a_full_attention_group(monkeypatch):
     monkeypatch.setattr(run, "bound_geometry", lambda cfg: None)
     with pytest.raises(ConfigError, match="full-attention"):
         simulate(make_engine(8), make_trace((((1, 4),), 1)), bound=True)
+
+
+def test_with_room_for_everything_lru_reaches_the_bound():
+    from pagedkv.sim.bundled import load_trace
+
+    trace = load_trace("synthetic:60:5")
+    engine = make_engine(20000, max_model_len=20000)
+    result = simulate(engine, trace, SchedulerSettings(max_num_seqs=8), bound=True)
+    assert result.preemptions == 0 and result.hit_tokens > 0
+    assert result.bound_hit_tokens == result.hit_tokens
