@@ -40,7 +40,7 @@ class RankReport(NamedTuple):
 
 
 def _version() -> str:
-    from pagedkv import __version__
+    from pagedkv._version import __version__
 
     return __version__
 
