@@ -73,3 +73,14 @@ def test_bad_options_are_one_line_errors():
     assert proc.returncode != 0 and "--arrivals" in proc.stderr
     proc = _run(*BASE, "--trace", "no-such-trace")
     assert proc.returncode != 0 and "no-such-trace" in proc.stderr
+
+
+def test_human_summary_and_sweep_tables():
+    args = ("simulate", "Llama-3.1-8B", "--num-blocks", "300", "--trace", "synthetic:20:1")
+    proc = _run(*args, "--bound")
+    assert proc.returncode == 0, proc.stderr
+    assert "hit rate (tokens)" in proc.stdout and "best possible hit rate (bound)" in proc.stdout
+    assert "300 x 16 tokens" in proc.stdout
+    proc = _run(*args, "--sweep")
+    assert proc.returncode == 0, proc.stderr
+    assert "LRU hit rate" in proc.stdout and "2,400" in proc.stdout  # 150 blocks x 16 tokens

@@ -127,28 +127,34 @@ def simulate_command(
     max_num_batched_tokens: int = typer.Option(
         8192, "--max-num-batched-tokens", min=1, help="Token budget per step."
     ),
-    max_prefill_chunk: int = typer.Option(2048, "--max-prefill-chunk", min=1),
+    max_prefill_chunk: int = typer.Option(
+        2048, "--max-prefill-chunk", min=1, help="Most prompt tokens of one request per step."
+    ),
     arrivals: str = typer.Option(
         "all", "--arrivals", help="all (every request waits at t=0) or timestamp."
     ),
     limit: int = typer.Option(
         DEFAULT_LIMIT, "--limit", min=0, help="Replay the first N requests (0: all)."
     ),
-    tp: int = typer.Option(1, "--tp", min=1),
-    pp: int = typer.Option(1, "--pp", min=1),
-    block_size: int = typer.Option(16, "--block-size", min=1),
-    max_model_len: int | None = typer.Option(None, "--max-model-len"),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallel size."),
+    pp: int = typer.Option(1, "--pp", min=1, help="Pipeline parallel size."),
+    block_size: int = typer.Option(16, "--block-size", min=1, help="Tokens per block."),
+    max_model_len: int | None = typer.Option(
+        None, "--max-model-len", help="Longer requests are rejected (counted)."
+    ),
     hash_algo: str = typer.Option(
         "builtin", "--hash-algo", help="builtin (fast), xxhash128 or sha256_cbor."
     ),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
     bound: bool = typer.Option(False, "--bound", help="Also the clairvoyant (Belady) bound."),
     sweep: bool = typer.Option(
-        False, "--sweep", help="Hit rate at 1/8x .. 4x the cache size (6 sizes)."
+        False, "--sweep", help="LRU and bound hit rate at 1/8x .. 4x the cache size."
     ),
     plot: str | None = typer.Option(None, "--plot", help="With --sweep: write a PNG."),
     steps_csv: str | None = typer.Option(None, "--steps-csv", help="Per-step time series."),
-    skip_bad_lines: bool = typer.Option(False, "--skip-bad-lines"),
+    skip_bad_lines: bool = typer.Option(
+        False, "--skip-bad-lines", help="Skip and count malformed trace lines."
+    ),
 ) -> None:
     """Replay a request trace through the KV cache manager: hit rates, preemptions, usage."""
     import dataclasses
@@ -180,7 +186,7 @@ def simulate_command(
     )
     show = sys.stderr.isatty()
     if sweep:
-        _run_sweep(engine, loaded, settings, bound, plot, json_output, show, run_sweep, sweep_sizes)
+        _run_sweep(engine, loaded, settings, plot, json_output, show, run_sweep, sweep_sizes)
         return
     total = len(loaded.requests)
     with _progress(total, show) as bar:
@@ -207,14 +213,17 @@ def _run_sweep(
     engine: Any,
     loaded: Any,
     settings: Any,
-    bound: bool,
     plot: str | None,
     json_output: bool,
     show: bool,
     run_sweep: Any,
     sweep_sizes: Any,
 ) -> None:
+    from pagedkv.sim.engine import bound_geometry
+
     sizes = sweep_sizes(engine.num_blocks)
+    geometry = bound_geometry(engine.kv_cache_config)
+    block_size = geometry[0] if geometry else engine.config.block_size
     with _progress(len(sizes), show) as bar:
         task = bar.add_task("sweeping cache sizes", total=len(sizes))
         points = run_sweep(
@@ -222,10 +231,9 @@ def _run_sweep(
             loaded,
             sizes,
             settings,
-            bound=True,
+            bound=geometry is not None,
             progress=lambda done: bar.update(task, completed=done),
         )
-    block_size = engine.simulator(settings).block_size
     if plot is not None:
         from pagedkv.sim.plot import plot_sweep
 
