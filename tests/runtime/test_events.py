@@ -80,3 +80,29 @@ def test_malformed_frames_are_rejected() -> None:
         decode_event_batch([b"x", b"y"])
     with pytest.raises(KVCacheRuntimeError, match="malformed"):
         decode_event_batch([b"t", bytes(8), b"\xc1"])
+
+
+def test_events_per_kind_match_the_documented_table() -> None:
+    from .helpers import chunked, cross, mamba
+
+    # Sliding window: blocks stay cached when they leave the window (no event).
+    manager = make_manager([swa(4)], num_blocks=32, enable_events=True)
+    req = Request("a", list(range(24)))
+    manager.allocate_slots(req, 16)
+    req.num_computed_tokens = 16
+    manager.take_events()
+    manager.allocate_slots(req, 8)  # blocks 0-2 leave the window; blocks 4, 5 get cached
+    events = manager.take_events()
+    assert [type(e) for e in events] == [BlockStored]
+    assert isinstance(events[0], BlockStored) and len(events[0].block_hashes) == 2
+    # Mamba (align): one checkpoint stored per full block; chunked local: every full block.
+    for spec in (mamba(), chunked(8)):
+        m = make_manager([spec], num_blocks=32, enable_events=True)
+        m.allocate_slots(Request("b", list(range(13))), 13)
+        (stored,) = m.take_events()
+        assert isinstance(stored, BlockStored) and len(stored.block_hashes) == 3
+        assert stored.kv_cache_spec_kind == spec.kind
+    # Cross attention: never cached, so never stored.
+    m = make_manager([full(), cross()], num_blocks=32, enable_events=True)
+    m.allocate_slots(Request("c", list(range(9))), 9, num_encoder_tokens=8)
+    assert m.take_events() == []

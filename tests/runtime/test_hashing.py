@@ -100,3 +100,36 @@ def test_empty_prompt_is_rejected() -> None:
 
     with pytest.raises(KVCacheRuntimeError, match="empty"):
         Request("r", [])
+
+
+def test_chain_seed_changes_every_hash_and_is_deterministic() -> None:
+    a = BlockHasher(4, seed="one")
+    b = BlockHasher(4, seed="two")
+    tokens = list(range(8))
+    assert (
+        Request("r", tokens, hasher=a).block_hashes != Request("r", tokens, hasher=b).block_hashes
+    )
+    assert Request("r", tokens, hasher=a).block_hashes == (
+        Request("s", tokens, hasher=BlockHasher(4, seed="one")).block_hashes
+    )
+
+
+def test_manager_rehashes_a_request_hashed_elsewhere_with_the_same_settings() -> None:
+    from .helpers import full, make_manager
+
+    manager = make_manager([full()], hash_seed="mine")
+    req = Request("r", list(range(8)), hasher=BlockHasher(4, seed="other"))
+    before = list(req.block_hashes)
+    manager.get_computed_blocks(req)
+    assert req.hasher is manager.hasher and req.block_hashes != before
+
+
+def test_manager_rejects_a_request_hashed_at_another_block_size() -> None:
+    from pagedkv.errors import KVCacheRuntimeError
+
+    from .helpers import full, make_manager
+
+    manager = make_manager([full()])
+    req = Request("r", list(range(8)), hasher=BlockHasher(8))
+    with pytest.raises(KVCacheRuntimeError, match="block size 8"):
+        manager.get_computed_blocks(req)
