@@ -8,7 +8,10 @@ from pagedkv.runtime.block_pool import NULL_BLOCK
 
 
 class KVCacheBlocks(NamedTuple):
-    """Block ids per group (outer index = group id). Null blocks appear as id 0."""
+    """Block ids per group (outer index = group id). Null blocks appear as id 0.
+
+    Read-only: the manager hands out one shared instance when no group got a block.
+    """
 
     blocks: tuple[list[int], ...]
 
