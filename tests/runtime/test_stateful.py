@@ -9,7 +9,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from pagedkv import KVCacheSpec
-from pagedkv.runtime import KVCacheManager, Request
+from pagedkv.runtime import FullAttentionManager, KVCacheManager, Request, UnitaryCoordinator
 
 from .helpers import check_invariants, chunked, cross, full, make_manager, mamba, swa
 
@@ -111,6 +111,16 @@ class KVCacheMachine(RuleBasedStateMachine):
     def check_hit(self, req: Request, blocks: tuple[list[int], ...], num_hit: int) -> None:
         pool = self.manager.block_pool
         assert num_hit < req.num_tokens
+        if isinstance(self.manager.coordinator, UnitaryCoordinator) and isinstance(
+            self.manager.managers[0], FullAttentionManager
+        ):
+            # Full attention: the hit is the longest run of cached leading blocks.
+            bs = self.manager.managers[0].block_size
+            cached = pool.hash_map(0)
+            expected = 0
+            while expected < (req.num_tokens - 1) // bs and req.block_hashes[expected] in cached:
+                expected += 1
+            assert num_hit == expected * bs
         for gid, (m, ids) in enumerate(zip(self.manager.managers, blocks)):
             if num_hit:
                 assert num_hit % m.block_size == 0
