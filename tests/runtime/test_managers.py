@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedkv.errors import ConfigError, KVCacheSpecError
 from pagedkv.runtime import Request
@@ -190,3 +192,26 @@ def test_mamba_admission_counts_only_the_blocks_it_holds_at_once() -> None:
     assert manager.managers[0].max_admission_blocks() == 17
     req = Request("a", list(range(200)))  # 50 blocks of tokens, but never 50 held
     assert manager.allocate_slots(req, 16, full_sequence_must_fit=True) is not None
+
+
+@given(
+    run=st.integers(0, 80),
+    tail=st.lists(st.booleans(), max_size=40),
+    limit=st.integers(0, 130),
+)
+@settings(max_examples=200, deadline=None)
+def test_full_attention_scan_stops_exactly_at_the_first_miss(
+    run: int, tail: list[bool], limit: int
+) -> None:
+    from pagedkv.runtime.managers.full import _leading_hits
+
+    present = [True] * run + tail
+    table = {i: 1000 + i for i, p in enumerate(present) if p}
+    hashes = list(range(len(present)))
+    limit = min(limit, len(hashes))
+    expected = []
+    for h in hashes[:limit]:
+        if h not in table:
+            break
+        expected.append(table[h])
+    assert _leading_hits(table.get, hashes, limit) == expected
