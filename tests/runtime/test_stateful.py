@@ -156,6 +156,7 @@ MambaNoneMachine = machine(
 )
 HybridMachine = machine("HybridMachine", lambda: [full(), swa(8), mamba()])
 MixedBlockHybridMachine = machine("MixedBlockHybridMachine", lambda: [full(4), swa(16, 8)])
+SharedWindowMachine = machine("SharedWindowMachine", lambda: [swa(8), full(), swa(8)])
 EncoderDecoderMachine = machine("EncoderDecoderMachine", lambda: [full(), cross()], 10)
 
 TestFull = FullMachine.TestCase
@@ -166,6 +167,7 @@ TestMambaNone = MambaNoneMachine.TestCase
 TestHybrid = HybridMachine.TestCase
 TestMixedBlockHybrid = MixedBlockHybridMachine.TestCase
 TestEncoderDecoder = EncoderDecoderMachine.TestCase
+TestSharedWindow = SharedWindowMachine.TestCase
 for _case in (
     TestFull,
     TestSlidingWindow,
@@ -175,5 +177,6 @@ for _case in (
     TestHybrid,
     TestMixedBlockHybrid,
     TestEncoderDecoder,
+    TestSharedWindow,
 ):
     _case.settings = SETTINGS
