@@ -98,9 +98,7 @@ class SlotAllocator:
                     return self._empty
             elif num_new > self.block_pool.num_free_blocks:
                 return None
-            return self._transaction(
-                request, None, 0, num_slots, num_main, num_encoder_tokens, cache
-            )
+            return self._single_transaction(single, request, num_new, num_slots, num_main, cache)
         if not self.managers:
             return self._empty
         hits = self._no_hits if new_computed_blocks is None else new_computed_blocks.blocks
@@ -181,6 +179,33 @@ class SlotAllocator:
         return self._transaction(
             request, None, 0, num_slots, num_main, num_encoder_tokens, cache_tokens >= 0
         )
+
+    def _single_transaction(
+        self,
+        manager: SingleTypeKVCacheManager,
+        request: Request,
+        num_new: int,
+        num_slots: int,
+        num_main: int,
+        cache: bool,
+    ) -> KVCacheBlocks:
+        """``_transaction`` for a running request of a one-group model, unrolled."""
+        request_id = request.request_id
+        table = manager.req_to_blocks[request_id]
+        saved = (len(table), manager.num_cached_block[request_id])
+        pool = self.block_pool
+        savepoint = pool.begin()
+        try:
+            new = manager.allocate_new_blocks(request_id, num_slots) if num_new > 0 else []
+            if cache:
+                num_tokens = len(request.all_token_ids)
+                manager.cache_blocks(request, num_main if num_main < num_tokens else num_tokens)
+        except BaseException:
+            pool.rollback(savepoint)
+            manager.rollback(request_id, saved)
+            raise
+        pool._journal = None
+        return KVCacheBlocks((new,)) if new else self._empty
 
     def _remove_skipped(self, request_id: str, num_computed_tokens: int) -> None:
         """Free blocks that left a window; identical groups share one skip computation."""
