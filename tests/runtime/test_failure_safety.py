@@ -102,3 +102,22 @@ def test_exception_mid_allocation_of_a_running_request_is_rolled_back(
     with pytest.raises(Injected):
         manager.allocate_slots(running, 10)
     assert snapshot(manager) == before
+
+
+@pytest.mark.parametrize("method", ["get_new_blocks", "cache_full_blocks"])
+def test_exception_in_a_one_group_running_allocation_is_rolled_back(
+    monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    manager = make_manager([full()], num_blocks=40, enable_events=True)
+    warm(manager)
+    running = Request("r2", list(range(50, 62)))
+    manager.allocate_slots(running, 12)
+    running.num_computed_tokens = 12
+    running.append_output_token_ids(list(range(10)))
+    manager.take_events()
+    before = snapshot(manager)
+    fail_on_call(monkeypatch, manager.block_pool, method, 1)
+    with pytest.raises(Injected):
+        manager.allocate_slots(running, 10)
+    assert snapshot(manager) == before
+    assert manager.take_events() == []
