@@ -3,7 +3,6 @@ cache-hit searches into one hit length valid for every group."""
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -181,7 +180,3 @@ def make_coordinator(kv_cache_config: KVCacheConfig, **kwargs: Any) -> KVCacheCo
         return UnitaryCoordinator(kv_cache_config, **kwargs)
     return HybridCoordinator(kv_cache_config, **kwargs)
 
-
-def scheduler_block_size(block_sizes: list[int]) -> int:
-    """LCM of the groups' block sizes (1 with no groups)."""
-    return math.lcm(*block_sizes) if block_sizes else 1
