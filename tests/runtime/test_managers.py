@@ -114,6 +114,21 @@ def test_chunked_local_hit_extends_within_the_current_chunk() -> None:
     assert num_hit == 20 and blocks.blocks[0][:4] == [0, 0, 0, 0] and blocks.blocks[0][4] != 0
 
 
+def test_chunked_local_null_only_hit_ends_on_a_chunk_boundary() -> None:
+    # Chunk 12, block 8: block 1 covers tokens 8..15, straddling the chunk start 12;
+    # tokens 8..11 attend to tokens 0..7, so a cold cache may not "hit" 8 tokens.
+    manager = make_manager([chunked(12, 8)])
+    blocks, num_hit = manager.get_computed_blocks(Request("a", list(range(14))))
+    assert num_hit == 0 and blocks.blocks == ([],)
+    # 30 tokens: nulls may cover 24 tokens (a multiple of chunk and block size).
+    blocks, num_hit = manager.get_computed_blocks(Request("b", list(range(30))))
+    assert num_hit == 24 and blocks.blocks[0] == [0, 0, 0]
+    # Once cached, the straddling block makes a real hit of 8 + 8 tokens.
+    manager.free(run_prompt(manager, "c", list(range(20))))
+    blocks, num_hit = manager.get_computed_blocks(Request("d", list(range(20))))
+    assert num_hit == 16 and blocks.blocks[0][0] == 0 and blocks.blocks[0][1] != 0
+
+
 def test_mamba_hit_is_one_checkpoint_block_preceded_by_nulls() -> None:
     manager = make_manager([mamba()])
     req = run_prompt(manager, "a", list(range(14)))

@@ -230,14 +230,6 @@ def test_workloads_that_cannot_run_are_typed_errors() -> None:
         check_paged_attention(tiny, engine(), wide)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=PagedAttentionMismatch,
-    reason="runtime bug: with attention_chunk_size % block_size != 0 a pure chunked-local "
-    "model gets a null-block 'hit' (chunk 12, block 8: 8 tokens for a 14-token prompt on a "
-    "cold cache) although tokens 8..11 attend to tokens 0..7 of the same chunk. A null "
-    "prefix hit must be a multiple of the chunk size too. Remove this marker once fixed.",
-)
 def test_chunk_not_a_multiple_of_the_block_size() -> None:
     spec = ChunkedLocalAttentionSpec(
         block_size=8, num_kv_heads=2, head_size=4, dtype="float32", attention_chunk_size=12

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,8 @@ def _chunk_size(spec: KVCacheSpec) -> int:
 
 class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
     """Blocks of chunks before the current one are null; hits are searched left to right
-    from the start of the chunk that holds ``max_length``."""
+    from the start of the chunk that holds ``max_length``. A hit made only of nulls ends
+    on a chunk boundary (and a block boundary)."""
 
     skips_tokens = True
 
@@ -46,6 +48,11 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
                 out.append(block)
         num_blocks = len(lists[0])
         num_blocks -= num_blocks % (max(alignment_tokens // block_size, 1))
+        if num_blocks <= start and (num_blocks * block_size) % chunk:
+            # Only nulls: valid only if it ends on a chunk boundary (the next token then
+            # attends to nothing before it); a block straddling the chunk start is needed.
+            step = math.lcm(chunk, block_size, alignment_tokens)
+            num_blocks = (num_blocks * block_size // step) * step // block_size
         for out in lists:
             del out[num_blocks:]
         return lists, num_blocks * block_size
