@@ -22,6 +22,7 @@ DEFAULT_LIMIT = 1000
 def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str, Any]) -> Any:
     from pagedkv.cli.plan import PlanRequest, make_plan
     from pagedkv.sim.engine import engine_from_model, engine_from_plan
+    from pagedkv.sim.planned import plan_inputs_for
 
     if gpu is not None and num_blocks is not None:
         raise ConfigError("--gpu and --num-blocks are alternatives; give one")
@@ -37,7 +38,10 @@ def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str,
             max_model_len=opts["max_model_len"],
         )
     )
-    return engine_from_plan(result.plan, result.config, result.layout.name)
+    fixed = opts["max_model_len"] not in (None, -1)
+    inputs = plan_inputs_for(result.layout, result.config, fixed_max_model_len=fixed)
+    config = result.config.replace(max_model_len=result.plan.max_model_len)
+    return engine_from_plan(result.plan, config, result.layout.name, inputs)
 
 
 def _progress(total: int, enabled: bool) -> Any:

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagedkv.config import EngineConfig
+from pagedkv.errors import ConfigError
 from pagedkv.planning.report import KVCachePlan
 from pagedkv.planning.types import KVCacheConfig
+from pagedkv.sim.planned import PlanInputs, plan_inputs_for, plan_with_num_blocks
 from pagedkv.sim.scheduler import SchedulerSettings, Simulator
 from pagedkv.specs import FullAttentionSpec, KVCacheSpec, MambaSpec, UniformTypeKVCacheSpecs
 
@@ -55,6 +57,7 @@ class SimEngine:
     model_name: str = "model"
     hash_algo: str | None = None
     count_evictions: bool = False
+    plan_inputs: PlanInputs | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -66,7 +69,19 @@ class SimEngine:
         return planned if planned and planned > 0 else self.config.max_model_len
 
     def with_num_blocks(self, num_blocks: int) -> SimEngine:
-        """The same layout with another block count (for sweeps and --num-blocks)."""
+        """The same model with another block count (sweeps): planned again through the
+        planner when the engine knows its planning inputs, so tensors, block count and
+        ``max_model_len`` agree. A hand-built config is resized only if it has no tensors
+        (a layout-only config: nothing else depends on the block count)."""
+        if self.plan_inputs is not None:
+            plan, config = plan_with_num_blocks(self.plan_inputs, num_blocks)
+            return dataclasses.replace(self, kv_cache_config=plan.configs[0], config=config)
+        if self.kv_cache_config.kv_cache_tensors:
+            raise ConfigError(
+                "SimEngine.with_num_blocks: this hand-built KVCacheConfig has tensors sized "
+                "for its block count and no planning inputs to plan it again; build it with "
+                "engine_from_model, or pass a config without tensors"
+            )
         cfg = dataclasses.replace(self.kv_cache_config, num_blocks=num_blocks)
         return dataclasses.replace(self, kv_cache_config=cfg)
 
@@ -105,12 +120,20 @@ class SimEngine:
         )
 
 
-_GENEROUS_BUDGET_BYTES = 1 << 42  # plans a layout only; the block count is set afterwards
-
-
-def engine_from_plan(plan: KVCachePlan, config: EngineConfig, model_name: str) -> SimEngine:
-    """Simulate on worker 0's planned config (every worker has the same block count)."""
-    return SimEngine(kv_cache_config=plan.configs[0], config=config, model_name=model_name)
+def engine_from_plan(
+    plan: KVCachePlan,
+    config: EngineConfig,
+    model_name: str,
+    plan_inputs: PlanInputs | None = None,
+) -> SimEngine:
+    """Simulate on worker 0's planned config (every worker has the same block count);
+    with ``plan_inputs`` (what the plan was made from) ``with_num_blocks`` plans again."""
+    return SimEngine(
+        kv_cache_config=plan.configs[0],
+        config=config,
+        model_name=model_name,
+        plan_inputs=plan_inputs,
+    )
 
 
 def engine_from_model(
@@ -128,13 +151,13 @@ def engine_from_model(
 ) -> SimEngine:
     """Plan the model's KV cache as ``pagedkv plan`` does: for ``gpu`` (its memory minus
     weights and the activation reserve), for ``kv_cache_bytes`` per worker, or with
-    ``num_blocks`` given directly (the planner's layout, that many blocks)."""
-    from pagedkv.errors import ConfigError
+    ``num_blocks`` given directly (``num_gpu_blocks_override``). With ``num_blocks`` and no
+    ``max_model_len`` the planner fits the length to the blocks (at most the model's);
+    with an explicit ``max_model_len`` too small a count is an ``InsufficientMemoryError``."""
     from pagedkv.models import (
         describe_model,
         engine_config_for,
         get_gpu,
-        get_kv_cache_specs,
         memory_budgets,
     )
     from pagedkv.planning import plan_kv_cache
@@ -154,14 +177,14 @@ def engine_from_model(
     if max_model_len is not None:
         options["max_model_len"] = max_model_len
     config = engine_config_for(layout, **options)
-    specs = get_kv_cache_specs(layout, config=config)
+    inputs = plan_inputs_for(layout, config, fixed_max_model_len=max_model_len not in (None, -1))
     if num_blocks is not None:
-        available = [_GENEROUS_BUDGET_BYTES] * len(specs)
-    else:
-        device = get_gpu(gpu).planning_memory_bytes if gpu is not None else None
-        budgets = memory_budgets(layout, config, device_bytes=device, kv_cache_bytes=kv_cache_bytes)
-        available = [b.kv_cache_bytes for b in budgets]
-    limit = max(layout.max_model_len or config.max_model_len, config.max_model_len)
-    plan = plan_kv_cache(config, specs, available, max_model_len_limit=limit)
-    engine = engine_from_plan(plan, config, layout.name)
-    return engine if num_blocks is None else engine.with_num_blocks(num_blocks)
+        plan, planned_config = plan_with_num_blocks(inputs, num_blocks)
+        return engine_from_plan(plan, planned_config, layout.name, inputs)
+    device = get_gpu(gpu).planning_memory_bytes if gpu is not None else None
+    budgets = memory_budgets(layout, config, device_bytes=device, kv_cache_bytes=kv_cache_bytes)
+    available = [b.kv_cache_bytes for b in budgets]
+    specs = list(inputs.kv_cache_specs)
+    plan = plan_kv_cache(config, specs, available, max_model_len_limit=inputs.max_model_len_limit)
+    planned_config = config.replace(max_model_len=plan.max_model_len)
+    return engine_from_plan(plan, planned_config, layout.name, inputs)
