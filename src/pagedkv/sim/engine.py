@@ -8,15 +8,12 @@ from typing import Any
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
+from pagedkv.planning.capacity import full_attention_token_capacity, is_full_attention
 from pagedkv.planning.report import KVCachePlan
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.sim.planned import PlanInputs, plan_inputs_for, plan_with_num_blocks
 from pagedkv.sim.scheduler import SchedulerSettings, Simulator
-from pagedkv.specs import FullAttentionSpec, KVCacheSpec, MambaSpec, UniformTypeKVCacheSpecs
-
-
-def _behaviour_spec(spec: KVCacheSpec) -> KVCacheSpec:
-    return spec.first_spec if isinstance(spec, UniformTypeKVCacheSpecs) else spec
+from pagedkv.specs import KVCacheSpec, MambaSpec, UniformTypeKVCacheSpecs
 
 
 def _group_label(group: Any) -> str:
@@ -28,14 +25,25 @@ def bound_geometry(kv_cache_config: KVCacheConfig) -> tuple[int, int] | None:
     """(block size, capacity in blocks) for the clairvoyant bound, or None without a
     full-attention group (a window hit does not need the whole prefix, so no chain bound).
 
-    Every full-attention group stores each cached token block once, so the pool holds at
-    most ``(num_blocks - 1) // num_full_groups`` of them.
+    The capacity is the planner's ``full_attention_token_capacity`` (every full-attention
+    group stores each cached token once) in blocks of the smallest full-attention block
+    size: a finer grain than any group caches at, so the bound stays an upper bound, and
+    neither depends on the order of the groups.
     """
-    specs = [_behaviour_spec(g.kv_cache_spec) for g in kv_cache_config.kv_cache_groups]
-    full = [spec for spec in specs if isinstance(spec, FullAttentionSpec)]
-    if not full:
+    groups = kv_cache_config.kv_cache_groups
+    num_tokens = full_attention_token_capacity(groups, kv_cache_config.num_blocks)
+    if num_tokens is None:
         return None
-    return full[0].block_size, (kv_cache_config.num_blocks - 1) // len(full)
+    block_size = min(
+        g.kv_cache_spec.block_size
+        for g in groups
+        if g.layer_names and not g.host_resident and is_full_attention(g.kv_cache_spec)
+    )
+    return block_size, num_tokens // block_size
+
+
+def _behaviour_spec(spec: KVCacheSpec) -> KVCacheSpec:
+    return spec.first_spec if isinstance(spec, UniformTypeKVCacheSpecs) else spec
 
 
 def _mamba_align_block_size(kv_cache_config: KVCacheConfig) -> int:
