@@ -8,12 +8,12 @@ from typing import Any
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
-from pagedkv.planning.capacity import full_attention_token_capacity, is_full_attention
+from pagedkv.planning.capacity import full_attention_token_capacity, inner_specs, is_full_attention
 from pagedkv.planning.report import KVCachePlan
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.sim.planned import PlanInputs, plan_inputs_for, plan_with_num_blocks
 from pagedkv.sim.scheduler import SchedulerSettings, Simulator
-from pagedkv.specs import KVCacheSpec, MambaSpec, UniformTypeKVCacheSpecs
+from pagedkv.specs import MambaSpec
 
 
 def _group_label(group: Any) -> str:
@@ -42,15 +42,12 @@ def bound_geometry(kv_cache_config: KVCacheConfig) -> tuple[int, int] | None:
     return block_size, num_tokens // block_size
 
 
-def _behaviour_spec(spec: KVCacheSpec) -> KVCacheSpec:
-    return spec.first_spec if isinstance(spec, UniformTypeKVCacheSpecs) else spec
-
-
 def _mamba_align_block_size(kv_cache_config: KVCacheConfig) -> int:
     """The Mamba block size when Mamba groups checkpoint per block ("align"), else 0."""
     sizes = [
         spec.block_size
-        for spec in (_behaviour_spec(g.kv_cache_spec) for g in kv_cache_config.kv_cache_groups)
+        for g in kv_cache_config.kv_cache_groups
+        for spec in inner_specs(g.kv_cache_spec)[:1]
         if isinstance(spec, MambaSpec) and spec.mamba_cache_mode == "align"
     ]
     return min(sizes, default=0)
