@@ -139,6 +139,44 @@ def test_max_model_len_caps_the_slots() -> None:
     assert new is not None and len(manager.get_block_ids("a")[0]) == 4
 
 
+@pytest.mark.parametrize("caching", [True, False])
+def test_prompt_longer_than_max_model_len_is_a_typed_error(caching: bool) -> None:
+    manager = make_manager([full()], max_model_len=16, enable_caching=caching)
+    req = Request("long", list(range(40)))
+    with pytest.raises(KVCacheRuntimeError, match=r"'long'.*40 tokens.*max_model_len=16"):
+        manager.allocate_slots(req, 40)
+    assert manager.get_block_ids("long") == ([],)
+    assert manager.num_free_blocks == 31 and manager.block_pool.cached_blocks() == {}
+
+
+def test_decoding_past_max_model_len_is_a_typed_error() -> None:
+    manager = make_manager([full()], max_model_len=16)
+    req = admit(manager, "a", list(range(16)))
+    table = manager.get_block_ids("a")
+    req.append_output_token_ids(7)
+    with pytest.raises(KVCacheRuntimeError, match=r"'a'.*17 tokens.*max_model_len=16"):
+        manager.allocate_slots(req, 1)
+    assert manager.get_block_ids("a") == table
+    check_invariants(manager, {"a": 16})
+
+
+def test_negative_lookahead_is_a_typed_error() -> None:
+    manager = make_manager([full()])
+    with pytest.raises(KVCacheRuntimeError, match="num_lookahead_tokens"):
+        manager.allocate_slots(Request("a", [1, 2, 3]), 3, num_lookahead_tokens=-5)
+    running = admit(manager, "b", list(range(8)))
+    with pytest.raises(KVCacheRuntimeError, match="num_lookahead_tokens"):
+        manager.allocate_slots(running, 1, num_lookahead_tokens=-1)
+
+
+@pytest.mark.parametrize("num_computed", [5, -1])
+def test_adopting_computed_tokens_the_request_lacks_is_a_typed_error(num_computed: int) -> None:
+    manager = make_manager([full()])
+    with pytest.raises(KVCacheRuntimeError, match=f"'c' adopts {num_computed} computed tokens"):
+        manager.allocate_slots(Request("c", [1, 2, 3]), 2, num_new_computed_tokens=num_computed)
+    assert manager.get_block_ids("c") == ([],)
+
+
 def test_attention_free_model_allocates_nothing() -> None:
     manager = make_manager([], num_blocks=1)
     req = Request("a", [1, 2, 3])

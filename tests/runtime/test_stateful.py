@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from pagedkv import KVCacheSpec
+from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import FullAttentionManager, KVCacheManager, Request, UnitaryCoordinator
 
 from .helpers import check_invariants, chunked, cross, full, make_manager, mamba, swa
@@ -88,6 +90,40 @@ class KVCacheMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 100))
     def preempt_one(self, index: int) -> None:
         self.preempt(self.running[index % len(self.running)])
+
+    @rule(prefix=st.sampled_from(PREFIXES), extra=st.integers(1, 40), running=st.booleans())
+    def cross_max_model_len(self, prefix: list[int], extra: int, running: bool) -> None:
+        """Asking for slots past max_model_len (a too-long prompt, or a running request
+        pushed past it) is a typed error that changes nothing."""
+        self.manager.new_step_starts()
+        if running and self.running:
+            req = self.running[extra % len(self.running)]
+            num_new = MAX_MODEL_LEN - req.num_computed_tokens + extra
+            hit, num_hit = None, 0
+        else:
+            self.counter += 1
+            req = Request(
+                f"r{self.counter}",
+                (prefix + [5] * (MAX_MODEL_LEN + extra))[: MAX_MODEL_LEN + extra],
+            )
+            hit, num_hit = self.manager.get_computed_blocks(req)
+            num_new = req.num_tokens - num_hit
+        pool = self.manager.block_pool
+        before = (
+            pool.free_queue(),
+            pool.cached_blocks(),
+            self.manager.get_block_ids(req.request_id),
+        )
+        with pytest.raises(KVCacheRuntimeError, match="max_model_len"):
+            self.manager.allocate_slots(
+                req, num_new, num_hit, hit, num_encoder_tokens=self.encoder_tokens
+            )
+        after = (
+            pool.free_queue(),
+            pool.cached_blocks(),
+            self.manager.get_block_ids(req.request_id),
+        )
+        assert after == before
 
     @rule()
     def reset_prefix_cache(self) -> None:

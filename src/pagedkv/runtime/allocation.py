@@ -56,19 +56,21 @@ class SlotAllocator:
         ``delay_cache_blocks``; lookahead (draft) slots are never cached. If anything
         raises midway, every change of this call is undone before the exception propagates.
         """
-        if num_new_tokens <= 0 and (num_new_tokens < 0 or num_new_computed_tokens == 0):
-            raise KVCacheRuntimeError(
-                f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
-                f"no computed tokens to adopt, got {num_new_tokens}"
+        if num_new_tokens <= 0 or num_lookahead_tokens < 0:
+            self._check_counts(
+                request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens
             )
         max_len = self.max_model_len
         total_computed = request.num_computed_tokens + num_new_computed_tokens
-        if total_computed > max_len:
-            total_computed = max_len
         num_main = total_computed + num_new_tokens
         num_slots = num_main + num_lookahead_tokens
         if num_slots > max_len:
-            num_slots = max_len
+            if num_main > max_len:
+                raise KVCacheRuntimeError(
+                    f"request {request.request_id!r} needs slots for {num_main} tokens, more "
+                    f"than max_model_len={max_len}"
+                )
+            num_slots = max_len  # lookahead (draft) slots are capped
         request_id = request.request_id
         if request_id in self._first_tables:
             if self._unwritten:
@@ -99,6 +101,13 @@ class SlotAllocator:
             elif num_new > self.block_pool.num_free_blocks:
                 return None
             return self._single_transaction(single, request, num_new, num_slots, num_main, cache)
+        if num_new_computed_tokens and not (
+            0 < total_computed <= request.num_tokens and num_new_computed_tokens > 0
+        ):
+            raise KVCacheRuntimeError(
+                f"request {request_id!r} adopts {num_new_computed_tokens} computed tokens "
+                f"after {request.num_computed_tokens}, but it has {request.num_tokens} tokens"
+            )
         if not self.managers:
             return self._empty
         hits = self._no_hits if new_computed_blocks is None else new_computed_blocks.blocks
@@ -130,6 +139,24 @@ class SlotAllocator:
             num_encoder_tokens,
             self.enable_caching and not delay_cache_blocks,
         )
+
+    @staticmethod
+    def _check_counts(
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int,
+        num_lookahead_tokens: int,
+    ) -> None:
+        if num_lookahead_tokens < 0:
+            raise KVCacheRuntimeError(
+                f"request {request.request_id!r}: num_lookahead_tokens must be >= 0, "
+                f"got {num_lookahead_tokens}"
+            )
+        if num_new_tokens < 0 or (num_new_tokens == 0 and num_new_computed_tokens == 0):
+            raise KVCacheRuntimeError(
+                f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
+                f"no computed tokens to adopt, got {num_new_tokens}"
+            )
 
     def _allocate_running(
         self,
