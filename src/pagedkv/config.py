@@ -78,10 +78,18 @@ class CacheConfig:
     hash_algo: str = "sha256_cbor"
     enable_hybrid_kv_cache: bool = True
     kv_cache_layout: str | None = None
+    # Most KV cache groups the default grouping search may choose (None: its default).
+    max_kv_cache_groups: int | None = None
 
     def __post_init__(self) -> None:
         _check_positive(self, "block_size")
-        _check_positive(self, "num_gpu_blocks_override", "kv_cache_memory_bytes", allow_none=True)
+        _check_positive(
+            self,
+            "num_gpu_blocks_override",
+            "kv_cache_memory_bytes",
+            "max_kv_cache_groups",
+            allow_none=True,
+        )
         _check_bool(self, "enable_prefix_caching", "enable_hybrid_kv_cache")
         util = self.gpu_memory_utilization
         if not isinstance(util, int | float) or isinstance(util, bool) or not 0 < util <= 1:

@@ -128,6 +128,7 @@ def test_default_plan_is_readable() -> None:
         (["plan", "Llama-3.1-8B", "--memory", "24GB"], "the largest max_model_len that fits is"),
         (["plan", "Kimi-K2-Instruct", "--gpu", "L4"], "no memory left for the KV cache"),
         (["plan", "t5-small", "--pp", "9"], "pipeline_parallel_size (9) is larger"),
+        (["plan", "gemma-3-27b-it", "--max-groups", "1"], "max_kv_cache_groups=1 cannot be met"),
     ],
 )
 def test_bad_input_is_one_line(
@@ -215,3 +216,28 @@ def test_auto_fit_without_a_model_limit(
     out = plan_in_process(capsys, "mamba2-2.7b", "--gpu", "H200", "--max-model-len", "-1")
     assert out["max_model_len"] == out["largest_max_model_len"] == 8192
     assert [g["kind"] for g in out["groups"]] == ["mamba"]
+
+
+def test_max_groups_bounds_the_hybrid_grouping(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
+    default = plan_in_process(capsys, "gemma-3-27b-it")
+    assert default["num_groups"] == 13  # 52 sliding + 10 full layers, 5 per group
+    excluded = [a for a in default["alternatives"] if not a["within_budget"]]
+    assert [a["num_groups"] for a in excluded] == [31]
+    assert {a["max_groups"] for a in default["alternatives"]} == {16}
+    widest = plan_in_process(capsys, "gemma-3-27b-it", "--max-groups", "64")
+    assert (widest["num_groups"], widest["waste_fraction"]) == (31, 0.0)
+    assert all(a["within_budget"] for a in widest["alternatives"])
+    narrow = plan_in_process(capsys, "gemma-3-27b-it", "--max-groups", "7")
+    assert narrow["num_groups"] == 7
+    per_request = [p["max_concurrency"][0]["bytes_per_request"] for p in (widest, default, narrow)]
+    assert per_request == sorted(per_request) and len(set(per_request)) == 3
+    llama = plan_in_process(capsys, "Llama-3.1-8B", "--max-groups", "1")
+    assert llama["num_groups"] == 1
+
+
+def test_max_groups_must_be_positive() -> None:
+    proc = run("plan", "gemma-3-27b-it", "--max-groups", "0")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

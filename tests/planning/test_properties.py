@@ -166,9 +166,11 @@ def test_search_never_worse_than_vllm(
     vllm = [a for a in plan.alternatives if a.name == "vllm"]
     if plan.alternatives:
         assert len(chosen) == 1
-    if vllm and chosen:
+    if chosen:
+        assert chosen[0].within_budget
+    if vllm and chosen and vllm[0].within_budget:
         assert chosen[0].bytes_per_request <= vllm[0].bytes_per_request * 1.01
-        best = min(a.bytes_per_request for a in plan.alternatives)
+        best = min(a.bytes_per_request for a in plan.alternatives if a.within_budget)
         if vllm[0].bytes_per_request <= best * 1.01:
             assert chosen[0].name == "vllm"
 

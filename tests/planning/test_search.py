@@ -20,7 +20,7 @@ def mixed(num_sliding: int, num_full: int, window: int = 64) -> dict:  # type: i
 
 def test_chosen_is_the_cheapest_within_tolerance_with_fewest_groups() -> None:
     buckets = make_buckets(mixed(12, 8))
-    _, chosen, scored = search(buckets, CONFIG, 1)
+    _, chosen, scored, _ = search(buckets, CONFIG, 1)
     best = min(s.bytes_per_request for s in scored)
     assert chosen.bytes_per_request <= best * 1.01
     fewer = [
@@ -31,20 +31,20 @@ def test_chosen_is_the_cheapest_within_tolerance_with_fewest_groups() -> None:
 
 
 def test_prefers_small_block_sizes_on_ties() -> None:
-    _, chosen, scored = search(make_buckets(mixed(6, 6)), CONFIG, 1)
+    _, chosen, scored, _ = search(make_buckets(mixed(6, 6)), CONFIG, 1)
     assert chosen.block_sizes == (16,)
     assert any(s.block_sizes == (32,) for s in scored)
 
 
 def test_group_count_is_capped() -> None:
     # 67 and 13 share no divisor: one layer per group would be 80 groups.
-    _, chosen, scored = search(make_buckets(mixed(67, 13, window=4096)), CONFIG, 1)
+    _, chosen, scored, _ = search(make_buckets(mixed(67, 13, window=4096)), CONFIG, 1)
     assert max(s.num_groups for s in scored) <= MAX_GROUPS
     assert chosen.num_groups <= MAX_GROUPS
 
 
 def test_score_counts_padding_layers() -> None:
-    (page, *_) = search(make_buckets(mixed(3, 2)), CONFIG, 1)[2][0:1]
+    (page, *_) = search(make_buckets(mixed(3, 2)), CONFIG, 1).scored[0:1]
     s = score(page.page, 2)
     assert s.num_groups == 3 and s.bytes_per_block == 2 * 65536
     assert s.waste_fraction > 0
@@ -68,9 +68,10 @@ def test_auto_fit_rescores_at_the_fitted_length() -> None:
     # At 32K tokens padding one sliding slot costs > 1 % and the search avoids it;
     # at the ~1M tokens that fit, vLLM's two groups are within 1 % and are kept.
     specs = mixed(12, 13)
-    at_32k = plan_kv_cache(CONFIG, [specs], [64 * GiB])
+    config = CONFIG.replace(max_kv_cache_groups=25)  # gcd(12, 13) = 1: 25 groups to pad none
+    at_32k = plan_kv_cache(config, [specs], [64 * GiB])
     assert next(a for a in at_32k.alternatives if a.chosen).name != "vllm"
-    fitted = plan_kv_cache(CONFIG.replace(max_model_len=-1), [specs], [64 * GiB])
+    fitted = plan_kv_cache(config.replace(max_model_len=-1), [specs], [64 * GiB])
     assert fitted.max_model_len > 500_000
     assert next(a for a in fitted.alternatives if a.chosen).name == "vllm"
     assert fitted.num_groups == 2

@@ -71,8 +71,23 @@ class TestGemma:
         assert [len(g.layer_names) for g in groups] == [9, 9, 9, 9, 8, 8, 10]
         assert groups[0].layer_names[:3] == ("layers.0", "layers.7", "layers.14")
 
-    def test_search_finds_zero_waste_grouping(self) -> None:
+    def test_default_budget_keeps_most_of_the_gain(self) -> None:
+        # 16 groups at most: 5 layers per group pads 3 sliding slots (52 = 11 x 5 - 3).
         plan = plan_kv_cache(self.config, [gemma3_27b()], [80 * GiB])
+        chosen = next(a for a in plan.alternatives if a.chosen)
+        assert (plan.num_groups, chosen.layers_per_group, chosen.max_groups) == (13, 5, 16)
+        assert plan.bytes_per_block == 5 * 128 * KiB
+        point = plan.max_concurrency[0]
+        assert point.blocks_per_request == 2 * 8192 + 11 * 1089
+        assert round(point.bytes_per_request / GiB, 2) == 17.31
+        assert plan.waste_fraction == pytest.approx(0.0230, abs=1e-4)
+        excluded = [a for a in plan.alternatives if not a.within_budget]
+        assert [(a.num_groups, a.waste_fraction) for a in excluded] == [(31, 0.0)]
+        assert "over the 16-group budget" in excluded[0].name
+
+    def test_search_finds_zero_waste_grouping(self) -> None:
+        config = self.config.replace(max_kv_cache_groups=64)
+        plan = plan_kv_cache(config, [gemma3_27b()], [80 * GiB])
         assert vllm_alternative(plan).waste_fraction == pytest.approx(0.0592, abs=1e-3)
         chosen = next(a for a in plan.alternatives if a.chosen)
         assert chosen.name != "vllm"
@@ -167,7 +182,9 @@ class TestDeepSeekMLA:
 
 
 def test_layer_slot_i_is_shared_by_layer_i_of_every_group() -> None:
-    config = EngineConfig.create(max_model_len=131072, async_scheduling=True)
+    config = EngineConfig.create(
+        max_model_len=131072, async_scheduling=True, max_kv_cache_groups=31
+    )
     plan = plan_kv_cache(config, [gemma3_27b()], [80 * GiB])
     (kv,) = plan.configs
     n = kv.num_blocks

@@ -45,6 +45,7 @@ class PlanRequest:
     block_size: int = 16
     kv_cache_dtype: str = "auto"
     context_lengths: tuple[int, ...] = ()
+    max_groups: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,8 @@ def make_plan(request: PlanRequest) -> PlanResult:
     }
     if request.max_model_len is not None:
         options["max_model_len"] = request.max_model_len
+    if request.max_groups is not None:
+        options["max_kv_cache_groups"] = request.max_groups
     config = engine_config_for(layout, **options)
     weights = None if request.weights == "auto" else parse_bytes(request.weights, "--weights")
     kv_bytes = (
@@ -140,6 +143,13 @@ def make_plan(request: PlanRequest) -> PlanResult:
 CONTEXT_LEN_OPTION = typer.Option(
     [], "--context-len", help="Extra context length for the concurrency table (repeatable)."
 )
+MAX_GROUPS_OPTION = typer.Option(
+    None,
+    "--max-groups",
+    min=1,
+    help="Most KV cache groups for a hybrid model (default: the planner's budget); "
+    "fewer groups cost less run time per call, more may waste less memory.",
+)
 PLOT_OPTION = typer.Option(
     None, "--plot", help="Write max concurrency vs context length (PNG, needs matplotlib)."
 )
@@ -173,6 +183,7 @@ def plan_command(
         "auto", "--kv-cache-dtype", help="bfloat16, fp8, int8_per_token_head, ... (auto: model's)."
     ),
     context_len: list[int] = CONTEXT_LEN_OPTION,
+    max_groups: int | None = MAX_GROUPS_OPTION,
     json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
     plot: Path | None = PLOT_OPTION,
 ) -> None:
@@ -192,6 +203,7 @@ def plan_command(
         block_size=block_size,
         kv_cache_dtype=kv_cache_dtype,
         context_lengths=tuple(context_len),
+        max_groups=max_groups,
     )
     result = make_plan(request)
     if plot is not None:

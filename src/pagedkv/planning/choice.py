@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pagedkv.config import EngineConfig
@@ -13,7 +13,7 @@ from pagedkv.planning.grouping import (
     single_group,
 )
 from pagedkv.planning.report import GroupingAlternative
-from pagedkv.planning.search import Scored, search
+from pagedkv.planning.search import DEFAULT_MAX_KV_CACHE_GROUPS, Scored, SearchResult, search
 from pagedkv.planning.types import KVCacheGroupSpec
 from pagedkv.specs.base import KVCacheSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
@@ -38,6 +38,7 @@ def reference_config(config: EngineConfig) -> EngineConfig:
 
 
 def _single_alternative(group: KVCacheGroupSpec, config: EngineConfig) -> GroupingAlternative:
+    budget = config.cache.max_kv_cache_groups
     spec = group.kv_cache_spec
     slots = 1 if isinstance(spec, UniformTypeKVCacheSpecs) else len(group.layer_names)
     bytes_per_block = spec.page_size_bytes * slots
@@ -52,6 +53,8 @@ def _single_alternative(group: KVCacheGroupSpec, config: EngineConfig) -> Groupi
         bytes_per_request=spec.max_memory_usage_blocks(config) * bytes_per_block,
         reference_len=config.max_model_len,
         description="all layers share one block table (uniform or uniform-type specs)",
+        max_groups=DEFAULT_MAX_KV_CACHE_GROUPS if budget is None else budget,
+        within_budget=True,
     )
 
 
@@ -77,9 +80,17 @@ def _describe(s: Scored) -> str:
     )
 
 
-def to_alternative(s: Scored, chosen: bool, config: EngineConfig) -> GroupingAlternative:
+def to_alternative(
+    s: Scored, chosen: bool, config: EngineConfig, max_groups: int
+) -> GroupingAlternative:
+    within = s.num_groups <= max_groups
+    name = "vllm" if s.is_vllm else f"{s.page.name}, group size {s.group_size}"
+    description = _describe(s)
+    if not within:
+        name += f" (over the {max_groups}-group budget)"
+        description += f"; excluded: {s.num_groups} groups > max_kv_cache_groups {max_groups}"
     return GroupingAlternative(
-        name="vllm" if s.is_vllm else f"{s.page.name}, group size {s.group_size}",
+        name=name,
         chosen=chosen,
         block_sizes=s.block_sizes,
         num_groups=s.num_groups,
@@ -88,34 +99,48 @@ def to_alternative(s: Scored, chosen: bool, config: EngineConfig) -> GroupingAlt
         waste_fraction=s.waste_fraction,
         bytes_per_request=s.bytes_per_request,
         reference_len=config.max_model_len,
-        description=_describe(s),
+        description=description,
+        max_groups=max_groups,
+        within_budget=within,
     )
 
 
-def _shortlist(vllm: Scored | None, chosen: Scored, scored: Sequence[Scored]) -> list[Scored]:
+def _by_bytes(s: Scored) -> tuple[int, int]:
+    return (s.bytes_per_request, s.num_groups)
+
+
+def _shortlist(result: SearchResult) -> list[Scored]:
+    """The chosen, vLLM's, the least-waste one the budget excluded, then the best of
+    each page size within the budget and the chosen page's runners-up."""
+    chosen, scored = result.chosen, result.scored
     picked: list[Scored] = [chosen]
-    if vllm is not None and vllm is not chosen:
-        picked.append(vllm)
+    if result.vllm is not None:
+        picked.append(result.vllm)
+    over = [s for s in scored if not result.within_budget(s)]
+    if over:
+        picked.append(min(over, key=_by_bytes))
     best_per_page: dict[str, Scored] = {}
-    for s in sorted(scored, key=lambda s: (s.bytes_per_request, s.num_groups)):
-        if not s.is_vllm:
+    for s in sorted(scored, key=_by_bytes):
+        if not s.is_vllm and result.within_budget(s):
             best_per_page.setdefault(s.page.name, s)
     same_page = sorted(
         (
             s
             for s in scored
             if s is not chosen
+            and result.within_budget(s)
             and s.page.page_size_bytes == chosen.page.page_size_bytes
             and s.block_sizes == chosen.block_sizes
         ),
-        key=lambda s: (s.bytes_per_request, s.num_groups),
+        key=_by_bytes,
     )
-    keys = {_key(p) for p in picked}
-    for s in [*best_per_page.values(), *same_page[:3]]:
+    out: list[Scored] = []
+    keys: set[tuple[int, int, tuple[int, ...], int]] = set()
+    for s in [*picked, *best_per_page.values(), *same_page[:3]]:
         if _key(s) not in keys:
             keys.add(_key(s))
-            picked.append(s)
-    return picked[:MAX_ALTERNATIVES]
+            out.append(s)
+    return out[:MAX_ALTERNATIVES]
 
 
 def _key(s: Scored) -> tuple[int, int, tuple[int, ...], int]:
@@ -144,10 +169,16 @@ def choose_kv_cache_groups(
         return GroupingChoice(
             tuple(single), (_single_alternative(single[0], ref),), ref.max_model_len
         )
-    vllm, chosen, scored = search(
-        make_buckets(specs), ref, block_size_multiple, vllm_rule=vllm_rule
+    result = search(
+        make_buckets(specs),
+        ref,
+        block_size_multiple,
+        vllm_rule=vllm_rule,
+        max_groups=config.cache.max_kv_cache_groups,
     )
-    groups = groups_from_buckets(chosen.page.buckets, chosen.group_size)
-    alternatives = [to_alternative(s, s is chosen, ref) for s in _shortlist(vllm, chosen, scored)]
+    groups = groups_from_buckets(result.chosen.page.buckets, result.chosen.group_size)
+    alternatives = [
+        to_alternative(s, s is result.chosen, ref, result.max_groups) for s in _shortlist(result)
+    ]
     alternatives.sort(key=lambda a: (not a.chosen, a.bytes_per_request))
     return GroupingChoice(tuple(groups), tuple(alternatives), ref.max_model_len)

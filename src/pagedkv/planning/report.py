@@ -56,7 +56,12 @@ class ConcurrencyPoint:
 
 @dataclass(frozen=True, kw_only=True)
 class GroupingAlternative:
-    """One candidate grouping the planner scored (at ``reference_len`` tokens)."""
+    """One candidate grouping the planner scored (at ``reference_len`` tokens).
+
+    ``max_groups`` is the group budget in force (``CacheConfig.max_kv_cache_groups``
+    or the planner's default); ``within_budget`` is False for a grouping the budget
+    excluded however little it wastes.
+    """
 
     name: str
     chosen: bool
@@ -68,6 +73,8 @@ class GroupingAlternative:
     bytes_per_request: int
     reference_len: int
     description: str
+    max_groups: int | None = None
+    within_budget: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

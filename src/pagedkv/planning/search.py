@@ -3,7 +3,8 @@
 Every candidate puts all layers on one page size ``P`` (so layer slot ``i`` can be
 shared by every group) and splits each bucket into groups of at most ``g`` layers.
 A block id then costs ``g * P`` bytes; a max-length request costs that times the
-blocks all its groups hold. The candidate needing the fewest bytes per request
+blocks all its groups hold. Among the candidates within the group budget (every
+group costs the runtime work per call) the one needing the fewest bytes per request
 wins; within ``TOLERANCE`` of it vLLM's own rule is kept when it qualifies, else the
 candidate with the fewest groups, then the smallest block size.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import PlanningError
@@ -26,7 +28,10 @@ from pagedkv.planning.unify import (
 from pagedkv.specs.base import KVCacheSpec, cdiv
 
 TOLERANCE = 0.01
+# Groupings scored (and reported) up to this many groups, or the budget if larger.
 MAX_GROUPS = 64
+# CacheConfig.max_kv_cache_groups=None: see docs/planning.md for the measurements.
+DEFAULT_MAX_KV_CACHE_GROUPS = 16
 PAGE_MULTIPLES = (1, 2, 4)
 MAMBA_BLOCK_STEPS = 4
 MAX_LCM_FACTOR = 16
@@ -182,18 +187,58 @@ def score(page: PageCandidate, group_size: int, is_vllm: bool = False) -> Scored
     return Scored(page, group_size, sum(counts), bytes_per_block, need, waste, is_vllm)
 
 
-def search(
-    buckets: Sequence[Bucket], config: EngineConfig, multiple: int, *, vllm_rule: bool = False
-) -> tuple[Scored | None, Scored, list[Scored]]:
-    """(vLLM's candidate or None, the chosen one, every valid candidate scored).
+class SearchResult(NamedTuple):
+    vllm: Scored | None
+    chosen: Scored
+    scored: list[Scored]
+    max_groups: int
 
+    def within_budget(self, s: Scored) -> bool:
+        return s.num_groups <= self.max_groups
+
+
+def _within_budget(
+    scored: list[Scored], max_groups: int | None, vllm: Scored | None, vllm_rule: bool
+) -> tuple[list[Scored], int]:
+    """The candidates the budget allows, and the budget in force.
+
+    An explicit budget that no candidate meets is an error; the default budget then
+    gives way to the fewest groups possible.
+    """
+    budget = DEFAULT_MAX_KV_CACHE_GROUPS if max_groups is None else max_groups
+    if vllm_rule and vllm is not None:
+        budget = max(budget, vllm.num_groups)
+    within = [s for s in scored if s.num_groups <= budget]
+    if within:
+        return within, budget
+    fewest = min(s.num_groups for s in scored)
+    if max_groups is not None:
+        raise PlanningError(
+            f"CacheConfig.max_kv_cache_groups={max_groups} cannot be met: these layers need "
+            f"at least {fewest} KV cache groups (one per kind of layer spec)"
+        )
+    return [s for s in scored if s.num_groups == fewest], fewest
+
+
+def search(
+    buckets: Sequence[Bucket],
+    config: EngineConfig,
+    multiple: int,
+    *,
+    vllm_rule: bool = False,
+    max_groups: int | None = None,
+) -> SearchResult:
+    """vLLM's candidate (or None), the chosen one, every candidate scored, the budget.
+
+    ``max_groups`` caps the chosen grouping's group count (None: the default budget).
     ``vllm_rule`` picks vLLM's candidate whenever its rule can unify the pages.
     """
     vllm_page, pages = page_candidates(buckets, config, multiple)
     vllm = None
     if vllm_page is not None:
         vllm = score(vllm_page, vllm_group_size([len(b) for b in buckets]), is_vllm=True)
-    limit = max(MAX_GROUPS, vllm.num_groups if vllm else 0)
+    budget = DEFAULT_MAX_KV_CACHE_GROUPS if max_groups is None else max_groups
+    limit = max(MAX_GROUPS, budget, vllm.num_groups if vllm else 0)
     largest = max(len(b) for b in buckets)
     scored = [score(p, g) for p in pages for g in range(1, largest + 1)]
     scored = [s for s in scored if s.num_groups <= limit]
@@ -204,8 +249,9 @@ def search(
             "cannot unify the page sizes of these layers: "
             + "; ".join(f"{b.first.kind} ({b.layer_names[0]}...)" for b in buckets)
         )
-    best = min(s.bytes_per_request for s in scored)
-    eligible = [s for s in scored if s.bytes_per_request <= best * (1 + TOLERANCE)]
+    within, budget = _within_budget(scored, max_groups, vllm, vllm_rule)
+    best = min(s.bytes_per_request for s in within)
+    eligible = [s for s in within if s.bytes_per_request <= best * (1 + TOLERANCE)]
     if vllm is not None and (vllm_rule or any(s is vllm for s in eligible)):
         chosen = vllm
     else:
@@ -213,4 +259,4 @@ def search(
         chosen = min(
             eligible, key=lambda s: (s.num_groups, max(s.block_sizes), s.bytes_per_request)
         )
-    return vllm, chosen, scored
+    return SearchResult(vllm, chosen, scored, budget)
