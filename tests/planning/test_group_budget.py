@@ -100,3 +100,12 @@ def test_budget_is_kept_and_more_budget_never_costs_memory(
         assert result.chosen.bytes_per_request <= best * (1 + TOLERANCE)
     best_tight = min(s.bytes_per_request for s in tight.scored if s.num_groups <= small)
     assert loose.chosen.bytes_per_request <= best_tight * (1 + TOLERANCE)
+
+
+def test_concurrency_at_an_unplanned_length_names_the_planned_ones() -> None:
+    plan = plan_kv_cache(
+        EngineConfig.create(max_model_len=8192), [{"f": full()}], [1 * GiB], context_lengths=[1024]
+    )
+    assert plan.concurrency_at(1024).context_len == 1024
+    with pytest.raises(PlanningError, match=r"context_len=2048.*8192, 1024"):
+        plan.concurrency_at(2048)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pagedkv.errors import PlanningError
 from pagedkv.planning.types import KVCacheConfig
 
 
@@ -127,7 +128,11 @@ class KVCachePlan:
         for point in self.max_concurrency:
             if point.context_len == context_len:
                 return point
-        raise KeyError(context_len)
+        planned = ", ".join(str(p.context_len) for p in self.max_concurrency)
+        raise PlanningError(
+            f"no concurrency point for context_len={context_len!r}: the plan has {planned}; "
+            "pass it in plan_kv_cache(..., context_lengths=[...])"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (configs summarised per worker)."""
