@@ -42,18 +42,14 @@ def layer_pages(group: KVCacheGroupSpec) -> list[tuple[str, int]]:
     return [(n, page) for n in group.layer_names]
 
 
-def group_width_bytes(group: KVCacheGroupSpec) -> int:
-    """Bytes one block id costs this group (sum of its layers' pages)."""
-    return sum(page for _, page in layer_pages(group))
-
-
-def bytes_per_block(groups: Sequence[KVCacheGroupSpec], *, host: bool = False) -> int:
-    return max((group_width_bytes(g) for g in groups if g.host_resident == host), default=0)
-
-
-def _runs(pages: list[tuple[str, int]]) -> list[tuple[int, list[str]]]:
+def _page_runs(group: KVCacheGroupSpec) -> list[tuple[int, list[str]]]:
+    """Consecutive layers with equal pages: one run for a plain group (page computed once)."""
+    spec = group.kv_cache_spec
+    if not isinstance(spec, UniformTypeKVCacheSpecs):
+        return [(spec.page_size_bytes, list(group.layer_names))] if group.layer_names else []
     runs: list[tuple[int, list[str]]] = []
-    for name, page in pages:
+    for name in group.layer_names:
+        page = spec.kv_cache_specs[name].page_size_bytes
         if runs and runs[-1][0] == page:
             runs[-1][1].append(name)
         else:
@@ -61,31 +57,52 @@ def _runs(pages: list[tuple[str, int]]) -> list[tuple[int, list[str]]]:
     return runs
 
 
-def slots_agree(groups: Sequence[KVCacheGroupSpec]) -> bool:
+def _width(runs: list[tuple[int, list[str]]]) -> int:
+    return sum(page * len(names) for page, names in runs)
+
+
+def group_width_bytes(group: KVCacheGroupSpec) -> int:
+    """Bytes one block id costs this group (sum of its layers' pages)."""
+    return _width(_page_runs(group))
+
+
+def bytes_per_block(groups: Sequence[KVCacheGroupSpec], *, host: bool = False) -> int:
+    return max((group_width_bytes(g) for g in groups if g.host_resident == host), default=0)
+
+
+def _runs_agree(runs_per_group: Sequence[list[tuple[int, list[str]]]]) -> bool:
+    """Whether layer slot i has the same page in every group that has an i-th layer."""
     slot_pages: list[int] = []
-    for group in groups:
-        for i, (_, page) in enumerate(layer_pages(group)):
-            if i == len(slot_pages):
-                slot_pages.append(page)
-            elif slot_pages[i] != page:
-                return False
+    for runs in runs_per_group:
+        slot = 0
+        for page, names in runs:
+            for i in range(slot, slot + len(names)):
+                if i == len(slot_pages):
+                    slot_pages.append(page)
+                elif slot_pages[i] != page:
+                    return False
+            slot += len(names)
     return True
+
+
+def slots_agree(groups: Sequence[KVCacheGroupSpec]) -> bool:
+    return _runs_agree([_page_runs(g) for g in groups])
 
 
 def place(
     groups: Sequence[KVCacheGroupSpec], num_blocks: int, *, host: bool = False
 ) -> list[KVCacheTensor]:
     """Tensors for the groups of one residency in one ``bpb * num_blocks`` allocation."""
-    chosen = [g for g in groups if g.host_resident == host]
-    bpb = bytes_per_block(chosen, host=host)
+    runs_per_group = [_page_runs(g) for g in groups if g.host_resident == host]
+    bpb = max((_width(runs) for runs in runs_per_group), default=0)
     if bpb == 0:
         return []
     size = bpb * num_blocks
-    layer_major = slots_agree(chosen)
+    layer_major = _runs_agree(runs_per_group)
     tensors = []
-    for group in chosen:
+    for runs in runs_per_group:
         offset = 0
-        for page, names in _runs(layer_pages(group)):
+        for page, names in runs:
             layer_stride = page * num_blocks if layer_major else page
             tensors.append(
                 KVCacheTensor(
