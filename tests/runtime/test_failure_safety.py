@@ -24,6 +24,7 @@ def snapshot(manager: KVCacheManager) -> dict[str, Any]:
         "cached": pool.cached_blocks(),
         "tables": [{r: list(t) for r, t in m.req_to_blocks.items()} for m in manager.managers],
         "num_cached": [dict(m.num_cached_block) for m in manager.managers],
+        "evictions": manager.num_evictions,
     }
 
 
@@ -121,3 +122,21 @@ def test_exception_in_a_one_group_running_allocation_is_rolled_back(
         manager.allocate_slots(running, 10)
     assert snapshot(manager) == before
     assert manager.take_events() == []
+
+
+def test_evictions_of_a_failed_allocation_are_not_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    manager = make_manager([full()], num_blocks=9, enable_events=True)
+    a = Request("a", list(range(32)))
+    manager.allocate_slots(a, 32)
+    manager.free(a)  # 8 cached free blocks, nothing else free
+    manager.take_events()
+    before = snapshot(manager)
+    fail_on_call(monkeypatch, manager.block_pool, "get_new_blocks", 1)
+    with pytest.raises(Injected):
+        manager.allocate_slots(Request("b", [9] * 12), 12)  # evicts 3 cached blocks
+    assert snapshot(manager) == before and manager.num_evictions == 0
+    monkeypatch.undo()
+    manager.allocate_slots(Request("b", [9] * 12), 12)
+    assert manager.num_evictions == 3

@@ -6,6 +6,7 @@ import pytest
 
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import KVCacheBlocks, Request
+from pagedkv.runtime.events import BlockRemoved
 
 from .helpers import check_invariants, full, make_manager, swa
 
@@ -175,6 +176,20 @@ def test_adopting_computed_tokens_the_request_lacks_is_a_typed_error(num_compute
     with pytest.raises(KVCacheRuntimeError, match=f"'c' adopts {num_computed} computed tokens"):
         manager.allocate_slots(Request("c", [1, 2, 3]), 2, num_new_computed_tokens=num_computed)
     assert manager.get_block_ids("c") == ([],)
+
+
+def test_evictions_are_counted_in_total_and_per_step() -> None:
+    manager = make_manager([full()], num_blocks=9, enable_events=True)
+    manager.free(admit(manager, "a", list(range(32))))  # 8 cached free blocks
+    assert manager.num_evictions == 0
+    manager.make_prefix_cache_stats()
+    manager.free(admit(manager, "b", [9] * 12))  # reuses 3 cached blocks
+    manager.evict_blocks([5, 5, 0])  # one more cached block dropped; then nothing
+    removed = [e for e in manager.take_events() if isinstance(e, BlockRemoved)]
+    assert manager.num_evictions == 4 == sum(len(e.block_hashes) for e in removed)
+    assert manager.make_prefix_cache_stats().evictions == 4
+    assert manager.make_prefix_cache_stats().evictions == 0
+    assert manager.prefix_cache_stats.evictions == 4
 
 
 def test_attention_free_model_allocates_nothing() -> None:

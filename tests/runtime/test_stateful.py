@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from pagedkv import KVCacheSpec
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import FullAttentionManager, KVCacheManager, Request, UnitaryCoordinator
+from pagedkv.runtime.events import BlockRemoved
 
 from .helpers import check_invariants, chunked, cross, full, make_manager, mamba, swa
 
@@ -24,12 +25,17 @@ class KVCacheMachine(RuleBasedStateMachine):
     specs: Callable[[], Sequence[KVCacheSpec]]
     num_blocks = 40
     encoder_tokens = 0  # > 0 for encoder-decoder layouts (cross attention)
+    enable_events = False  # True: evictions are checked against BlockRemoved events
 
     def __init__(self) -> None:
         super().__init__()
         self.manager: KVCacheManager = make_manager(
-            self.specs(), num_blocks=self.num_blocks, max_model_len=MAX_MODEL_LEN
+            self.specs(),
+            num_blocks=self.num_blocks,
+            max_model_len=MAX_MODEL_LEN,
+            enable_events=self.enable_events,
         )
+        self.num_removed = 0
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.counter = 0
@@ -167,6 +173,14 @@ class KVCacheMachine(RuleBasedStateMachine):
                     assert pool.key_of(block) == (req.block_hashes[(i + 1) * scale - 1], gid)
 
     @invariant()
+    def evictions_match_removed_events(self) -> None:
+        if self.enable_events:
+            for event in self.manager.take_events():
+                if isinstance(event, BlockRemoved):
+                    self.num_removed += len(event.block_hashes)
+            assert self.manager.num_evictions == self.num_removed
+
+    @invariant()
     def consistent(self) -> None:
         check_invariants(
             self.manager,
@@ -178,8 +192,17 @@ class KVCacheMachine(RuleBasedStateMachine):
 SETTINGS = settings(max_examples=25, stateful_step_count=30, deadline=None)
 
 
-def machine(name: str, specs: Callable[[], Sequence[KVCacheSpec]], encoder_tokens: int = 0) -> type:
-    attrs = {"specs": staticmethod(specs), "encoder_tokens": encoder_tokens}
+def machine(
+    name: str,
+    specs: Callable[[], Sequence[KVCacheSpec]],
+    encoder_tokens: int = 0,
+    enable_events: bool = False,
+) -> type:
+    attrs = {
+        "specs": staticmethod(specs),
+        "encoder_tokens": encoder_tokens,
+        "enable_events": enable_events,
+    }
     return type(name, (KVCacheMachine,), attrs)
 
 
@@ -194,6 +217,9 @@ HybridMachine = machine("HybridMachine", lambda: [full(), swa(8), mamba()])
 MixedBlockHybridMachine = machine("MixedBlockHybridMachine", lambda: [full(4), swa(16, 8)])
 SharedWindowMachine = machine("SharedWindowMachine", lambda: [swa(8), full(), swa(8)])
 EncoderDecoderMachine = machine("EncoderDecoderMachine", lambda: [full(), cross()], 10)
+EventsHybridMachine = machine(
+    "EventsHybridMachine", lambda: [full(), swa(8), swa(8)], enable_events=True
+)
 
 TestFull = FullMachine.TestCase
 TestSlidingWindow = SlidingWindowMachine.TestCase
@@ -204,6 +230,7 @@ TestHybrid = HybridMachine.TestCase
 TestMixedBlockHybrid = MixedBlockHybridMachine.TestCase
 TestEncoderDecoder = EncoderDecoderMachine.TestCase
 TestSharedWindow = SharedWindowMachine.TestCase
+TestEventsHybrid = EventsHybridMachine.TestCase
 for _case in (
     TestFull,
     TestSlidingWindow,
@@ -214,5 +241,6 @@ for _case in (
     TestMixedBlockHybrid,
     TestEncoderDecoder,
     TestSharedWindow,
+    TestEventsHybrid,
 ):
     _case.settings = SETTINGS

@@ -63,6 +63,9 @@ class BlockPool(PrefixCacheIndex):
         self._dups: list[dict[Any, list[int]]] = []
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
         self._journal: Journal | None = None
+        # Cached blocks whose hash was dropped to reuse them (or by evict_blocks): one
+        # BlockRemoved event each when events are on.
+        self.num_evictions = 0
         # Blocks cached in the current step whose content the engine has not written yet
         # (block -> request that caches it). A kind that needs complete content at
         # admission (state checkpoints) cannot adopt them until they are written: at the
@@ -142,10 +145,12 @@ class BlockPool(PrefixCacheIndex):
         dups = self._dups
         plain = self._events is None
         journal = self._journal is not None
+        num_evicted = 0
         for _ in range(rest):
             block = popitem(last=False)[0]
             h = hashes[block]
             if h is not None:
+                num_evicted += 1
                 gid = groups[block]
                 if journal:
                     evicted.append((block, h, gid))
@@ -155,6 +160,7 @@ class BlockPool(PrefixCacheIndex):
                 else:
                     self._drop_key(block, h, gid)
             blocks.append(block)
+        self.num_evictions += num_evicted
         return blocks, from_stack, fresh, evicted
 
     def touch(self, blocks: Iterable[int]) -> None:

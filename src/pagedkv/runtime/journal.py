@@ -56,6 +56,7 @@ def _undo_new(
     for block in blocks:
         pool.ref_cnt[block] = 0
     lru = pool._lru
+    pool.num_evictions -= len(evicted)
     for block, h, gid in reversed(evicted):
         pool._restore_key(block, h, gid)
         lru[block] = None

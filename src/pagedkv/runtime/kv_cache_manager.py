@@ -107,6 +107,7 @@ class KVCacheManager(SlotAllocator):
         ]
         self._stats_total = PrefixCacheStatsCounter()
         self._stats_step = PrefixCacheStatsCounter()
+        self._evictions_at_step = 0
 
     # ------------------------------------------------------------------ state
     @property
@@ -119,13 +120,22 @@ class KVCacheManager(SlotAllocator):
         return self.block_pool.usage
 
     @property
+    def num_evictions(self) -> int:
+        """Cached blocks evicted since the manager was built: reused for new content (the
+        LRU victims) or dropped by ``evict_blocks``; a failed allocation's are not counted."""
+        return self.block_pool.num_evictions
+
+    @property
     def prefix_cache_stats(self) -> PrefixCacheStats:
-        """Lookups and hits since the manager was built."""
-        return self._stats_total.snapshot()
+        """Lookups, hits and evictions since the manager was built."""
+        return self._stats_total.snapshot(self.block_pool.num_evictions)
 
     def make_prefix_cache_stats(self) -> PrefixCacheStats:
-        """Lookups and hits since the previous call (per engine step), then start afresh."""
-        stats = self._stats_step.snapshot()
+        """Lookups, hits and evictions since the previous call (per engine step), then
+        start afresh."""
+        total = self.block_pool.num_evictions
+        stats = self._stats_step.snapshot(total - self._evictions_at_step)
+        self._evictions_at_step = total
         self._stats_step = PrefixCacheStatsCounter()
         return stats
 

@@ -34,6 +34,7 @@ class PrefixCacheIndex:
     _dups: list[dict[Any, list[int]]]
     _events: list[KVCacheEvent] | None
     _journal: Journal | None
+    num_evictions: int
 
     def hash_map(self, group_id: int) -> dict[Any, int]:
         """The ``block hash -> first cached block id`` map of one group."""
@@ -192,4 +193,5 @@ class PrefixCacheIndex:
                 )
             h = hashes[block]
             if h is not None:
+                self.num_evictions += 1
                 self._drop_key(block, h, self.block_group[block])

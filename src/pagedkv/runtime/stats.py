@@ -16,6 +16,8 @@ class PrefixCacheStats:
     preempted_queries: int = 0
     preempted_hits: int = 0
     reset: bool = False
+    # Cached blocks evicted (hash dropped to reuse the block, or by evict_blocks).
+    evictions: int = 0
 
     @property
     def hit_rate(self) -> float:
@@ -50,7 +52,7 @@ class PrefixCacheStatsCounter:
             self.queries += num_tokens
             self.hits += num_hit_tokens
 
-    def snapshot(self) -> PrefixCacheStats:
+    def snapshot(self, evictions: int = 0) -> PrefixCacheStats:
         return PrefixCacheStats(
             self.requests,
             self.queries,
@@ -59,4 +61,5 @@ class PrefixCacheStatsCounter:
             self.preempted_queries,
             self.preempted_hits,
             self.reset,
+            evictions,
         )
