@@ -55,6 +55,18 @@ def test_a_block_only_counts_after_its_parent():
     assert belady_bound(reqs, log2, BS, capacity_blocks=2).hit_tokens == 2 * BS
 
 
+def test_a_block_cached_before_its_parent_still_counts_once_the_parent_is_cached():
+    # Found by the optimality property: the bound refused block 1 because block 0 was not
+    # cached yet, although block 0 came in before the lookup (8 tokens, not 4).
+    reqs = [
+        TraceRequest(0.0, (Segment(0, BS), Segment(0, BS), Segment(0, BS)), 1, -1),
+        TraceRequest(0.0, (Segment(0, BS),), 1, -2),
+    ]
+    log = AccessLog()
+    log.events.extend([(INSERT, 0, 1, 2), (INSERT, 0, 0, 1), (LOOKUP, 0, 0, 1), (LOOKUP, 0, 2, 1)])
+    assert belady_bound(reqs, log, BS, capacity_blocks=2).hit_tokens == 2 * BS
+
+
 def _brute_force(reqs, events, capacity):
     """Best hits over every admit/evict choice (no prefix-closure assumed)."""
     need = {}

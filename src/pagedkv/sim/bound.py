@@ -131,8 +131,6 @@ def belady_bound(
                 key = chain[depth]
                 if key in cached:
                     continue
-                if depth and chain[depth - 1] not in cached:
-                    break
                 nu = next_use(key)
                 if nu == _INF:
                     break
