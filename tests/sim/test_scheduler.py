@@ -70,11 +70,15 @@ def test_preemption_by_recomputation_and_readmission():
         "new_step_starts": 9,
     }
     assert res.peak_used_blocks == 4 and res.peak_usage == 1.0
-    assert res.evictions is None  # not counted unless asked (needs KV cache events)
-    counted = _run(dataclasses.replace(make_engine(5), count_evictions=True), trace, max_num_seqs=2)
     # step 2 evicts R1's tail block; step 6 R1 needs 2 new blocks: R0's two last cached blocks
-    assert counted.evictions == 3
-    assert counted.manager_calls_by_kind == res.manager_calls_by_kind
+    assert res.evictions == 3  # the manager's own counter, no KV cache events needed
+
+
+def test_evictions_come_from_the_manager_counter_without_events():
+    sim = make_engine(5).simulator(SchedulerSettings(max_num_seqs=2))
+    trace = make_trace((((1, 8),), 5), (((2, 8),), 5))
+    assert sim.run(trace).evictions == sim.mgr.num_evictions == 3
+    assert sim.mgr.take_events() == []  # events off: no event handling in manager time
 
 
 def test_request_that_never_fits_is_dropped_and_counted():

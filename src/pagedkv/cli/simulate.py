@@ -185,9 +185,7 @@ def simulate_command(
         "block_size": block_size,
         "max_model_len": max_model_len,
     }
-    engine = dataclasses.replace(
-        _engine(model, gpu, num_blocks, opts), hash_algo=hash_algo, count_evictions=True
-    )
+    engine = dataclasses.replace(_engine(model, gpu, num_blocks, opts), hash_algo=hash_algo)
     show = sys.stderr.isatty()
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show, run_sweep, sweep_sizes)

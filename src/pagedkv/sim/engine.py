@@ -61,7 +61,6 @@ class SimEngine:
     config: EngineConfig
     model_name: str = "model"
     hash_algo: str | None = None
-    count_evictions: bool = False
     plan_inputs: PlanInputs | None = None
 
     @property
@@ -103,7 +102,6 @@ class SimEngine:
             self.kv_cache_config,
             config,
             hash_algo=self.hash_algo,
-            enable_events=self.count_evictions,
         )
         hasher = manager.hasher if manager.enable_caching else None
 
@@ -120,7 +118,6 @@ class SimEngine:
             settings=settings,
             model_name=self.model_name,
             kv_cache_groups=tuple(_group_label(g) for g in self.kv_cache_config.kv_cache_groups),
-            count_evictions=self.count_evictions,
             align_block_size=_mamba_align_block_size(self.kv_cache_config),
         )
 

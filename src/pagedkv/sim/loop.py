@@ -38,7 +38,6 @@ class RunState(Admission):
         self.steps = self.peak_used = 0
         self.used_sum = 0
         self.computed_tokens = 0
-        self.evictions = 0
         self.clock_s = 0.0
         self.pending: deque[Seq] = deque()
         for index, request in enumerate(trace.requests):
@@ -117,16 +116,7 @@ class RunState(Admission):
                 seq.req = None
                 self.done += 1
 
-    def _count_evictions(self) -> None:
-        from pagedkv.runtime.events import BlockRemoved
-
-        for event in self.sim.mgr.take_events():
-            if isinstance(event, BlockRemoved):
-                self.evictions += len(event.block_hashes)
-
     def _record_step(self, num_tokens: int) -> None:
-        if self.sim.count_evictions:
-            self._count_evictions()
         used = self.sim.num_blocks - 1 - self.sim.mgr.num_free_blocks
         self.used_sum += used
         if used > self.peak_used:
@@ -164,7 +154,7 @@ class RunState(Admission):
             readmission_tokens=self.readmit_tokens,
             readmission_hit_tokens=self.readmit_hits,
             preemptions=self.preemptions,
-            evictions=self.evictions if sim.count_evictions else None,
+            evictions=getattr(sim.mgr, "num_evictions", None),
             peak_used_blocks=self.peak_used,
             mean_used_blocks=self.used_sum / self.steps if self.steps else 0.0,
             peak_running=self.peak_running,

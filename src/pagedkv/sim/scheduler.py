@@ -61,9 +61,8 @@ class Simulator:
     """Replays a trace through one ``KVCacheManager`` (fresh per run; see ``engine.py``).
 
     ``make_request(request_id, token_ids)`` builds the runtime ``Request``;
-    ``block_size`` is the block size of the access log and bound. With
-    ``count_evictions`` the manager must publish KV cache events; evictions are counted
-    from its ``BlockRemoved`` events once per step (outside manager time).
+    ``block_size`` is the block size of the access log and bound. Evictions are the
+    manager's ``num_evictions`` at the end of the run (``None`` for a manager without it).
     """
 
     def __init__(
@@ -77,7 +76,6 @@ class Simulator:
         settings: SchedulerSettings | None = None,
         model_name: str = "model",
         kv_cache_groups: tuple[str, ...] = (),
-        count_evictions: bool = False,
         align_block_size: int = 0,
     ) -> None:
         self.mgr = manager
@@ -88,8 +86,6 @@ class Simulator:
         self.settings = settings or SchedulerSettings()
         self.model_name = model_name
         self.kv_cache_groups = kv_cache_groups
-        # Evictions are counted from the manager's BlockRemoved events (built with events on).
-        self.count_evictions = count_evictions
         # Mamba "align" mode: prefill chunks end on multiples of this many tokens (0: off).
         self.align_block_size = align_block_size
         self._admit_kwargs: dict[str, Any] = {}
