@@ -140,3 +140,28 @@ def test_evictions_of_a_failed_allocation_are_not_counted(
     monkeypatch.undo()
     manager.allocate_slots(Request("b", [9] * 12), 12)
     assert manager.num_evictions == 3
+
+
+@pytest.mark.parametrize(("method", "call"), [("get_new_blocks", 1), ("cache_full_blocks", 2)])
+def test_exception_in_a_lockstep_running_allocation_is_rolled_back(
+    monkeypatch: pytest.MonkeyPatch, method: str, call: int
+) -> None:
+    # Groups of one block size grow in step: one pool allocation serves them all.
+    manager = make_manager([full(), swa(8), swa(8)], num_blocks=40, enable_events=True)
+    warm(manager)
+    running = Request("r2", list(range(50, 62)))
+    manager.allocate_slots(running, 12)
+    running.num_computed_tokens = 12
+    running.append_output_token_ids(list(range(10)))
+    manager.remove_skipped_blocks("r2", 12)  # out-of-window blocks go before any change
+    manager.take_events()
+    before = snapshot(manager)
+    fail_on_call(monkeypatch, manager.block_pool, method, call)
+    with pytest.raises(Injected):
+        manager.allocate_slots(running, 10)
+    assert snapshot(manager) == before
+    assert manager.take_events() == []
+    monkeypatch.undo()
+    new = manager.allocate_slots(running, 10)
+    assert new is not None and [len(blocks) for blocks in new.blocks] == [3, 3, 3]
+    check_invariants(manager, {"r2": 22, "run": 9})

@@ -184,9 +184,7 @@ class SlotAllocator:
                     return self._empty
             elif num_new * self.num_groups > self.block_pool.num_free_blocks:
                 return None
-            return self._transaction(
-                request, None, 0, num_slots, num_main, num_encoder_tokens, cache_tokens >= 0
-            )
+            return self._lockstep_transaction(request, num_new, num_main, cache_tokens)
         num_needed = 0
         work = False
         cross = self._cross
@@ -233,6 +231,38 @@ class SlotAllocator:
             raise
         pool._journal = None
         return KVCacheBlocks((new,)) if new else self._empty
+
+    def _lockstep_transaction(
+        self, request: Request, num_new: int, num_main: int, cache_tokens: int
+    ) -> KVCacheBlocks:
+        """``_transaction`` for a running request whose groups share one block size (their
+        tables grow in step): one pool allocation for every group, all or nothing."""
+        request_id = request.request_id
+        managers = self.managers
+        pool = self.block_pool
+        saved = [m.save(request_id) for m in managers]
+        savepoint = pool.begin()
+        try:
+            if num_new > 0:
+                # Group k gets the k-th run of blocks: the order per-group calls give.
+                blocks = pool.get_new_blocks(num_new * len(managers))
+                new_blocks = tuple(blocks[k : k + num_new] for k in range(0, len(blocks), num_new))
+                for m, new in zip(managers, new_blocks):
+                    m.req_to_blocks[request_id].extend(new)
+            else:
+                new_blocks = self._no_hits
+            if cache_tokens >= 0:
+                num_tokens = len(request.all_token_ids)
+                num_cacheable = num_main if num_main < num_tokens else num_tokens
+                for m in managers:
+                    m.cache_blocks(request, num_cacheable)
+        except BaseException:
+            pool.rollback(savepoint)
+            for m, state in zip(managers, saved):
+                m.rollback(request_id, state)
+            raise
+        pool._journal = None
+        return KVCacheBlocks(new_blocks) if num_new > 0 else self._empty
 
     def _remove_skipped(self, request_id: str, num_computed_tokens: int) -> None:
         """Free blocks that left a window; identical groups share one skip computation."""

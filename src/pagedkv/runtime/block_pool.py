@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
-from pagedkv.runtime.events import AllBlocksCleared, KVCacheEvent
+from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, KVCacheEvent
 from pagedkv.runtime.journal import Journal, Savepoint, undo
 from pagedkv.runtime.prefix_cache import NULL_BLOCK, PrefixCacheIndex
 
@@ -143,7 +143,8 @@ class BlockPool(PrefixCacheIndex):
         groups = self.block_group
         maps = self._maps
         dups = self._dups
-        plain = self._events is None
+        events = self._events
+        medium = self.medium
         journal = self._journal is not None
         num_evicted = 0
         for _ in range(rest):
@@ -154,9 +155,11 @@ class BlockPool(PrefixCacheIndex):
                 gid = groups[block]
                 if journal:
                     evicted.append((block, h, gid))
-                if plain and h not in dups[gid]:  # the only block with this key
+                if h not in dups[gid]:  # the only block with this key
                     hashes[block] = None
                     del maps[gid][h]
+                    if events is not None:
+                        events.append(BlockRemoved([h], medium, gid))
                 else:
                     self._drop_key(block, h, gid)
             blocks.append(block)

@@ -179,4 +179,3 @@ def make_coordinator(kv_cache_config: KVCacheConfig, **kwargs: Any) -> KVCacheCo
     if len(kv_cache_config.kv_cache_groups) == 1:
         return UnitaryCoordinator(kv_cache_config, **kwargs)
     return HybridCoordinator(kv_cache_config, **kwargs)
-

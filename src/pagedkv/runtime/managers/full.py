@@ -32,17 +32,15 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         block_size = kv_cache_spec.block_size
         hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
         limit = min(max_length // block_size, len(hashes))
-        if len(kv_cache_group_ids) == 1:
-            lists = [_leading_hits(block_pool.hash_map(kv_cache_group_ids[0]).get, hashes, limit)]
-        else:
-            lists = [[] for _ in kv_cache_group_ids]
-            for i in range(limit):
-                blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
-                if blocks is None:
-                    break
-                for out, block in zip(lists, blocks):
-                    out.append(block)
-        num_tokens = len(lists[0]) * block_size
+        # Identical groups: each group's leading run within the shorter ones so far.
+        lists = []
+        for gid in kv_cache_group_ids:
+            hit = _leading_hits(block_pool.hash_map(gid).get, hashes, limit)
+            lists.append(hit)
+            limit = len(hit)
+        for out in lists:
+            del out[limit:]
+        num_tokens = limit * block_size
         if alignment_tokens != block_size and num_tokens % alignment_tokens:
             num_tokens -= num_tokens % alignment_tokens
             for out in lists:

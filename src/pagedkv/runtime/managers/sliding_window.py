@@ -38,39 +38,31 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         need = max(cdiv(_window(kv_cache_spec) - 1, block_size), 1)
         hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
         limit = min(max_length // block_size, len(hashes))
-        lists = [[NULL_BLOCK] * limit for _ in kv_cache_group_ids]
+        maps = [block_pool.hash_map(g) for g in kv_cache_group_ids]
+        first, others = maps[0], maps[1:]
         aligned = alignment_tokens == block_size
-        first_map = block_pool.hash_map(kv_cache_group_ids[0])
-        other_maps = [block_pool.hash_map(g) for g in kv_cache_group_ids[1:]]
+        # Scan the first group right to left; other identical groups are checked only on
+        # a candidate window, at C speed, so each extra group costs a few list operations.
         run = 0
-        for i in range(limit - 1, -1, -1):
-            h = hashes[i]
-            block = first_map.get(h)
-            if block is not None and other_maps:
-                others = [m.get(h) for m in other_maps]
-                if None in others:
-                    block = None
-            if block is None:
+        i = limit - 1
+        while i >= 0:
+            if hashes[i] not in first:
                 run = 0
-                continue
-            if run == 0 and not aligned and ((i + 1) * block_size) % alignment_tokens:
-                continue  # a hit must end on an alignment boundary
-            lists[0][i] = block
-            if other_maps:
-                for out, other in zip(lists[1:], others):
-                    out[i] = other  # type: ignore[assignment]
-            run += 1
-            if run >= need:
-                for out in lists:
-                    del out[i + run :]
-                return lists, (i + run) * block_size
+            elif run or aligned or not ((i + 1) * block_size) % alignment_tokens:
+                run += 1  # a hit must end on an alignment boundary
+                if run >= need:
+                    miss = _miss(others, hashes[i : i + run], last=True)
+                    if miss < 0:
+                        return _tables(maps, hashes, i, run), (i + run) * block_size
+                    run = 0
+                    i += miss  # continue left of the other group's miss
+            i -= 1
         # No full window found: a run that starts at block 0 still covers a whole prefix.
-        num_blocks = run
+        miss = _miss(others, hashes[:run], last=False)
+        num_blocks = run if miss < 0 else miss
         if not aligned:
             num_blocks -= num_blocks % (alignment_tokens // block_size)
-        for out in lists:
-            del out[num_blocks:]
-        return lists, num_blocks * block_size
+        return _tables(maps, hashes, 0, num_blocks), num_blocks * block_size
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -92,3 +84,24 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         return self.kv_cache_spec.max_admission_blocks_per_request(  # type: ignore[attr-defined]
             self.in_flight_tokens or 0, self.max_model_len
         )
+
+
+def _miss(maps: list[dict[Any, int]], hashes: list[Any], last: bool) -> int:
+    """Index in ``hashes`` of the last (or first) hash missing from any map; -1 if none."""
+    found = -1
+    for m in maps:
+        present = list(map(m.__contains__, hashes))
+        if False in present:
+            if last:
+                index = len(present) - 1 - present[::-1].index(False)
+                found = index if index > found else found
+            else:
+                index = present.index(False)
+                found = index if found < 0 or index < found else found
+    return found
+
+
+def _tables(maps: list[dict[Any, int]], hashes: list[Any], start: int, run: int) -> list[list[int]]:
+    """Each group's hit: nulls before ``start``, then its blocks for ``run`` positions."""
+    window = hashes[start : start + run]
+    return [[NULL_BLOCK] * start + list(map(m.__getitem__, window)) for m in maps]
