@@ -7,7 +7,9 @@ so figures from a loaded machine can still be compared. The cyclic garbage colle
 paused while a case runs.
 
 Cases, for a Llama-like layout (one full-attention group, 16-token blocks) and a
-Gemma-like hybrid (five sliding-window groups, window 1024, plus one full group):
+Gemma-like hybrid (five sliding-window groups, window 1024, plus one full group) and,
+with ``--layouts gemma31``, many identical groups (26 window groups + 5 full groups, as a
+planner may lay out gemma-3-27b with two layers per group):
 ``decode``: allocate_slots for one decode token (16 in a row, so one in 16 crosses a
 block boundary: allocation and caching included); ``lookup``: get_computed_blocks of a
 2,048-token prompt fully cached; ``admit_free``: adopting that hit, allocating the
@@ -43,11 +45,11 @@ PROMPT_TOKENS = 2048
 def _manager(layout: str) -> KVCacheManager:
     full = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128)
     specs: list[KVCacheSpec] = [full]
+    window = SlidingWindowSpec(block_size=16, num_kv_heads=16, head_size=128, sliding_window=1024)
     if layout == "gemma":
-        window = SlidingWindowSpec(
-            block_size=16, num_kv_heads=16, head_size=128, sliding_window=1024
-        )
         specs = [window] * 5 + [full]
+    elif layout == "gemma31":
+        specs = [window] * 26 + [full] * 5
     groups = tuple(
         KVCacheGroupSpec(layer_names=(f"layer{i}",), kv_cache_spec=s) for i, s in enumerate(specs)
     )
