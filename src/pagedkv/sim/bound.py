@@ -9,6 +9,7 @@ feasible policy on the same log. A block only counts if every block before it is
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -72,15 +73,19 @@ class _Keys:
 
 
 def _future_uses(requests: Sequence[TraceRequest], events: list, block_size: int) -> tuple:
-    """Lookup times per key, and each lookup's chain cut at its first never-inserted block."""
+    """Lookup times per key, each lookup's chain cut at its first never-inserted block, and
+    insert times per key."""
     keys = _Keys(requests, events, block_size)
     seen: set[int] = set()
     uses: dict[int, list[int]] = {}
+    inserts: dict[int, list[int]] = {}
     effective: dict[int, int] = {}
     for t, (kind, r, a, b) in enumerate(events):
         chain = keys.get(r)
         if kind == INSERT:
             seen.update(chain[a:b])
+            for key in chain[a:b]:
+                inserts.setdefault(key, []).append(t)
         else:
             n = 0
             for key in chain[:a]:
@@ -90,7 +95,7 @@ def _future_uses(requests: Sequence[TraceRequest], events: list, block_size: int
                 n += 1
             effective[t] = n
         keys.done(r, t)
-    return uses, effective
+    return uses, effective, inserts
 
 
 def belady_bound(
@@ -98,7 +103,7 @@ def belady_bound(
 ) -> BoundResult:
     """Hit tokens of a clairvoyant cache of ``capacity_blocks`` blocks on ``log``."""
     events = log.events
-    uses, effective = _future_uses(requests, events, block_size)
+    uses, effective, inserts = _future_uses(requests, events, block_size)
     keys = _Keys(requests, events, block_size)
     pointer: dict[int, int] = {}
     cached: dict[int, tuple[float, int]] = {}  # key -> (next use, depth)
@@ -134,6 +139,12 @@ def belady_bound(
                 nu = next_use(key)
                 if nu == _INF:
                     break
+                if depth and chain[depth - 1] not in cached:
+                    # Useless unless the parent comes in again before this block's next use.
+                    times = inserts[chain[depth - 1]]
+                    i = bisect.bisect_right(times, t)
+                    if i == len(times) or times[i] > nu:
+                        break
                 if len(cached) >= capacity_blocks and not _evict_for(heap, cached, nu, depth):
                     break
                 cached[key] = (nu, depth)
