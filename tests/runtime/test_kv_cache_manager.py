@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from pagedkv import EngineConfig, KVCacheConfig, KVCacheGroupSpec
 from pagedkv.errors import KVCacheRuntimeError
-from pagedkv.runtime import KVCacheBlocks, Request
+from pagedkv.registry import KVCacheSpecRegistry
+from pagedkv.runtime import FullAttentionManager, KVCacheBlocks, KVCacheManager, Request
 from pagedkv.runtime.events import BlockRemoved
 
 from .helpers import check_invariants, full, make_manager, swa
@@ -198,3 +200,29 @@ def test_attention_free_model_allocates_nothing() -> None:
     assert manager.get_computed_blocks(req)[1] == 0
     assert manager.allocate_slots(req, 3) == KVCacheBlocks(())
     assert manager.usage == 0.0
+
+
+class _CountingFullManager(FullAttentionManager):
+    """A custom manager that allocates its own way (counts its calls)."""
+
+    calls = 0
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[int]:
+        type(self).calls += 1
+        return super().allocate_new_blocks(request_id, num_tokens)
+
+
+def test_a_manager_that_allocates_its_own_way_is_called_for_running_requests() -> None:
+    KVCacheSpecRegistry.register_role_manager("counting-test", _CountingFullManager)
+    groups = (
+        KVCacheGroupSpec(layer_names=("l0",), kv_cache_spec=full(), role="counting-test"),
+        KVCacheGroupSpec(layer_names=("l1",), kv_cache_spec=swa(8)),
+    )
+    kv = KVCacheConfig(num_blocks=32, kv_cache_tensors=(), kv_cache_groups=groups)
+    manager = KVCacheManager(kv, EngineConfig.create(max_model_len=256))
+    req = admit(manager, "a", list(range(8)))
+    before = _CountingFullManager.calls
+    req.append_output_token_ids(1)
+    new = manager.allocate_slots(req, 1)  # a running request crossing a block boundary
+    assert _CountingFullManager.calls == before + 1
+    assert new is not None and [len(b) for b in new.blocks] == [1, 1]

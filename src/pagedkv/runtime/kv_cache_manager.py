@@ -99,6 +99,9 @@ class KVCacheManager(SlotAllocator):
         self._same_block_size = (
             self.managers[0] if len(distinct_sizes) == 1 and not any(self._cross) else None
         )
+        # One pool allocation can serve every group unless a manager allocates its own way.
+        base_allocate = SingleTypeKVCacheManager.allocate_new_blocks
+        self._lockstep = all(type(m).allocate_new_blocks is base_allocate for m in self.managers)
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in self.managers)
         self._empty = KVCacheBlocks(tuple([] for _ in self.managers))
         self._group_meta = [

@@ -23,6 +23,7 @@ class RunningAllocator:
     hash_block_size: int
     num_groups: int
     _same_block_size: SingleTypeKVCacheManager | None
+    _lockstep: bool
     _skip_sets: list[tuple[SingleTypeKVCacheManager, list[SingleTypeKVCacheManager]]]
     _cross: list[bool]
     _no_hits: tuple[list[int], ...]
@@ -55,7 +56,11 @@ class RunningAllocator:
                     return self._empty
             elif num_new * self.num_groups > self.block_pool.num_free_blocks:
                 return None
-            return self._lockstep_transaction(request, num_new, num_main, cache_tokens)
+            if self._lockstep:
+                return self._lockstep_transaction(request, num_new, num_main, cache_tokens)
+            return self._transaction(
+                request, None, 0, num_slots, num_main, num_encoder_tokens, cache_tokens >= 0
+            )
         num_needed = 0
         work = False
         cross = self._cross
