@@ -84,3 +84,24 @@ def test_human_summary_and_sweep_tables():
     proc = _run(*args, "--sweep")
     assert proc.returncode == 0, proc.stderr
     assert "LRU hit rate" in proc.stdout and "2,400" in proc.stdout  # 150 blocks x 16 tokens
+
+
+def test_defaults_with_bound_and_a_planned_sweep():
+    # no model, trace or size: Llama-3.1-8B, Mooncake, the H100-80GB plan (28,535 blocks)
+    proc = _run("simulate", "--limit", "3", "--bound", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["model"], data["trace"]) == ("Llama-3.1-8B", "mooncake_conversation")
+    assert data["num_blocks"] == 28535 and data["requests_done"] == 3
+    assert data["bound_hit_rate"] >= data["hit_rate"]
+    proc = _run("simulate", "--limit", "3", "--sweep", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["sweep"]
+    assert [r["num_blocks"] for r in rows] == [3566, 7133, 14267, 28535, 57070, 114140]
+
+
+def test_num_blocks_too_small_for_an_explicit_max_model_len_is_a_one_line_error():
+    proc = _run(*BASE, "--max-model-len", "32768")
+    assert proc.returncode != 0
+    assert "400 KV cache blocks" in proc.stderr and "largest max_model_len" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
