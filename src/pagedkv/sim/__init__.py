@@ -4,6 +4,7 @@ from pagedkv.sim.bound import AccessLog, BoundResult, belady_bound
 from pagedkv.sim.bundled import list_bundled_traces, load_trace
 from pagedkv.sim.engine import SimEngine, engine_from_model, engine_from_plan
 from pagedkv.sim.metrics import SimResult
+from pagedkv.sim.planned import PlanInputs, plan_with_num_blocks
 from pagedkv.sim.readers import read_azure, read_mooncake
 from pagedkv.sim.run import SweepPoint, simulate, sweep, sweep_sizes
 from pagedkv.sim.scheduler import SchedulerSettings, SimulationError, Simulator
@@ -13,6 +14,7 @@ from pagedkv.sim.trace import Segment, Trace, TraceRequest
 __all__ = [
     "AccessLog",
     "BoundResult",
+    "PlanInputs",
     "Segment",
     "SchedulerSettings",
     "SimEngine",
@@ -28,6 +30,7 @@ __all__ = [
     "engine_from_plan",
     "list_bundled_traces",
     "load_trace",
+    "plan_with_num_blocks",
     "read_azure",
     "read_mooncake",
     "simulate",
