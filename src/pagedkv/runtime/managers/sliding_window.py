@@ -39,10 +39,11 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
         limit = min(max_length // block_size, len(hashes))
         maps = [block_pool.hash_map(g) for g in kv_cache_group_ids]
-        first, others = maps[0], maps[1:]
+        first = maps[0]
         aligned = alignment_tokens == block_size
-        # Scan the first group right to left; other identical groups are checked only on
-        # a candidate window, at C speed, so each extra group costs a few list operations.
+        # Scan the first group right to left; on a candidate window every group's blocks
+        # are fetched at C speed (a miss in any group restarts left of it), so each extra
+        # identical group costs a few list operations.
         run = 0
         i = limit - 1
         while i >= 0:
@@ -51,18 +52,20 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             elif run or aligned or not ((i + 1) * block_size) % alignment_tokens:
                 run += 1  # a hit must end on an alignment boundary
                 if run >= need:
-                    miss = _miss(others, hashes[i : i + run], last=True)
+                    tables, miss = _blocks(maps, hashes[i : i + run], i, last=True)
                     if miss < 0:
-                        return _tables(maps, hashes, i, run), (i + run) * block_size
+                        return tables, (i + run) * block_size
                     run = 0
-                    i += miss  # continue left of the other group's miss
+                    i += miss  # continue left of the miss
             i -= 1
         # No full window found: a run that starts at block 0 still covers a whole prefix.
-        miss = _miss(others, hashes[:run], last=False)
+        tables, miss = _blocks(maps, hashes[:run], 0, last=False)
         num_blocks = run if miss < 0 else miss
         if not aligned:
             num_blocks -= num_blocks % (alignment_tokens // block_size)
-        return _tables(maps, hashes, 0, num_blocks), num_blocks * block_size
+        for table in tables:
+            del table[num_blocks:]
+        return tables, num_blocks * block_size
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -86,22 +89,22 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         )
 
 
-def _miss(maps: list[dict[Any, int]], hashes: list[Any], last: bool) -> int:
-    """Index in ``hashes`` of the last (or first) hash missing from any map; -1 if none."""
+def _blocks(
+    maps: list[dict[Any, int]], window: list[Any], start: int, last: bool
+) -> tuple[list[list[int]], int]:
+    """Each group's table (``start`` nulls, then its blocks for ``window``) and -1, or the
+    index in ``window`` of a miss: with ``last`` the last miss of the first group that
+    misses, otherwise the first miss over all groups (tables then cover only the hits)."""
+    tables: list[list[int]] = []
     found = -1
+    nulls: list[int | None] = [NULL_BLOCK] * start
     for m in maps:
-        present = list(map(m.__contains__, hashes))
-        if False in present:
+        got = list(map(m.get, window))
+        if None in got:
             if last:
-                index = len(present) - 1 - present[::-1].index(False)
-                found = index if index > found else found
-            else:
-                index = present.index(False)
-                found = index if found < 0 or index < found else found
-    return found
-
-
-def _tables(maps: list[dict[Any, int]], hashes: list[Any], start: int, run: int) -> list[list[int]]:
-    """Each group's hit: nulls before ``start``, then its blocks for ``run`` positions."""
-    window = hashes[start : start + run]
-    return [[NULL_BLOCK] * start + list(map(m.__getitem__, window)) for m in maps]
+                return tables, len(got) - 1 - got[::-1].index(None)
+            index = got.index(None)
+            found = index if found < 0 or index < found else found
+            del got[index:]
+        tables.append(nulls + got)  # type: ignore[arg-type]  # no None left
+    return tables, found
