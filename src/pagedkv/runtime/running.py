@@ -141,14 +141,16 @@ class RunningAllocator:
         return KVCacheBlocks(new_blocks) if num_new > 0 else self._empty
 
     def _remove_skipped(self, request_id: str, num_computed_tokens: int) -> None:
-        """Free blocks that left a window; identical groups share one skip computation."""
+        """Free blocks that left a window. Identical groups get the same table updates,
+        so their nulls sit at the same positions: the first group's table tells whether
+        any of them has a block to remove."""
         for probe, group in self._skip_sets:
             skipped = probe.get_num_skipped_tokens(num_computed_tokens)
             if skipped <= 0:
                 continue
             last = skipped // probe.block_size
-            for m in group:
-                table = m.req_to_blocks[request_id]
-                index = (last if last < len(table) else len(table)) - 1
-                if index >= 0 and table[index]:
+            table = probe.req_to_blocks[request_id]
+            index = (last if last < len(table) else len(table)) - 1
+            if index >= 0 and table[index]:
+                for m in group:
                     m.remove_skipped_blocks(request_id, num_computed_tokens)
