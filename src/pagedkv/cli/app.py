@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-import click
 import typer
 
 from pagedkv.cli.common import stderr_console
@@ -40,12 +39,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = [a for a in args if a != "--debug"]
     try:
         result = app(args=args, prog_name="pagedkv", standalone_mode=False)
-    except (click.exceptions.Exit, typer.Exit) as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except (click.exceptions.Abort, typer.Abort):
+    except typer.Abort:
         stderr_console().print("aborted")
         return 1
-    except (click.exceptions.ClickException, typer.TyperException) as exc:
+    except typer.TyperException as exc:  # typer vendors click: usage errors land here
         if debug:
             raise
         show = getattr(exc, "show", None)
