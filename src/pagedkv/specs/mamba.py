@@ -9,9 +9,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pagedkv.config import MambaCacheMode
-from pagedkv.dtypes import canonical_dtype_name, get_kv_dtype
-from pagedkv.errors import KVCacheSpecError, UnknownDtypeError
-from pagedkv.specs.base import KVCacheSpec, cdiv, check_non_negative_int, check_positive_int
+from pagedkv.dtypes import get_kv_dtype
+from pagedkv.errors import KVCacheSpecError
+from pagedkv.specs.base import (
+    KVCacheSpec,
+    cdiv,
+    check_non_negative_int,
+    check_positive_int,
+    spec_dtype_name,
+)
 
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
@@ -39,13 +45,10 @@ def _normalize_shapes(name: str, shapes: Any) -> tuple[tuple[int, ...], ...]:
     return tuple(result)
 
 
-def _normalize_dtypes(name: str, dtypes: Any) -> tuple[str, ...]:
+def _normalize_dtypes(spec: KVCacheSpec, dtypes: Any) -> tuple[str, ...]:
     if isinstance(dtypes, str) or not isinstance(dtypes, Iterable):
         dtypes = (dtypes,)
-    try:
-        return tuple(canonical_dtype_name(d) for d in dtypes)
-    except UnknownDtypeError as exc:
-        raise UnknownDtypeError(f"{name}.dtypes: {exc}") from None
+    return tuple(spec_dtype_name(spec, "dtypes", d) for d in dtypes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +73,7 @@ class MambaSpec(KVCacheSpec):
         super().__post_init__()
         name = type(self).__name__
         object.__setattr__(self, "shapes", _normalize_shapes(name, self.shapes))
-        object.__setattr__(self, "dtypes", _normalize_dtypes(name, self.dtypes))
+        object.__setattr__(self, "dtypes", _normalize_dtypes(self, self.dtypes))
         if len(self.shapes) != len(self.dtypes):
             raise KVCacheSpecError(
                 f"{name}.shapes has {len(self.shapes)} tensors but {name}.dtypes has "
