@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pagedkv.dtypes import canonical_dtype_name
 from pagedkv.errors import ModelConfigError, UnknownDtypeError
-from pagedkv.models.layers import GatedDeltaNetState, Mamba1State, Mamba2State
+from pagedkv.models.layers import GatedDeltaNetState, Mamba1State, Mamba2State, ModelLayout, Unit
 from pagedkv.models.source import ModelSource
 from pagedkv.models.view import ConfigView
 
@@ -68,6 +69,37 @@ def model_dtype(view: ConfigView, source: ModelSource) -> str:
             f"{view.model}: config field 'torch_dtype' {value!r} is not known"
         ) from None
     return "bfloat16" if name == "float32" else name
+
+
+def build_layout(
+    adapter: object,
+    view: ConfigView,
+    source: ModelSource,
+    units: Iterable[Unit],
+    *,
+    hidden_size: int,
+    intermediate_size: int,
+    embedding_params: int,
+    head_params: int,
+    max_model_len: int | None,
+    encoder_params: int = 0,
+    max_encoder_len: int | None = None,
+) -> ModelLayout:
+    """A ModelLayout whose name, architecture, dtype and quantization come from the config."""
+    return ModelLayout(
+        name=view.model,
+        architecture=source.architecture or source.model_type or type(adapter).__name__,
+        dtype=model_dtype(view, source),
+        units=tuple(units),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        embedding_params=embedding_params,
+        head_params=head_params,
+        encoder_params=encoder_params,
+        max_model_len=max_model_len,
+        max_encoder_len=max_encoder_len,
+        quant_method=quant_method(source, view),
+    )
 
 
 def quant_method(source: ModelSource, view: ConfigView) -> str | None:

@@ -9,14 +9,13 @@ from pagedkv.models.adapters.common import (
     FULL,
     SLIDING,
     attention_params,
+    build_layout,
     embedding_params,
     gated_mlp_params,
     head_size,
     max_positions,
-    model_dtype,
     moe_params,
     normalize_layer_types,
-    quant_method,
 )
 from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
 from pagedkv.models.registry import ModelAdapter, register_model_adapter
@@ -67,17 +66,16 @@ class DecoderAdapter(ModelAdapter):
             attn = attention_params(hidden, layer.num_heads, layer.num_kv_heads, layer.head_size)
             units.append(Unit(index, (layer,), attn + params, experts))
         embed, head = embedding_params(view, source, hidden, self.tied_embeddings)
-        return ModelLayout(
-            name=view.model,
-            architecture=source.architecture or source.model_type or type(self).__name__,
-            dtype=model_dtype(view, source),
-            units=tuple(units),
+        return build_layout(
+            self,
+            view,
+            source,
+            units,
             hidden_size=hidden,
             intermediate_size=view.int("intermediate_size", hidden * 4),
             embedding_params=embed,
             head_params=head,
             max_model_len=max_positions(view),
-            quant_method=quant_method(source, view),
         )
 
     def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:

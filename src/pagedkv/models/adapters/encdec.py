@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pagedkv.models.adapters.common import (
     attention_params,
+    build_layout,
     embedding_params,
     gated_mlp_params,
-    model_dtype,
 )
 from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
 from pagedkv.models.registry import ModelAdapter, register_model_adapter
@@ -47,11 +47,11 @@ class EncoderDecoderAdapter(ModelAdapter):
             units.append(Unit(index, (self_attn, cross), 2 * attn + mlp))
         embed, lm_head = embedding_params(view, source, hidden, self.tied_embeddings)
         max_len, max_encoder = self.lengths(view)
-        return ModelLayout(
-            name=view.model,
-            architecture=source.architecture or source.model_type or type(self).__name__,
-            dtype=model_dtype(view, source),
-            units=tuple(units),
+        return build_layout(
+            self,
+            view,
+            source,
+            units,
             hidden_size=hidden,
             intermediate_size=ffn,
             embedding_params=embed,

@@ -8,6 +8,7 @@ from pagedkv.models.adapters.common import (
     LINEAR,
     MLP,
     attention_params,
+    build_layout,
     embedding_params,
     gated_mlp_params,
     gdn_params,
@@ -15,10 +16,8 @@ from pagedkv.models.adapters.common import (
     mamba1_params,
     mamba2_params,
     max_positions,
-    model_dtype,
     moe_params,
     normalize_layer_types,
-    quant_method,
 )
 from pagedkv.models.adapters.dense import optional_int
 from pagedkv.models.layers import (
@@ -97,17 +96,16 @@ class HybridAdapter(ModelAdapter):
                 raise ModelConfigError(f"{view.model}: layer {index} has unsupported type {kind!r}")
             units.append(Unit(index, layers, params, experts))
         embed, head = embedding_params(view, source, hidden)
-        return ModelLayout(
-            name=view.model,
-            architecture=source.architecture or source.model_type or type(self).__name__,
-            dtype=model_dtype(view, source),
-            units=tuple(units),
+        return build_layout(
+            self,
+            view,
+            source,
+            units,
             hidden_size=hidden,
             intermediate_size=view.int("intermediate_size", hidden * 4, minimum=0),
             embedding_params=embed,
             head_params=head,
             max_model_len=max_positions(view),
-            quant_method=quant_method(source, view),
         )
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pagedkv.models.adapters.common import (
     attention_params,
+    build_layout,
     gated_mlp_params,
     mamba1_params,
     mamba2_params,
-    model_dtype,
 )
 from pagedkv.models.layers import (
     AttentionLayer,
@@ -86,13 +86,14 @@ class MambaSSMAdapter(ModelAdapter):
         multiple = view.int("pad_vocab_size_multiple", 1)
         vocab = -(-view.int("vocab_size") // multiple) * multiple
         tied = view.get("tie_embeddings", True)
-        return ModelLayout(
-            name=view.model,
-            architecture=source.architecture or source.model_type or type(self).__name__,
-            dtype=model_dtype(view, source),
-            units=tuple(units),
+        return build_layout(
+            self,
+            view,
+            source,
+            units,
             hidden_size=hidden,
             intermediate_size=view.int("d_intermediate", 0, minimum=0),
             embedding_params=vocab * hidden,
             head_params=0 if tied else vocab * hidden,
+            max_model_len=None,
         )

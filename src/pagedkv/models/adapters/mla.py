@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pagedkv.models.adapters.common import (
+    build_layout,
     embedding_params,
     max_positions,
-    model_dtype,
-    quant_method,
 )
 from pagedkv.models.adapters.dense import DecoderAdapter, optional_int
 from pagedkv.models.layers import LatentLayer, ModelLayout, Unit
@@ -74,17 +73,16 @@ class MLAAdapter(DecoderAdapter):
             dense, experts = self.mlp_params(view, index)
             units.append(Unit(index, tuple(layers), attn + dense, experts))
         embed, head = embedding_params(view, source, hidden)
-        return ModelLayout(
-            name=view.model,
-            architecture=source.architecture or source.model_type or type(self).__name__,
-            dtype=model_dtype(view, source),
-            units=tuple(units),
+        return build_layout(
+            self,
+            view,
+            source,
+            units,
             hidden_size=hidden,
             intermediate_size=view.int("intermediate_size"),
             embedding_params=embed,
             head_params=head,
             max_model_len=max_positions(view),
-            quant_method=quant_method(source, view),
         )
 
     def indexer_layer(self, view: ConfigView, index: int) -> LatentLayer:
