@@ -186,11 +186,7 @@ class SingleTypeKVCacheManager(ABC):
                     kept.append(block)
                 else:
                     early.append(block)
-        pool = self.block_pool
-        if early:
-            pool.free_blocks(early, evict_early=True)
-        if kept:
-            pool.free_blocks(kept)
+        self._free_by_priority(early, kept)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Replace blocks this kind no longer needs by the null block and free them.
@@ -219,6 +215,10 @@ class SingleTypeKVCacheManager(ABC):
                 kept.append(block)
             else:
                 early.append(block)
+        self._free_by_priority(early, kept)
+
+    def _free_by_priority(self, early: list[int], kept: list[int]) -> None:
+        """Free ``early`` ahead of every other cached block, ``kept`` at the LRU tail."""
         pool = self.block_pool
         if early:
             pool.free_blocks(early, evict_early=True)
