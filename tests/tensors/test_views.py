@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
@@ -194,3 +196,45 @@ def test_sliding_window_layers_get_attention_views() -> None:
     assert set(memory) == {"f", "w"} and len(memory) == 2
     with pytest.raises(TensorLayoutError, match="nope"):
         memory["nope"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _PlainFullSpec(FullAttentionSpec):
+    """A new kind without a builder of its own."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _CustomViewSpec(FullAttentionSpec):
+    """A new kind that registers its own view builder."""
+
+
+def test_view_builders_follow_the_spec_mro_and_can_be_registered(monkeypatch) -> None:
+    from pagedkv.tensors import ViewRequest, register_view_builder, views
+
+    monkeypatch.setattr(views, "_BUILDERS", dict(views._BUILDERS))
+
+    @register_view_builder(_CustomViewSpec)
+    def flat_pages(request: ViewRequest) -> tuple[str, tuple[torch.Tensor, ...]]:
+        region = request.region
+        pages = request.buffer[region.offset : region.offset + region.page_size_bytes]
+        return "flat", (pages,)
+
+    plain = _PlainFullSpec(block_size=4, num_kv_heads=2, head_size=8)
+    custom = _CustomViewSpec(block_size=4, num_kv_heads=2, head_size=8)
+    config = layer_outer_config([(plain, ["plain"]), (custom, ["custom"])], num_blocks=2)
+    memory = allocate_kv_cache(config)
+    assert memory["plain"].layout == "NHD"  # inherited from AttentionSpec's builder
+    assert memory["plain"].tensor.shape == (2, 2, 4, 2, 8)
+    assert memory["custom"].layout == "flat"
+    assert memory["custom"].tensor.numel() == custom.page_size_bytes
+
+
+def test_a_spec_without_any_view_builder_is_named(monkeypatch) -> None:
+    from pagedkv.specs import AttentionSpec
+    from pagedkv.tensors import views
+
+    builders = {k: v for k, v in views._BUILDERS.items() if k is not AttentionSpec}
+    monkeypatch.setattr(views, "_BUILDERS", builders)
+    config = layer_outer_config([(full(), ["layer.0"])], num_blocks=2)
+    with pytest.raises(TensorLayoutError, match=r"'layer\.0'.*FullAttentionSpec.*register"):
+        allocate_kv_cache(config)
