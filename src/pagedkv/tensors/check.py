@@ -86,7 +86,6 @@ class _Runner:
     def __init__(
         self,
         memory: KVCacheMemory,
-        content: TokenContent,
         seed: int,
         atol: float,
         attention: AttentionFn,
@@ -95,7 +94,7 @@ class _Runner:
         self.attention = attention
         self.views = _attention_layers(memory)
         self.state_views = [v for v in memory.layers.values() if v.layout == "state"]
-        self.content = content
+        self.content = _content(self.views, seed)
         self.gen = torch.Generator().manual_seed(seed)
         self.atol = atol
         self.max_error = 0.0
@@ -224,8 +223,7 @@ def check_paged_attention(
             )
     memory = allocate_kv_cache(kv_cache_config, device)
     _poison(memory)
-    content = _content(_attention_layers(memory), seed)
-    runner = _Runner(memory, content, seed, atol, attention)
+    runner = _Runner(memory, seed, atol, attention)
     scheduler = MiniScheduler(manager, workload, max_num_batched_tokens, max_num_seqs)
     groups = kv_cache_config.kv_cache_groups
     checked_groups = sorted({v.group_id for v in runner.views.values()})
