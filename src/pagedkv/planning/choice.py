@@ -13,7 +13,7 @@ from pagedkv.planning.grouping import (
     single_group,
 )
 from pagedkv.planning.report import GroupingAlternative
-from pagedkv.planning.search import DEFAULT_MAX_KV_CACHE_GROUPS, Scored, SearchResult, search
+from pagedkv.planning.search import Scored, SearchResult, group_budget, search
 from pagedkv.planning.types import KVCacheGroupSpec
 from pagedkv.specs.base import KVCacheSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
@@ -38,7 +38,6 @@ def reference_config(config: EngineConfig) -> EngineConfig:
 
 
 def _single_alternative(group: KVCacheGroupSpec, config: EngineConfig) -> GroupingAlternative:
-    budget = config.cache.max_kv_cache_groups
     spec = group.kv_cache_spec
     slots = 1 if isinstance(spec, UniformTypeKVCacheSpecs) else len(group.layer_names)
     bytes_per_block = spec.page_size_bytes * slots
@@ -53,7 +52,7 @@ def _single_alternative(group: KVCacheGroupSpec, config: EngineConfig) -> Groupi
         bytes_per_request=spec.max_memory_usage_blocks(config) * bytes_per_block,
         reference_len=config.max_model_len,
         description="all layers share one block table (uniform or uniform-type specs)",
-        max_groups=DEFAULT_MAX_KV_CACHE_GROUPS if budget is None else budget,
+        max_groups=group_budget(config.cache.max_kv_cache_groups),
         within_budget=True,
     )
 

@@ -187,6 +187,11 @@ def score(page: PageCandidate, group_size: int, is_vllm: bool = False) -> Scored
     return Scored(page, group_size, sum(counts), bytes_per_block, need, waste, is_vllm)
 
 
+def group_budget(max_groups: int | None) -> int:
+    """The group budget in force: ``CacheConfig.max_kv_cache_groups`` or the default."""
+    return DEFAULT_MAX_KV_CACHE_GROUPS if max_groups is None else max_groups
+
+
 class SearchResult(NamedTuple):
     vllm: Scored | None
     chosen: Scored
@@ -205,7 +210,7 @@ def _within_budget(
     An explicit budget that no candidate meets is an error; the default budget then
     gives way to the fewest groups possible.
     """
-    budget = DEFAULT_MAX_KV_CACHE_GROUPS if max_groups is None else max_groups
+    budget = group_budget(max_groups)
     if vllm_rule and vllm is not None:
         budget = max(budget, vllm.num_groups)
     within = [s for s in scored if s.num_groups <= budget]
@@ -237,8 +242,7 @@ def search(
     vllm = None
     if vllm_page is not None:
         vllm = score(vllm_page, vllm_group_size([len(b) for b in buckets]), is_vllm=True)
-    budget = DEFAULT_MAX_KV_CACHE_GROUPS if max_groups is None else max_groups
-    limit = max(MAX_GROUPS, budget, vllm.num_groups if vllm else 0)
+    limit = max(MAX_GROUPS, group_budget(max_groups), vllm.num_groups if vllm else 0)
     largest = max(len(b) for b in buckets)
     scored = [score(p, g) for p in pages for g in range(1, largest + 1)]
     scored = [s for s in scored if s.num_groups <= limit]
