@@ -174,3 +174,15 @@ def test_bundled_list_is_sorted_and_complete() -> None:
     names = list_bundled_models()
     assert names == sorted(names, key=str.lower)
     assert {"Llama-3.1-8B", "Jamba-v0.1", "whisper-large-v3"} <= set(names)
+
+
+def test_adapter_family_bases_are_abstract_and_every_registered_adapter_is_concrete() -> None:
+    from pagedkv.models.adapters.encdec import EncoderDecoderAdapter
+    from pagedkv.models.adapters.hybrid import HybridAdapter
+    from pagedkv.models.registry import _adapters, registered_adapter_names
+
+    for base in (EncoderDecoderAdapter, HybridAdapter):
+        with pytest.raises(TypeError, match="abstract"):
+            base()  # type: ignore[abstract]
+    for name in registered_adapter_names():
+        assert isinstance(_adapters[name](), ModelAdapter), name

@@ -5,6 +5,8 @@ Encoder self-attention keeps nothing between steps, so it yields no spec.
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from pagedkv.models.adapters.common import (
     attention_params,
     build_layout,
@@ -24,9 +26,9 @@ class EncoderDecoderAdapter(ModelAdapter):
     cross_name = "model.decoder.layers.{}.encoder_attn"
     tied_embeddings = True
 
+    @abstractmethod
     def dims(self, view: ConfigView) -> tuple[int, int, int, int, int, int]:
         """(hidden, decoder layers, encoder layers, heads, head size, ffn size)."""
-        raise NotImplementedError
 
     def mlp_params(self, view: ConfigView, hidden: int, ffn: int) -> int:
         return 2 * hidden * ffn

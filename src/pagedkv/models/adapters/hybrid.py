@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from pagedkv.errors import ModelConfigError
 from pagedkv.models.adapters.common import (
     FULL,
@@ -54,8 +56,9 @@ class HybridAdapter(ModelAdapter):
             raise ModelConfigError(f"{view.model}: config field 'layer_types' is missing")
         return kinds
 
+    @abstractmethod
     def state(self, view: ConfigView) -> StateShape:
-        raise NotImplementedError
+        """The recurrent state every state layer of this model holds."""
 
     def state_params(self, view: ConfigView, state: StateShape) -> int:
         assert isinstance(state, Mamba2State)
