@@ -201,9 +201,7 @@ class SlotAllocator(RunningAllocator):
                 for m in managers:
                     m.cache_blocks(request, num_cacheable)
         except BaseException:
-            pool.rollback(savepoint)
-            for m, state in zip(managers, saved):
-                m.rollback(request_id, state)
+            self._undo(request_id, savepoint, saved)
             raise
         pool.commit()
         return KVCacheBlocks(new_blocks)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pagedkv.runtime.block_pool import BlockPool
 from pagedkv.runtime.blocks import KVCacheBlocks
 from pagedkv.runtime.hashing import BlockHasher
+from pagedkv.runtime.journal import Savepoint
 from pagedkv.runtime.managers.base import SingleTypeKVCacheManager
 from pagedkv.runtime.request import Request
 
@@ -133,12 +134,18 @@ class RunningAllocator:
                 for m in managers:
                     m.cache_blocks(request, num_cacheable)
         except BaseException:
-            pool.rollback(savepoint)
-            for m, state in zip(managers, saved):
-                m.rollback(request_id, state)
+            self._undo(request_id, savepoint, saved)
             raise
         pool._journal = None
         return KVCacheBlocks(new_blocks) if num_new > 0 else self._empty
+
+    def _undo(
+        self, request_id: str, savepoint: Savepoint, saved: list[tuple[int, int] | None]
+    ) -> None:
+        """Revert a failed transaction: the pool's journal, then every group's table."""
+        self.block_pool.rollback(savepoint)
+        for m, state in zip(self.managers, saved):
+            m.rollback(request_id, state)
 
     def _remove_skipped(self, request_id: str, num_computed_tokens: int) -> None:
         """Free blocks that left a window. Identical groups get the same table updates,
