@@ -106,7 +106,7 @@ class RunningAllocator:
             pool.rollback(savepoint)
             manager.rollback(request_id, saved)
             raise
-        pool._journal = None
+        pool.commit()
         return KVCacheBlocks((new,)) if new else self._empty
 
     def _lockstep_transaction(
@@ -136,7 +136,7 @@ class RunningAllocator:
         except BaseException:
             self._undo(request_id, savepoint, saved)
             raise
-        pool._journal = None
+        pool.commit()
         return KVCacheBlocks(new_blocks) if num_new > 0 else self._empty
 
     def _undo(
