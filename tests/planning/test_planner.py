@@ -204,6 +204,32 @@ class TestCapacity:
         assert data["max_model_len"] == plan.max_model_len > 0
 
 
+class TestSingleGroupAlternative:
+    @pytest.mark.parametrize(
+        "specs",
+        [
+            llama_8b(4),
+            # Equal kind, unequal pages: one uniform-type group.
+            {"a": full(heads=8), "b": full(heads=4), "c": full(heads=8, page_size_padded=70000)},
+        ],
+        ids=["plain", "uniform_type"],
+    )
+    @pytest.mark.parametrize("max_groups", [None, 3])
+    def test_matches_the_plan(self, specs: dict[str, KVCacheSpec], max_groups: int | None) -> None:
+        config = CONFIG.replace(max_kv_cache_groups=max_groups)
+        plan = plan_kv_cache(config, [specs], [GiB])
+        (alt,) = plan.alternatives
+        (group,) = plan.groups
+        assert alt.name == "single group" and alt.chosen and alt.within_budget
+        assert alt.max_groups == (16 if max_groups is None else max_groups)
+        assert (alt.num_groups, alt.layers_per_group) == (1, len(specs))
+        assert alt.block_sizes == (plan.block_size,)
+        assert alt.bytes_per_block == plan.bytes_per_block == group.page_size_bytes
+        assert alt.bytes_per_request == plan.max_concurrency[0].bytes_per_request
+        assert alt.waste_fraction == pytest.approx(group.waste_fraction)
+        assert alt.reference_len == plan.max_model_len
+
+
 class TestInputs:
     def test_worker_count_mismatch(self) -> None:
         with pytest.raises(PlanningError, match="2 workers but available_memory_per_worker has 1"):
