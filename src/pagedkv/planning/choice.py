@@ -12,11 +12,11 @@ from pagedkv.planning.grouping import (
     promote_local_specs,
     single_group,
 )
+from pagedkv.planning.placement import group_width_bytes
 from pagedkv.planning.report import GroupingAlternative
 from pagedkv.planning.search import Scored, SearchResult, group_budget, search
 from pagedkv.planning.types import KVCacheGroupSpec
 from pagedkv.specs.base import KVCacheSpec
-from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
 # Length used to score groupings when max_model_len is -1 (the planner re-scores
 # at the fitted length).
@@ -39,8 +39,7 @@ def reference_config(config: EngineConfig) -> EngineConfig:
 
 def _single_alternative(group: KVCacheGroupSpec, config: EngineConfig) -> GroupingAlternative:
     spec = group.kv_cache_spec
-    slots = 1 if isinstance(spec, UniformTypeKVCacheSpecs) else len(group.layer_names)
-    bytes_per_block = spec.page_size_bytes * slots
+    bytes_per_block = group_width_bytes(group)
     return GroupingAlternative(
         name="single group",
         chosen=True,
