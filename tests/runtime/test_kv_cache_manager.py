@@ -98,6 +98,11 @@ def test_get_block_ids_returns_a_copy_per_group_and_empty_for_unknown() -> None:
     ids[0].append(99)
     assert len(manager.get_block_ids("a")[0]) == 3
     assert manager.get_block_ids("nope") == ([], [])
+    blocks = manager.get_blocks("a")
+    assert blocks.blocks == manager.get_block_ids("a")
+    assert blocks.blocks == tuple(m.get_blocks("a") for m in manager.managers)
+    assert manager.get_blocks("nope").is_empty()
+    assert manager.block_pool.get_num_free_blocks() == manager.num_free_blocks == 32 - 1 - 6
 
 
 def test_prefix_cache_stats_per_step_and_in_total() -> None:
