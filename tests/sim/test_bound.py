@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from pagedkv.sim.bound import INSERT, LOOKUP, AccessLog, belady_bound
 from pagedkv.sim.keys import chain_keys, full_sequence
+from pagedkv.sim.tokens import segment_tokens
 from pagedkv.sim.trace import Segment, TraceRequest
 
 BS = 4
@@ -20,11 +21,31 @@ def test_chain_keys_follow_token_equality():
     c = chain_keys((Segment(1, 6), Segment(2, 10)), BS, 4)
     assert a[:2] == b[:2] and a[2:] != b[2:] and len(a) == 4
     assert c[0] == a[0] and c[1] != a[1]  # block 1 mixes segment 1 and 2 tokens
-    # a block cut across two pieces equals the same pieces however segments are split
-    assert chain_keys((Segment(5, 2), Segment(6, 6)), BS, 2) == chain_keys(
-        (Segment(5, 2), Segment(6, 6)), BS, 2
-    )
     assert chain_keys((Segment(1, 7),), BS, 5) == a[:1]  # only full blocks
+
+
+# The first 10 tokens of these streams are 60 distinct ids, so two segment lists below
+# have equal token prefixes exactly when their (segment, offset) runs are equal.
+_IDS = (-2, -1, 0, 1, 2, 3)
+_SEGMENTS = st.lists(st.builds(Segment, st.sampled_from(_IDS), st.integers(0, 10)), max_size=5).map(
+    tuple
+)
+
+
+def _tokens(segments: tuple[Segment, ...]) -> list[int]:
+    return [t for seg in segments for t in segment_tokens(*seg)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_SEGMENTS, _SEGMENTS)
+def test_chain_keys_are_equal_exactly_when_the_token_prefixes_are(a, b):
+    tokens_a, tokens_b = _tokens(a), _tokens(b)
+    keys_a, keys_b = chain_keys(a, BS, 99), chain_keys(b, BS, 99)
+    assert len(keys_a) == len(tokens_a) // BS and len(keys_b) == len(tokens_b) // BS
+    assert chain_keys(a, BS, 2) == keys_a[:2]
+    for i in range(min(len(keys_a), len(keys_b))):
+        end = (i + 1) * BS
+        assert (keys_a[i] == keys_b[i]) == (tokens_a[:end] == tokens_b[:end])
 
 
 def test_belady_keeps_the_block_needed_sooner():

@@ -22,6 +22,10 @@ def chain_keys(segments: tuple[Segment, ...], block_size: int, num_blocks: int) 
     pieces: list[tuple[int, int, int]] = []
     room = block_size
     for seg_id, length in segments:
+        # CPython hashes -1 like -2 (the per-request output and filler ids of request 0);
+        # doubled ids hash apart (Python's int hash is the identity below 2**61 - 1
+        # except for -1, which no doubled id is).
+        seg_id *= 2
         offset = 0
         while offset < length and len(keys) < num_blocks:
             if room == block_size and length - offset >= block_size:
