@@ -13,7 +13,6 @@ from pagedkv.planning.capacity import (
     request_waste,
     scheduler_block_size,
 )
-from pagedkv.planning.memory import RequestCost
 from pagedkv.planning.placement import resolve_kv_cache_layout
 from pagedkv.planning.planner import WorkerPlan, plan_workers
 from pagedkv.planning.report import KVCachePlan, WorkerReport
@@ -65,7 +64,7 @@ def plan_kv_cache(
     )
     length = plan.max_model_len
     num_blocks = plan.configs[0].num_blocks
-    cost = RequestCost(plan.groups, plan.config)
+    cost = plan.cost
     bpb = max(plan.bytes_per_block)
     reports = group_reports(plan.groups, cost, length)
     points = tuple(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import PlanningError
@@ -38,6 +39,7 @@ class WorkerPlan:
     bytes_per_block: tuple[int, ...]
     max_model_len: int
     auto_fitted: bool
+    cost: RequestCost
 
 
 def _check_inputs(specs: Sequence[Mapping[str, KVCacheSpec]], available: Sequence[int]) -> None:
@@ -83,6 +85,15 @@ def _group(
     return groups, alternatives
 
 
+class _Sizing(NamedTuple):
+    worker_groups: list[list[KVCacheGroupSpec]]
+    bytes_per_block: list[int]
+    num_blocks: int
+    max_model_len: int
+    auto_fitted: bool
+    cost: RequestCost
+
+
 def _size(
     builder: KVCacheConfigBuilder,
     config: EngineConfig,
@@ -90,13 +101,13 @@ def _size(
     specs_per_worker: Sequence[Mapping[str, KVCacheSpec]],
     available: Sequence[int],
     limit: int,
-) -> tuple[list[list[KVCacheGroupSpec]], list[int], int, int, bool]:
+) -> _Sizing:
     worker_groups = [project_groups(groups, specs.keys()) for specs in specs_per_worker]
     bpb = [pool_bytes_per_block(builder, config, wg) for wg in worker_groups]
     num_blocks = blocks_from_memory(config, bpb, available)
     cost = RequestCost(groups, config)
     length, fitted = fit_max_model_len(config, cost, num_blocks, bpb, available, limit)
-    return worker_groups, bpb, num_blocks, length, fitted
+    return _Sizing(worker_groups, bpb, num_blocks, length, fitted, cost)
 
 
 def plan_workers(
@@ -118,14 +129,14 @@ def plan_workers(
     builder = get_kv_cache_config_builder(config)
     groups, alternatives = _group(builder, config, merged)
     sized = _size(builder, config, groups, specs_per_worker, available, limit)
-    if sized[4] and _uses_default_search(builder, config) and merged:
+    if sized.auto_fitted and _uses_default_search(builder, config) and merged:
         # Auto-fitted: score the groupings again at the length that fits.
-        refit = config.replace(max_model_len=sized[3])
+        refit = config.replace(max_model_len=sized.max_model_len)
         regrouped, realternatives = _group(builder, refit, merged)
         if regrouped != groups:
             groups, alternatives = regrouped, realternatives
             sized = _size(builder, config, groups, specs_per_worker, available, limit)
-    worker_groups, bpb, num_blocks, length, fitted = sized
+    worker_groups, bpb, num_blocks, length, fitted, cost = sized
     final = config if config.max_model_len == length else config.replace(max_model_len=length)
     replicas = kv_tp_replicas(groups, config.parallel.tensor_parallel_size)
     configs = []
@@ -133,7 +144,7 @@ def plan_workers(
         planned = builder.get_kv_cache_config_from_groups(final, wg, num_blocks)
         validate_worker_config(planned, wg, num_blocks, available[w], w, builder)
         configs.append(dataclasses.replace(planned, max_model_len=length, kv_tp_replicas=replicas))
-    return WorkerPlan(final, tuple(configs), groups, alternatives, tuple(bpb), length, fitted)
+    return WorkerPlan(final, tuple(configs), groups, alternatives, tuple(bpb), length, fitted, cost)
 
 
 def get_kv_cache_configs(
