@@ -85,10 +85,6 @@ def _runs_agree(runs_per_group: Sequence[list[tuple[int, list[str]]]]) -> bool:
     return True
 
 
-def slots_agree(groups: Sequence[KVCacheGroupSpec]) -> bool:
-    return _runs_agree([_page_runs(g) for g in groups])
-
-
 def place(
     groups: Sequence[KVCacheGroupSpec], num_blocks: int, *, host: bool = False
 ) -> list[KVCacheTensor]:
