@@ -105,3 +105,16 @@ def test_num_blocks_too_small_for_an_explicit_max_model_len_is_a_one_line_error(
     assert proc.returncode != 0
     assert "400 KV cache blocks" in proc.stderr and "largest max_model_len" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_gpu_sizes_the_cache_as_plan_does():
+    shared = ("Llama-3.1-8B", "--gpu", "A100-40GB", "--tp", "2", "--block-size", "32", "--json")
+    proc = _run("simulate", *shared, "--trace", "synthetic:3:1")
+    assert proc.returncode == 0, proc.stderr
+    simulated = json.loads(proc.stdout)
+    proc = _run("plan", *shared)
+    assert proc.returncode == 0, proc.stderr
+    planned = json.loads(proc.stdout)
+    assert planned["tensor_parallel_size"] == 2 and planned["block_size"] == 32
+    assert simulated["block_size"] == 32
+    assert simulated["num_blocks"] == planned["num_blocks"] > 0

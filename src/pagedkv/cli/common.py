@@ -1,12 +1,21 @@
-"""Helpers every command shares: byte sizes, numbers, errors, consoles."""
+"""Helpers every command shares: byte sizes, numbers, errors, consoles, common options."""
 
 from __future__ import annotations
 
 import re
 
+import typer
 from rich.console import Console
 
 from pagedkv.errors import ConfigError
+
+DEFAULT_GPU = "H100-80GB"
+
+# Options that `plan` and `simulate` take with the same meaning.
+TP_OPTION = typer.Option(1, "--tp", min=1, help="Tensor parallel size.")
+PP_OPTION = typer.Option(1, "--pp", min=1, help="Pipeline parallel size.")
+BLOCK_SIZE_OPTION = typer.Option(16, "--block-size", min=1, help="Tokens per block.")
+JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object.")
 
 _UNITS = {
     "": 1,

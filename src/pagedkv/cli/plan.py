@@ -8,7 +8,15 @@ from pathlib import Path
 import typer
 
 from pagedkv.cli.app import app
-from pagedkv.cli.common import format_bytes, parse_bytes
+from pagedkv.cli.common import (
+    BLOCK_SIZE_OPTION,
+    DEFAULT_GPU,
+    JSON_OPTION,
+    PP_OPTION,
+    TP_OPTION,
+    format_bytes,
+    parse_bytes,
+)
 from pagedkv.config import EngineConfig, ModelConfig
 from pagedkv.errors import ConfigError, InsufficientMemoryError, PlanningError
 from pagedkv.models import (
@@ -27,7 +35,6 @@ from pagedkv.planning import KVCachePlan, plan_kv_cache
 # grouping, the alternatives the planner weighed (vLLM's rule pads 8 layers here) and
 # how concurrency collapses from 4K to 128K contexts, all on one screen.
 DEFAULT_MODEL = "gemma-3-27b-it"
-DEFAULT_GPU = "H100-80GB"
 DEFAULT_CONTEXT_LENGTHS = (1024, 4096, 16384, 65536)
 
 
@@ -171,20 +178,20 @@ def plan_command(
     kv_cache_memory: str | None = typer.Option(
         None, "--kv-cache-memory", help="KV cache bytes per worker (skips the estimate)."
     ),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallel size."),
-    pp: int = typer.Option(1, "--pp", min=1, help="Pipeline parallel size."),
+    tp: int = TP_OPTION,
+    pp: int = PP_OPTION,
     max_model_len: int | None = typer.Option(
         None,
         "--max-model-len",
         help="Tokens per request (default: the model's); -1 fits the largest.",
     ),
-    block_size: int = typer.Option(16, "--block-size", min=1, help="Tokens per block."),
+    block_size: int = BLOCK_SIZE_OPTION,
     kv_cache_dtype: str = typer.Option(
         "auto", "--kv-cache-dtype", help="bfloat16, fp8, int8_per_token_head, ... (auto: model's)."
     ),
     context_len: list[int] = CONTEXT_LEN_OPTION,
     max_groups: int | None = MAX_GROUPS_OPTION,
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    json_output: bool = JSON_OPTION,
     plot: Path | None = PLOT_OPTION,
 ) -> None:
     """Plan the KV cache of MODEL on a GPU: groups, blocks, capacity, waste."""

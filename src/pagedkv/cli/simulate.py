@@ -9,13 +9,21 @@ from typing import Any
 import typer
 
 from pagedkv.cli.app import app
-from pagedkv.cli.common import format_int, stderr_console, stdout_console
+from pagedkv.cli.common import (
+    BLOCK_SIZE_OPTION,
+    DEFAULT_GPU,
+    JSON_OPTION,
+    PP_OPTION,
+    TP_OPTION,
+    format_int,
+    stderr_console,
+    stdout_console,
+)
 from pagedkv.errors import ConfigError
 
 # One full-attention group keeps the default run short (a 31-group hybrid such as
 # gemma-3-27b-it is ~30x slower per manager call); pass a model name for others.
 DEFAULT_MODEL = "Llama-3.1-8B"
-DEFAULT_GPU = "H100-80GB"
 DEFAULT_LIMIT = 1000
 
 
@@ -31,7 +39,7 @@ def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str,
     result = make_plan(
         PlanRequest(
             model=model,
-            gpu=gpu or DEFAULT_GPU,
+            gpu=gpu,
             tensor_parallel_size=opts["tensor_parallel_size"],
             pipeline_parallel_size=opts["pipeline_parallel_size"],
             block_size=opts["block_size"],
@@ -140,16 +148,16 @@ def simulate_command(
     limit: int = typer.Option(
         DEFAULT_LIMIT, "--limit", min=0, help="Replay the first N requests (0: all)."
     ),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor parallel size."),
-    pp: int = typer.Option(1, "--pp", min=1, help="Pipeline parallel size."),
-    block_size: int = typer.Option(16, "--block-size", min=1, help="Tokens per block."),
+    tp: int = TP_OPTION,
+    pp: int = PP_OPTION,
+    block_size: int = BLOCK_SIZE_OPTION,
     max_model_len: int | None = typer.Option(
         None, "--max-model-len", help="Longer requests are rejected (counted)."
     ),
     hash_algo: str = typer.Option(
         "builtin", "--hash-algo", help="builtin (fast), xxhash128 or sha256_cbor."
     ),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    json_output: bool = JSON_OPTION,
     bound: bool = typer.Option(False, "--bound", help="Also the clairvoyant (Belady) bound."),
     sweep: bool = typer.Option(
         False, "--sweep", help="LRU and bound hit rate at 1/8x .. 4x the cache size."
