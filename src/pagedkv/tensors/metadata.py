@@ -76,22 +76,18 @@ def build_attention_metadata(
     device: str | torch.device = "cpu",
 ) -> tuple[AttentionMetadata, ...]:
     """Per-group metadata for one step, requests in order, tokens concatenated."""
-    positions = torch.cat(
-        [torch.arange(r.num_computed_tokens, r.seq_len, dtype=torch.int64) for r in requests]
-        or [torch.zeros(0, dtype=torch.int64)]
-    )
+    request_positions = [
+        torch.arange(r.num_computed_tokens, r.seq_len, dtype=torch.int64) for r in requests
+    ]
+    positions = torch.cat(request_positions or [torch.zeros(0, dtype=torch.int64)])
     counts = torch.tensor([0] + [r.num_new_tokens for r in requests], dtype=torch.int32)
     query_start_loc = torch.cumsum(counts, 0, dtype=torch.int32)
     seq_lens = torch.tensor([r.seq_len for r in requests], dtype=torch.int32)
     groups = []
     for gid, block_size in enumerate(block_sizes):
         slots = [
-            slot_mapping(
-                r.block_ids[gid],
-                torch.arange(r.num_computed_tokens, r.seq_len, dtype=torch.int64),
-                block_size,
-            )
-            for r in requests
+            slot_mapping(r.block_ids[gid], pos, block_size)
+            for r, pos in zip(requests, request_positions, strict=True)
         ]
         groups.append(
             AttentionMetadata(
