@@ -7,10 +7,12 @@ import dataclasses
 import pytest
 
 from pagedkv import (
+    CrossAttentionSpec,
     EngineConfig,
     FullAttentionSpec,
     InsufficientMemoryError,
     KVCacheGroupSpec,
+    KVCacheSpec,
     KVCacheSpecError,
     MLAAttentionSpec,
     PlanningError,
@@ -20,6 +22,7 @@ from pagedkv import (
     get_kv_cache_configs,
     plan_kv_cache,
 )
+from pagedkv.planning.capacity import scheduler_block_size
 from pagedkv.planning.grouping import groups_from_buckets, make_buckets, vllm_group_size
 from pagedkv.planning.memory import RequestCost
 from pagedkv.planning.partition import check_exact_partition
@@ -280,3 +283,17 @@ def test_64_draft_flag_survives_page_unification() -> None:
     for candidate in found:
         by_layer = {n: spec for b in candidate.buckets for n, spec in zip(b.layer_names, b.specs)}
         assert by_layer["d"].is_draft and not by_layer["f"].is_draft
+
+
+def test_scheduler_block_size_is_the_smallest_prefix_cacheable_one() -> None:
+    def group(name: str, spec: KVCacheSpec) -> KVCacheGroupSpec:
+        return KVCacheGroupSpec(layer_names=(name,), kv_cache_spec=spec)
+
+    cross = group("x", CrossAttentionSpec(block_size=8, num_kv_heads=8, head_size=128))
+    groups = [cross, group("f", full(bs=32)), group("s", sliding(128, bs=16))]
+    # The cross-attention group is never prefix cached: its smaller block does not count.
+    assert scheduler_block_size(groups, 99) == 16
+    assert scheduler_block_size([cross], 99) == 8
+    empty = KVCacheGroupSpec(layer_names=(), kv_cache_spec=full(bs=4))
+    assert scheduler_block_size([empty, *groups[1:]], 99) == 16
+    assert scheduler_block_size([], 99) == 99
