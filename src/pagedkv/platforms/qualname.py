@@ -38,7 +38,7 @@ def _split(qualname: str) -> tuple[ModuleType, str, list[str], str]:
         candidates = [
             (".".join(parts[:end]), ".".join(parts[end:])) for end in range(len(parts) - 1, 0, -1)
         ]
-    if not candidates or not all(p for name, rest in candidates for p in (*name.split("."),)):
+    if not candidates or not all(p for name, _ in candidates for p in name.split(".")):
         raise PlatformError(f"{qualname!r} is not a qualified name like 'pkg.module.Name'")
     for module_name, attr_path in candidates:
         module = _import(qualname, module_name)
