@@ -13,8 +13,10 @@ if TYPE_CHECKING:
     from pagedkv.specs.base import KVCacheSpec
 
 
-def _window(spec: KVCacheSpec) -> int:
-    return int(spec.sliding_window)  # type: ignore[attr-defined]
+def _window_blocks(spec: KVCacheSpec) -> int:
+    """Blocks a hit needs: those holding the ``sliding_window - 1`` tokens before it."""
+    window = int(spec.sliding_window)  # type: ignore[attr-defined]
+    return max(cdiv(window - 1, spec.block_size), 1)
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
@@ -35,7 +37,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         hash_block_size: int,
     ) -> tuple[list[list[int]], int]:
         block_size = kv_cache_spec.block_size
-        need = max(cdiv(_window(kv_cache_spec) - 1, block_size), 1)
+        need = _window_blocks(kv_cache_spec)
         hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
         limit = min(max_length // block_size, len(hashes))
         maps = [block_pool.hash_map(g) for g in kv_cache_group_ids]
@@ -78,7 +80,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         block_size = self.block_size
         end = (num_tokens - num_tokens % self.alignment_tokens) // block_size
-        need = max(cdiv(_window(self.kv_cache_spec) - 1, block_size), 1)
+        need = _window_blocks(self.kv_cache_spec)
         return max(end - need, 0), end
 
     def max_admission_blocks(self) -> int | None:
