@@ -124,7 +124,17 @@ def _fit_all(
     return _refit(fitted, fit_state)
 
 
-def _rigid_options(buckets: Sequence[Bucket]) -> list[tuple[str, int, int | None, bool]]:
+class PageOption(NamedTuple):
+    """A target page to refit every bucket to (``attention_block_size``: attention +
+    Mamba hybrids fix the attention block size first; ``is_vllm``: vLLM's own choice)."""
+
+    name: str
+    page_size_bytes: int
+    attention_block_size: int | None = None
+    is_vllm: bool = False
+
+
+def _rigid_options(buckets: Sequence[Bucket]) -> list[PageOption]:
     """Pages that are multiples of every unpaddable (MLA) page and hold every other page."""
     rigid = [b.first for b in buckets if not is_state_spec(b.first) and not can_pad(b.first)]
     if not rigid:
@@ -136,7 +146,7 @@ def _rigid_options(buckets: Sequence[Bucket]) -> list[tuple[str, int, int | None
     )
     first = cdiv(floor, unit)
     pages = [unit * j for j in range(first, first + 3) if unit * j <= MAX_LCM_FACTOR * floor]
-    return [(f"page {p} (multiple of the MLA pages)", p, None, False) for p in pages]
+    return [PageOption(f"page {p} (multiple of the MLA pages)", p) for p in pages]
 
 
 def page_candidates(
@@ -145,24 +155,24 @@ def page_candidates(
     """vLLM's page choice (None when its rule cannot unify) and the searched ones."""
     attention = [b.first for b in buckets if not is_state_spec(b.first)]
     states = [b.first for b in buckets if is_state_spec(b.first)]
-    options: list[tuple[str, int, int | None, bool]] = []  # name, P, attention bs, vllm
+    options: list[PageOption] = []
     if states and attention:
         aligned = mamba_aligned_block_size(attention, states, config.block_size, multiple)
         step = multiple * cdiv(config.block_size, multiple)
         for j in range(MAMBA_BLOCK_STEPS):
             bs = aligned + j * step
             page = max(s.copy_with_new_block_size(bs).page_size_bytes for s in attention)
-            options.append((f"attention block {bs}", page, bs, j == 0))
+            options.append(PageOption(f"attention block {bs}", page, bs, j == 0))
     else:
         pages = sorted({b.first.page_size_bytes for b in buckets})
         largest = max(pages)
         for m in PAGE_MULTIPLES:
-            options.append((f"page x{m}", largest * m, None, m == 1))
+            options.append(PageOption(f"page x{m}", largest * m, is_vllm=m == 1))
         lcm = lcm_all(pages)
         if lcm not in {largest * m for m in PAGE_MULTIPLES} and lcm <= MAX_LCM_FACTOR * largest:
-            options.append(("page lcm", lcm, None, False))
-    known = {page for _, page, bs, _ in options if bs is None}
-    options += [o for o in _rigid_options(buckets) if o[1] not in known]
+            options.append(PageOption("page lcm", lcm))
+    known = {o.page_size_bytes for o in options if o.attention_block_size is None}
+    options += [o for o in _rigid_options(buckets) if o.page_size_bytes not in known]
     vllm = None
     found = []
     for name, target, attn_bs, is_vllm_page in options:
