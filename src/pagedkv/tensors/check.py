@@ -227,21 +227,22 @@ def check_paged_attention(
     scheduler = MiniScheduler(manager, workload, max_num_batched_tokens, max_num_seqs)
     groups = kv_cache_config.kv_cache_groups
     checked_groups = sorted({v.group_id for v in runner.views.values()})
+    block_sizes = [groups[g].kv_cache_spec.block_size for g in checked_groups]
     num_tokens = num_nulls = step = 0
     while not scheduler.done:
         if step >= max_steps:
             raise CheckStalledError(f"workload did not finish in {max_steps} steps")
         chunks = scheduler.step()
         block_ids = [manager.get_block_ids(c.request.request_id) for c in chunks]
-        metadata: dict[int, AttentionMetadata] = {}
-        for gid in checked_groups:
-            scheduled = [
-                ScheduledRequest([ids[gid]], c.num_computed_tokens, c.num_new_tokens)
-                for ids, c in zip(block_ids, chunks)
-            ]
-            num_nulls += sum(s.block_ids[0].count(0) for s in scheduled)
-            block_size = groups[gid].kv_cache_spec.block_size
-            (metadata[gid],) = build_attention_metadata(scheduled, [block_size], device)
+        scheduled = [
+            ScheduledRequest(
+                [ids[g] for g in checked_groups], c.num_computed_tokens, c.num_new_tokens
+            )
+            for ids, c in zip(block_ids, chunks)
+        ]
+        num_nulls += sum(row.count(0) for s in scheduled for row in s.block_ids)
+        per_group = build_attention_metadata(scheduled, block_sizes, device)
+        metadata = dict(zip(checked_groups, per_group, strict=True))
         if chunks:
             runner.run_step(step, chunks, metadata, block_ids)
         num_tokens += sum(c.num_new_tokens for c in chunks)
