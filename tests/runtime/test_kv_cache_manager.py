@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pagedkv import EngineConfig, KVCacheConfig, KVCacheGroupSpec
+from pagedkv import EngineConfig, KVCacheConfig, KVCacheGroupSpec, KVCacheSpec
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime import FullAttentionManager, KVCacheBlocks, KVCacheManager, Request
@@ -231,3 +231,24 @@ def test_a_manager_that_allocates_its_own_way_is_called_for_running_requests() -
     new = manager.allocate_slots(req, 1)  # a running request crossing a block boundary
     assert _CountingFullManager.calls == before + 1
     assert new is not None and [len(b) for b in new.blocks] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    "specs", [[full()], [full(), full()], [full(4), full(8)]], ids=["single", "lockstep", "mixed"]
+)
+def test_delayed_caching_of_a_running_request(specs: list[KVCacheSpec]) -> None:
+    manager = make_manager(specs)
+    req = Request("a", list(range(6)))
+    manager.get_computed_blocks(req)
+    assert manager.allocate_slots(req, 6, delay_cache_blocks=True) is not None
+    req.num_computed_tokens = 6
+    req.append_output_token_ids([6, 7])  # 8 tokens: every block full
+    assert manager.allocate_slots(req, 2, delay_cache_blocks=True) is not None
+    pool = manager.block_pool
+    tables = manager.get_block_ids("a")
+    assert all(pool.block_hash[b] is None for table in tables for b in table)
+    manager.cache_blocks(req, 8)
+    assert all(pool.block_hash[b] is not None for table in tables for b in table)
+    assert [m.num_cached_block["a"] for m in manager.managers] == [
+        8 // m.block_size for m in manager.managers
+    ]
