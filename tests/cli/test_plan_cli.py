@@ -241,3 +241,19 @@ def test_max_groups_bounds_the_hybrid_grouping(
 def test_max_groups_must_be_positive() -> None:
     proc = run("plan", "gemma-3-27b-it", "--max-groups", "0")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_plot_curve_agrees_with_the_plan_it_draws() -> None:
+    from itertools import pairwise
+
+    from pagedkv.cli.plan import PlanRequest, make_plan
+    from pagedkv.cli.plan_render import PLOT_POINTS, concurrency_curve
+
+    result = make_plan(PlanRequest(model="gpt-oss-20b", gpu="H100-80GB", max_model_len=32768))
+    curve = dict(concurrency_curve(result))
+    assert 8 <= len(curve) <= PLOT_POINTS
+    assert max(curve) == result.plan.max_model_len == 32768
+    point = result.plan.concurrency_at(32768)
+    assert curve[32768] == pytest.approx(point.max_concurrency)
+    lengths = sorted(curve)
+    assert all(curve[a] >= curve[b] for a, b in pairwise(lengths))

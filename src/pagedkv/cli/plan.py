@@ -30,6 +30,7 @@ from pagedkv.models import (
     memory_budgets,
 )
 from pagedkv.planning import KVCachePlan, plan_kv_cache
+from pagedkv.specs import KVCacheSpec
 
 # A 5:1 sliding-window hybrid on the most common serving GPU: its plan shows hybrid
 # grouping, the alternatives the planner weighed (vLLM's rule pads 8 layers here) and
@@ -66,6 +67,7 @@ class PlanResult:
     plan: KVCachePlan
     largest_max_model_len: int
     model_limit: int
+    kv_cache_specs: tuple[dict[str, KVCacheSpec], ...]
 
 
 def _device(request: PlanRequest) -> tuple[GPU | None, int | None]:
@@ -123,7 +125,7 @@ def make_plan(request: PlanRequest) -> PlanResult:
         layout, config, device_bytes=device_bytes, weight_bytes=weights, kv_cache_bytes=kv_bytes
     )
     _check_budgets(budgets)
-    specs = get_kv_cache_specs(layout, config=config)
+    specs = tuple(get_kv_cache_specs(layout, config=config))
     available = [b.kv_cache_bytes for b in budgets]
     # Auto-fit searches up to the model's limit (or the length asked for, if larger);
     # a model without a limit (pure Mamba) searches up to the EngineConfig default.
@@ -144,7 +146,7 @@ def make_plan(request: PlanRequest) -> PlanResult:
             config.replace(max_model_len=-1), specs, available, max_model_len_limit=limit
         )
         largest = fitted.max_model_len
-    return PlanResult(layout, config, gpu, tuple(budgets), plan, largest, limit)
+    return PlanResult(layout, config, gpu, tuple(budgets), plan, largest, limit, specs)
 
 
 CONTEXT_LEN_OPTION = typer.Option(

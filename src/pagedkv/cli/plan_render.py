@@ -12,7 +12,6 @@ from rich.table import Table
 from pagedkv.cli.common import format_bytes, format_int, stdout_console
 from pagedkv.cli.plan import PlanResult
 from pagedkv.errors import ConfigError
-from pagedkv.models import get_kv_cache_specs
 from pagedkv.planning import plan_kv_cache
 
 PLOT_POINTS = 32
@@ -186,9 +185,8 @@ def concurrency_curve(result: PlanResult) -> list[tuple[int, float]]:
         {max(1, int(low * (top / low) ** (i / (PLOT_POINTS - 1)))) for i in range(PLOT_POINTS)}
     )
     config = result.config.replace(max_model_len=top)
-    specs = get_kv_cache_specs(result.layout, config=config)
     available = [b.kv_cache_bytes for b in result.budgets]
-    plan = plan_kv_cache(config, specs, available, context_lengths=lengths)
+    plan = plan_kv_cache(config, result.kv_cache_specs, available, context_lengths=lengths)
     return sorted(
         (p.context_len, p.max_concurrency)
         for p in plan.max_concurrency

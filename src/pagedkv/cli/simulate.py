@@ -30,7 +30,7 @@ DEFAULT_LIMIT = 1000
 def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str, Any]) -> Any:
     from pagedkv.cli.plan import PlanRequest, make_plan
     from pagedkv.sim.engine import engine_from_model, engine_from_plan
-    from pagedkv.sim.planned import plan_inputs_for
+    from pagedkv.sim.planned import PlanInputs
 
     if gpu is not None and num_blocks is not None:
         raise ConfigError("--gpu and --num-blocks are alternatives; give one")
@@ -47,7 +47,7 @@ def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str,
         )
     )
     fixed = opts["max_model_len"] not in (None, -1)
-    inputs = plan_inputs_for(result.layout, result.config, fixed_max_model_len=fixed)
+    inputs = PlanInputs(result.config, result.kv_cache_specs, result.model_limit, fixed)
     config = result.config.replace(max_model_len=result.plan.max_model_len)
     return engine_from_plan(result.plan, config, result.layout.name, inputs)
 
