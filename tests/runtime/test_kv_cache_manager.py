@@ -10,7 +10,7 @@ from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime import FullAttentionManager, KVCacheBlocks, KVCacheManager, Request
 from pagedkv.runtime.events import BlockRemoved
 
-from .helpers import check_invariants, full, make_manager, swa
+from .helpers import check_invariants, chunked, full, make_manager, swa
 
 
 def admit(manager, rid: str, tokens: list[int], **kw: object) -> Request:  # type: ignore[no-untyped-def]
@@ -252,3 +252,19 @@ def test_delayed_caching_of_a_running_request(specs: list[KVCacheSpec]) -> None:
     assert [m.num_cached_block["a"] for m in manager.managers] == [
         8 // m.block_size for m in manager.managers
     ]
+
+
+def test_remove_skipped_blocks_nulls_every_windowed_group_and_ignores_unknown_requests() -> None:
+    manager = make_manager([full(), swa(8), swa(8), chunked(8)], num_blocks=40)
+    admit(manager, "a", list(range(20)))
+    free_before = manager.num_free_blocks
+    manager.remove_skipped_blocks("a", 20)
+    nulls = [m.get_num_skipped_tokens(20) // m.block_size for m in manager.managers]
+    assert nulls == [0, 3, 3, 4]
+    for table, num_nulls in zip(manager.get_block_ids("a"), nulls, strict=True):
+        assert table[:num_nulls] == [0] * num_nulls and 0 not in table[num_nulls:]
+    assert manager.num_free_blocks == free_before + sum(nulls)
+    manager.remove_skipped_blocks("a", 20)  # nothing new to remove
+    manager.remove_skipped_blocks("unknown", 20)
+    assert manager.num_free_blocks == free_before + sum(nulls)
+    check_invariants(manager, {"a": 20})

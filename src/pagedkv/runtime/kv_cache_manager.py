@@ -197,8 +197,8 @@ class KVCacheManager(SlotAllocator):
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Free blocks that fell out of the request's window (nulls in its table)."""
-        for m in self._skipping:
-            m.remove_skipped_blocks(request_id, num_computed_tokens)
+        if request_id in self._first_tables:
+            self._remove_skipped(request_id, num_computed_tokens)
 
     def evict_blocks(self, block_ids: list[int]) -> None:
         """Drop the cached hashes of the given blocks (they stay allocated if in use)."""
