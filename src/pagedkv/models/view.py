@@ -47,12 +47,6 @@ class ConfigView:
             value = self.normalized.get(key)
         return default if value is None else value
 
-    def require(self, key: str) -> Any:
-        value = self.get(key)
-        if value is None:
-            raise self._missing(key)
-        return value
-
     def int(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
         """A positive (or ``>= minimum``) integer field; ``default`` when absent."""
         value = self.get(key)
