@@ -14,6 +14,7 @@ from pagedkv import (
     KVCacheGroupSpec,
     KVCacheSpec,
     KVCacheSpecError,
+    KVCacheTensor,
     MLAAttentionSpec,
     PlanningError,
     SlidingWindowMLASpec,
@@ -297,3 +298,21 @@ def test_scheduler_block_size_is_the_smallest_prefix_cacheable_one() -> None:
     empty = KVCacheGroupSpec(layer_names=(), kv_cache_spec=full(bs=4))
     assert scheduler_block_size([empty, *groups[1:]], 99) == 16
     assert scheduler_block_size([], 99) == 99
+
+
+def test_tensor_region_of_one_layer_matches_regions() -> None:
+    tensor = KVCacheTensor(
+        size=10_000,
+        layers=("a", "b", "c"),
+        layer_stride=3_000,
+        block_stride=100,
+        page_size_bytes=90,
+        offset=40,
+        host_resident=True,
+    )
+    regions = tensor.regions()
+    assert [tensor.region(n) for n in tensor.layers] == regions
+    assert regions[2] == ("c", 6_040, 100, 90, True)
+    assert regions[1].block_range(3) == (3_340, 3_430)
+    with pytest.raises(PlanningError, match="'d' is not backed"):
+        tensor.region("d")
