@@ -49,11 +49,7 @@ class KVCacheTensor:
         if self.size < 0:
             raise PlanningError(f"KVCacheTensor.size must be >= 0, got {self.size}")
 
-    def region(self, layer_name: str) -> LayerRegion:
-        try:
-            index = self.layers.index(layer_name)
-        except ValueError:
-            raise PlanningError(f"layer {layer_name!r} is not backed by this tensor") from None
+    def _region_at(self, index: int, layer_name: str) -> LayerRegion:
         return LayerRegion(
             layer_name,
             self.offset + index * self.layer_stride,
@@ -62,17 +58,15 @@ class KVCacheTensor:
             self.host_resident,
         )
 
+    def region(self, layer_name: str) -> LayerRegion:
+        try:
+            index = self.layers.index(layer_name)
+        except ValueError:
+            raise PlanningError(f"layer {layer_name!r} is not backed by this tensor") from None
+        return self._region_at(index, layer_name)
+
     def regions(self) -> list[LayerRegion]:
-        return [
-            LayerRegion(
-                name,
-                self.offset + i * self.layer_stride,
-                self.block_stride,
-                self.page_size_bytes,
-                self.host_resident,
-            )
-            for i, name in enumerate(self.layers)
-        ]
+        return [self._region_at(i, name) for i, name in enumerate(self.layers)]
 
 
 @dataclass(frozen=True, kw_only=True)
