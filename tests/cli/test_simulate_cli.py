@@ -73,6 +73,10 @@ def test_bad_options_are_one_line_errors():
     assert proc.returncode != 0 and "--arrivals" in proc.stderr
     proc = _run(*BASE, "--trace", "no-such-trace")
     assert proc.returncode != 0 and "no-such-trace" in proc.stderr
+    proc = _run(*BASE, "--gpu", "H100-80GB")
+    assert proc.returncode != 0 and "--gpu and --num-blocks are alternatives" in proc.stderr
+    proc = _run(*BASE, "--plot", "x.png")
+    assert proc.returncode != 0 and "add --sweep" in proc.stderr
 
 
 def test_human_summary_and_sweep_tables():
