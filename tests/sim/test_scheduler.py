@@ -102,6 +102,8 @@ def test_chunked_prefill_and_token_budget():
     res = _run(make_engine(64), trace, max_prefill_chunk=8, max_num_batched_tokens=8)
     assert res.steps == 5
     assert res.manager_calls_by_kind["allocate_slots"] == 5
+    settings = SchedulerSettings(max_prefill_chunk=8, max_num_batched_tokens=8)
+    assert res.settings == dataclasses.asdict(settings)  # the run records what it ran with
 
 
 def test_hybrid_sliding_window_frees_out_of_window_blocks_and_hits():

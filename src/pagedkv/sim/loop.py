@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
@@ -166,5 +167,5 @@ class RunState(Admission):
             manager_seconds=self.mgr_s,
             request_seconds=self.req_s,
             wall_seconds=wall_s,
-            settings=dict(vars(sim.settings)) if hasattr(sim.settings, "__dict__") else {},
+            settings=dataclasses.asdict(sim.settings),
         )
