@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from pagedkv.errors import PlanningError
+from pagedkv.specs.base import cdiv
 
 
 class PlacedRegion(NamedTuple):
@@ -34,10 +35,6 @@ def _end(r: PlacedRegion, num_blocks: int) -> int:
     return r.offset + (num_blocks - 1) * r.block_stride + r.page_size_bytes
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _overlap_ids(a: PlacedRegion, b: PlacedRegion, num_blocks: int) -> tuple[bool, bool]:
     """(share a byte at the same block id, share a byte at different block ids)."""
     if num_blocks == 1 or a.block_stride != b.block_stride:
@@ -47,7 +44,7 @@ def _overlap_ids(a: PlacedRegion, b: PlacedRegion, num_blocks: int) -> tuple[boo
     # Bytes coincide when (ida - idb) * stride lies in [d - pa + 1, d + pb - 1].
     lo, hi = d - a.page_size_bytes + 1, d + b.page_size_bytes - 1
     same = lo <= 0 <= hi
-    k_lo, k_hi = max(_cdiv(lo, stride), 1 - num_blocks), min(hi // stride, num_blocks - 1)
+    k_lo, k_hi = max(cdiv(lo, stride), 1 - num_blocks), min(hi // stride, num_blocks - 1)
     other = k_lo <= k_hi and not k_lo == 0 == k_hi
     return same, other
 
