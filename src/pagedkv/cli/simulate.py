@@ -172,8 +172,7 @@ def simulate_command(
     import dataclasses
 
     from pagedkv.sim.bundled import load_trace
-    from pagedkv.sim.run import simulate, sweep_sizes
-    from pagedkv.sim.run import sweep as run_sweep
+    from pagedkv.sim.run import simulate
     from pagedkv.sim.scheduler import SchedulerSettings
 
     if arrivals not in ("all", "timestamp"):
@@ -196,7 +195,7 @@ def simulate_command(
     engine = dataclasses.replace(_engine(model, gpu, num_blocks, opts), hash_algo=hash_algo)
     show = sys.stderr.isatty()
     if sweep:
-        _run_sweep(engine, loaded, settings, plot, json_output, show, run_sweep, sweep_sizes)
+        _run_sweep(engine, loaded, settings, plot, json_output, show)
         return
     total = len(loaded.requests)
     with _progress(total, show) as bar:
@@ -220,16 +219,11 @@ def simulate_command(
 
 
 def _run_sweep(
-    engine: Any,
-    loaded: Any,
-    settings: Any,
-    plot: str | None,
-    json_output: bool,
-    show: bool,
-    run_sweep: Any,
-    sweep_sizes: Any,
+    engine: Any, loaded: Any, settings: Any, plot: str | None, json_output: bool, show: bool
 ) -> None:
     from pagedkv.sim.engine import bound_geometry
+    from pagedkv.sim.run import sweep as run_sweep
+    from pagedkv.sim.run import sweep_sizes
 
     sizes = sweep_sizes(engine.num_blocks)
     geometry = bound_geometry(engine.kv_cache_config)
