@@ -26,6 +26,7 @@ import json
 import statistics
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -60,12 +61,18 @@ def _manager(layout: str) -> KVCacheManager:
     return KVCacheManager(kv, config, hash_algo="builtin")
 
 
+def _seed(rid: str) -> int:
+    """A prompt seed from the request id, the same in every process (``hash`` of a str
+    is salted per process, which changed which requests shared prompts run to run)."""
+    return zlib.crc32(rid.encode()) % 1000
+
+
 def _prompt(seed: int) -> list[int]:
     return [(seed * 7919 + i * 104729) % 32000 for i in range(PROMPT_TOKENS)]
 
 
 def _running(manager: KVCacheManager, rid: str) -> Request:
-    req = Request(rid, _prompt(hash(rid) % 1000))
+    req = Request(rid, _prompt(_seed(rid)))
     hit, num_hit = manager.get_computed_blocks(req)
     manager.allocate_slots(req, PROMPT_TOKENS - num_hit, num_hit, hit)
     req.num_computed_tokens = PROMPT_TOKENS
@@ -91,7 +98,7 @@ def case_decode(manager: KVCacheManager, n: int) -> float:
 
 def case_lookup(manager: KVCacheManager, n: int) -> float:
     manager.free(_running(manager, "seed"))
-    reqs = [Request(f"l{i}", [*_prompt(hash("seed") % 1000), 1]) for i in range(n)]
+    reqs = [Request(f"l{i}", [*_prompt(_seed("seed")), 1]) for i in range(n)]
     for req in reqs:
         req.set_hasher(manager.hasher)
     lookup = manager.get_computed_blocks
@@ -103,7 +110,7 @@ def case_lookup(manager: KVCacheManager, n: int) -> float:
 
 def case_admit_free(manager: KVCacheManager, n: int) -> float:
     manager.free(_running(manager, "seed"))
-    reqs = [Request(f"a{i}", [*_prompt(hash("seed") % 1000), 1, 2, 3]) for i in range(n)]
+    reqs = [Request(f"a{i}", [*_prompt(_seed("seed")), 1, 2, 3]) for i in range(n)]
     elapsed = 0.0
     perf = time.perf_counter
     for req in reqs:
