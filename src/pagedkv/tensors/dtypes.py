@@ -32,7 +32,3 @@ def torch_dtype(dtype: str, *, layer_name: str = "?") -> torch.dtype:
             f"layer {layer_name!r}: KV cache dtype {name!r} is a packed format with no "
             f"element-wise torch dtype; supported: {', '.join(_TORCH_DTYPES)}"
         ) from None
-
-
-def element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()

@@ -17,7 +17,7 @@ import torch
 from pagedkv.planning.types import LayerRegion
 from pagedkv.specs import AttentionSpec, KVCacheSpec, MambaSpec, MLAAttentionSpec
 from pagedkv.specs.local import SlidingWindowMLASpec
-from pagedkv.tensors.dtypes import element_size, torch_dtype
+from pagedkv.tensors.dtypes import torch_dtype
 from pagedkv.tensors.errors import TensorLayoutError
 
 PAGE_ORDERS = ("NHD", "HND")
@@ -108,7 +108,7 @@ def strided_view(
 ) -> torch.Tensor:
     """``as_strided`` over the buffer read as ``dtype``; offsets and strides in bytes."""
     name = request.region.layer_name
-    size = element_size(dtype)
+    size = dtype.itemsize
     if byte_offset % size or any(s % size for s in byte_strides):
         raise TensorLayoutError(
             f"layer {name!r}: offset {byte_offset} / strides {list(byte_strides)} bytes "
@@ -147,7 +147,7 @@ def attention_views(request: ViewRequest) -> tuple[str, tuple[torch.Tensor, ...]
             "a [num_blocks, 2, ...] K/V view needs equal K and V head sizes"
         )
     dtype = torch_dtype(spec.dtype, layer_name=name)
-    esize = element_size(dtype)
+    esize = dtype.itemsize
     bs, heads, head = spec.block_size, spec.num_kv_heads, spec.head_size
     half = bs * heads * head * esize
     if request.page_order == "NHD":
@@ -172,7 +172,7 @@ def latent_views(request: ViewRequest) -> tuple[str, tuple[torch.Tensor, ...]]:
             f"layer {name!r}: an MLA latent view needs num_kv_heads == 1, got {spec.num_kv_heads}"
         )
     dtype = torch_dtype(spec.dtype, layer_name=name)
-    esize = element_size(dtype)
+    esize = dtype.itemsize
     shape = (request.num_blocks, spec.block_size, spec.head_size)
     strides = (request.region.block_stride, spec.head_size * esize, esize)
     return "latent", (strided_view(request, dtype, request.region.offset, shape, strides),)
@@ -191,7 +191,7 @@ def mamba_views(request: ViewRequest) -> tuple[str, tuple[torch.Tensor, ...]]:
     offset = request.region.offset
     for shape, dtype_name in zip(spec.shapes, spec.dtypes):
         dtype = torch_dtype(dtype_name, layer_name=name)
-        esize = element_size(dtype)
+        esize = dtype.itemsize
         inner = [esize]
         for extent in reversed(shape[1:]):
             inner.insert(0, inner[0] * extent)
