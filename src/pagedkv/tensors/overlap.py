@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from itertools import combinations_with_replacement
+from itertools import chain, combinations_with_replacement, islice
 from typing import NamedTuple
 
 from pagedkv.planning.types import KVCacheConfig, KVCacheTensor, LayerRegion
@@ -79,22 +79,15 @@ def _overlaps_in(
     for a, b in combinations_with_replacement(regions, 2):
         if a.block_stride == b.block_stride and a.block_stride > 0:
             yield from _closed_form(a, b, num_blocks, groups)
-        elif a != b:
-            yield from _sweep([a, b], num_blocks, groups)
         else:
-            yield from _sweep([a], num_blocks, groups)
+            yield from _sweep([a, b] if a != b else [a], num_blocks, groups)
 
 
 def sweep_unsafe_overlaps(config: KVCacheConfig, *, limit: int = 16) -> list[UnsafeOverlap]:
     """The same answer as :func:`find_unsafe_overlaps` by brute force over every page of
     the device tensors (slow; the oracle the closed form is tested against)."""
     regions = [r for t in config.device_tensors for r in t.regions() if r.page_size_bytes > 0]
-    found = []
-    for overlap in _sweep(regions, config.num_blocks, _group_ids(config)):
-        found.append(overlap)
-        if len(found) >= limit:
-            break
-    return found
+    return list(islice(_sweep(regions, config.num_blocks, _group_ids(config)), limit))
 
 
 def find_unsafe_overlaps(
@@ -108,13 +101,6 @@ def find_unsafe_overlaps(
     """
     groups = _group_ids(config)
     host_blocks = config.num_blocks if num_host_blocks is None else num_host_blocks
-    found: list[UnsafeOverlap] = []
-    for overlaps in (
-        _overlaps_in(config.device_tensors, config.num_blocks, groups),
-        _overlaps_in(config.host_tensors, host_blocks, groups),
-    ):
-        for overlap in overlaps:
-            found.append(overlap)
-            if len(found) >= limit:
-                return found
-    return found
+    device = _overlaps_in(config.device_tensors, config.num_blocks, groups)
+    host = _overlaps_in(config.host_tensors, host_blocks, groups)
+    return list(islice(chain(device, host), limit))
