@@ -43,3 +43,26 @@ def test_digest_ignores_layer_names_but_not_blocks_or_kinds() -> None:
 def test_importing_pagedkv_distributed_does_not_import_torch() -> None:
     code = "import sys, pagedkv, pagedkv.distributed; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_plan_outcomes_agree_or_every_rank_raises() -> None:
+    from pagedkv.distributed import _agreed
+    from pagedkv.errors import InsufficientMemoryError
+
+    group = KVCacheGroupSpec(layer_names=("l0",), kv_cache_spec=SPEC)
+    mine = KVCacheConfig(num_blocks=10, kv_cache_tensors=(), kv_cache_groups=(group,))
+    assert _agreed(mine, None, [(None, "d"), (None, "d")]) is mine
+    # the same planner failure everywhere keeps the planner's own exception
+    own = InsufficientMemoryError("too small")
+    same = "InsufficientMemoryError: too small"
+    with pytest.raises(InsufficientMemoryError) as raised:
+        _agreed(None, own, [(same, ""), (same, "")])
+    assert raised.value is own
+    # a failure on some ranks fails every rank, naming them
+    with pytest.raises(DistributedPlanningError, match=r"failed on rank 1: PlanningError: x$"):
+        _agreed(mine, None, [(None, "d"), ("PlanningError: x", "")])
+    mixed = r"rank 0: InsufficientMemoryError.*rank 1: P"
+    with pytest.raises(DistributedPlanningError, match=mixed):
+        _agreed(None, own, [(same, ""), ("PlanningError: x", "")])
+    with pytest.raises(DistributedPlanningError, match=r"different KV caches.*0: a, rank 1: b"):
+        _agreed(mine, None, [(None, "a"), (None, "b")])
