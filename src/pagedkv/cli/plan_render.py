@@ -72,9 +72,9 @@ def _groups_table(result: PlanResult) -> Table:
     rows: Counter[tuple[Any, ...]] = Counter()
     for g in result.plan.groups:
         key = (g.kind, g.num_layers, g.block_size, g.page_size_bytes, g.waste_bytes)
-        rows[(*key, g.blocks_per_request)] += 1
-    for (kind, layers, bs, page, waste, blocks), count in rows.items():
-        share = f" ({waste / page:.1%})" if page and waste else ""
+        rows[(*key, g.waste_fraction, g.blocks_per_request)] += 1
+    for (kind, layers, bs, page, waste, fraction, blocks), count in rows.items():
+        share = f" ({fraction:.1%})" if waste else ""
         table.add_row(
             str(count),
             kind,
