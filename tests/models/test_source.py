@@ -186,3 +186,15 @@ def test_adapter_family_bases_are_abstract_and_every_registered_adapter_is_concr
             base()  # type: ignore[abstract]
     for name in registered_adapter_names():
         assert isinstance(_adapters[name](), ModelAdapter), name
+
+
+@pytest.mark.parametrize(
+    "name", ["Llama-3.1-8B", "whisper-large-v3", "mamba2-2.7b", "Jamba-v0.1", "DeepSeek-V2-Lite"]
+)
+def test_every_adapter_family_records_the_quantization_method(tmp_path: Path, name: str) -> None:
+    raw = dict(load_model_config(name).raw)
+    assert describe_model(name, use_transformers=False).quant_method is None
+    raw["quantization_config"] = {"quant_method": "FP8"}
+    layout = describe_model(write(tmp_path, raw), use_transformers=False)
+    assert layout.quant_method == "fp8"
+    assert layout.name and layout.architecture and layout.dtype
