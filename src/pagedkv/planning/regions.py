@@ -61,15 +61,13 @@ def check_aliasing(regions: Sequence[PlacedRegion], num_blocks: int) -> None:
     by_key: dict[tuple[int, int, int], list[PlacedRegion]] = {}
     for r in regions:
         by_key.setdefault((r.offset, r.block_stride, r.page_size_bytes), []).append(r)
-    uniques = []
     for members in by_key.values():
         seen: dict[int, PlacedRegion] = {}
         for r in members:
             if r.group_id in seen:
                 raise _pair_error(seen[r.group_id], r, "inside one group")
             seen[r.group_id] = r
-        uniques.append(members)
-    uniques.sort(key=lambda m: m[0].offset)
+    uniques = sorted(by_key.values(), key=lambda m: m[0].offset)
     active: list[list[PlacedRegion]] = []
     for members in uniques:
         head = members[0]
