@@ -116,11 +116,8 @@ def make_plan(request: PlanRequest) -> PlanResult:
         options["max_kv_cache_groups"] = request.max_groups
     config = engine_config_for(layout, **options)
     weights = None if request.weights == "auto" else parse_bytes(request.weights, "--weights")
-    kv_bytes = (
-        parse_bytes(request.kv_cache_memory, "--kv-cache-memory")
-        if (request.kv_cache_memory)
-        else None
-    )
+    kv_memory = request.kv_cache_memory
+    kv_bytes = parse_bytes(kv_memory, "--kv-cache-memory") if kv_memory else None
     budgets = memory_budgets(
         layout, config, device_bytes=device_bytes, weight_bytes=weights, kv_cache_bytes=kv_bytes
     )
