@@ -68,3 +68,18 @@ def test_content_is_a_function_of_the_token_prefix() -> None:
     assert torch.equal(again.layer_rows("x", a, "L", 2, 4)[0], k_a[2:4])  # any order, any key
     assert chain_seeds([1, 2], 0, []) == chain_seeds([1, 2], 0, chain_seeds([1], 0, []))
     assert chain_seeds([1, 2], 0, []) != chain_seeds([1, 2], 1, [])
+
+
+def test_each_layer_reads_its_own_parts_of_a_token() -> None:
+    shapes = {"kv": ((2, 3), (2, 3)), "latent": ((4,),), "kv2": ((1, 2), (1, 2))}
+    dtypes = dict.fromkeys(shapes, torch.float64)
+    content = TokenContent(shapes, dtypes)
+    tokens = [3, 1, 4]
+    parts = content.rows("r", tokens, 3)  # per token: kv K, kv V, latent, kv2 K, kv2 V
+    expected = {"kv": (0, 1), "latent": (2,), "kv2": (3, 4)}
+    for layer, indexes in expected.items():
+        got = content.layer_rows("r", tokens, layer, 1, 3)
+        assert len(got) == len(indexes)
+        for tensor, index, shape in zip(got, indexes, shapes[layer], strict=True):
+            want = torch.stack([parts[t][index].view(shape) for t in (1, 2)])
+            assert torch.equal(tensor, want)
