@@ -9,6 +9,7 @@ it first, and a different earlier token changes everything after it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -46,6 +47,9 @@ class TokenContent:
         self.cache_dtypes = dict(cache_dtypes)
         self.salt = salt
         self._sizes = [math.prod(s) for name in self.shapes for s in self.shapes[name]]
+        # index of each layer's first part in a token's flat list of parts
+        starts = itertools.accumulate((len(parts) for parts in self.shapes.values()), initial=0)
+        self._first = dict(zip(self.shapes, starts))
         self._seeds: dict[str, list[int]] = {}
         self._rows: dict[str, list[list[torch.Tensor]]] = {}
 
@@ -68,8 +72,7 @@ class TokenContent:
     ) -> tuple[torch.Tensor, ...]:
         """Layer ``layer``'s K and V (or latent) rows of tokens ``[start, end)``, each
         ``[end - start, *shape]`` in float64, holding values the cache dtype stores exactly."""
-        index = list(self.shapes).index(layer)
-        first = sum(len(self.shapes[n]) for n in list(self.shapes)[:index])
+        first = self._first[layer]
         rows = self.rows(key, token_ids, end)[start:end]
         dtype = self.cache_dtypes[layer]
         out = []
