@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 
@@ -275,3 +276,65 @@ def test_builder_returning_non_groups() -> None:
     use_builder(NotGroups)
     with pytest.raises(PlanningError, match="not a KVCacheGroupSpec"):
         get_kv_cache_configs(CONFIG, [llama_8b(num_layers=1)], [GiB])
+
+
+class Mangled(OnePerLayerBlockOuterBuilder):
+    """The one-group-per-layer placement with ``mangle`` applied to its tensors."""
+
+    @staticmethod
+    def mangle(tensors: list[KVCacheTensor]) -> list[KVCacheTensor]:
+        return tensors
+
+    def get_kv_cache_config_from_groups(self, config, kv_cache_groups, num_blocks):  # type: ignore[no-untyped-def]
+        kv = super().get_kv_cache_config_from_groups(config, kv_cache_groups, num_blocks)
+        tensors = self.mangle(list(kv.kv_cache_tensors))
+        return dataclasses.replace(kv, kv_cache_tensors=tuple(tensors))
+
+
+def _ghost(ts: list[KVCacheTensor]) -> list[KVCacheTensor]:
+    return [dataclasses.replace(ts[0], layers=("ghost",)), *ts[1:]]
+
+
+def _twice(ts: list[KVCacheTensor]) -> list[KVCacheTensor]:
+    return [ts[0], dataclasses.replace(ts[1], layers=ts[0].layers), *ts[2:]]
+
+
+def _shifted(ts: list[KVCacheTensor]) -> list[KVCacheTensor]:
+    return [dataclasses.replace(ts[0], offset=1), *ts[1:]]
+
+
+def _short_page(ts: list[KVCacheTensor]) -> list[KVCacheTensor]:
+    return [dataclasses.replace(ts[0], page_size_bytes=ts[0].page_size_bytes // 2), *ts[1:]]
+
+
+def _dense_blocks(ts: list[KVCacheTensor]) -> list[KVCacheTensor]:
+    return [dataclasses.replace(ts[0], block_stride=ts[0].page_size_bytes // 2), *ts[1:]]
+
+
+@pytest.mark.parametrize(
+    ("mangle", "match"),
+    [
+        (_ghost, r"tensor backs 'ghost', a layer in no group"),
+        (_twice, r"layer 'layers\.0' is backed by two tensors"),
+        (lambda ts: ts[:-1], r"layers with no tensor: \['layers\.2'\]"),
+        (_shifted, r"layer 'layers\.0' needs bytes \[1, \d+\) of a \d+-byte tensor"),
+        (_short_page, r"holds 32768 bytes per block, its page needs 65536"),
+        (_dense_blocks, r"layer 'layers\.0' blocks overlap each other"),
+    ],
+    ids=["unknown_layer", "two_tensors", "no_tensor", "out_of_bounds", "short_page", "overlap"],
+)
+def test_planner_checks_every_region_of_a_custom_placement(
+    mangle: Callable[[list[KVCacheTensor]], list[KVCacheTensor]],
+    match: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Mangled, "mangle", staticmethod(mangle))
+    use_builder(Mangled)
+    with pytest.raises(PlanningError, match=match):
+        get_kv_cache_configs(CONFIG, [llama_8b(num_layers=3)], [GiB])
+
+
+def test_unmangled_placement_passes_the_region_checks() -> None:
+    use_builder(Mangled)
+    (kv,) = get_kv_cache_configs(CONFIG, [llama_8b(num_layers=3)], [GiB])
+    assert len(kv.kv_cache_tensors) == 3
