@@ -33,15 +33,6 @@ def resolve_kv_cache_layout(config: EngineConfig) -> str:
     return layout
 
 
-def layer_pages(group: KVCacheGroupSpec) -> list[tuple[str, int]]:
-    """(layer, page bytes) in group order; a plain group's page is computed once."""
-    spec = group.kv_cache_spec
-    if isinstance(spec, UniformTypeKVCacheSpecs):
-        return [(n, spec.kv_cache_specs[n].page_size_bytes) for n in group.layer_names]
-    page = spec.page_size_bytes
-    return [(n, page) for n in group.layer_names]
-
-
 def _page_runs(group: KVCacheGroupSpec) -> list[tuple[int, list[str]]]:
     """Consecutive layers with equal pages: one run for a plain group (page computed once)."""
     spec = group.kv_cache_spec
@@ -55,6 +46,11 @@ def _page_runs(group: KVCacheGroupSpec) -> list[tuple[int, list[str]]]:
         else:
             runs.append((page, [name]))
     return runs
+
+
+def layer_pages(group: KVCacheGroupSpec) -> list[tuple[str, int]]:
+    """(layer, page bytes) in group order."""
+    return [(name, page) for page, names in _page_runs(group) for name in names]
 
 
 def _width(runs: list[tuple[int, list[str]]]) -> int:
