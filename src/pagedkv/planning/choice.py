@@ -28,7 +28,6 @@ MAX_ALTERNATIVES = 8
 class GroupingChoice:
     groups: tuple[KVCacheGroupSpec, ...]
     alternatives: tuple[GroupingAlternative, ...]
-    reference_len: int
 
 
 def reference_config(config: EngineConfig) -> EngineConfig:
@@ -158,15 +157,13 @@ def choose_kv_cache_groups(
     vLLM's fixed group-size rule whenever it applies, for comparisons)."""
     ref = reference_config(config)
     if not kv_cache_spec:
-        return GroupingChoice((), (), ref.max_model_len)
+        return GroupingChoice((), ())
     specs: Mapping[str, KVCacheSpec] = kv_cache_spec
     if not allow_hybrid and single_group(specs) is None:
         specs = promote_local_specs(specs)
     single = single_group(specs)
     if single is not None:
-        return GroupingChoice(
-            tuple(single), (_single_alternative(single[0], ref),), ref.max_model_len
-        )
+        return GroupingChoice(tuple(single), (_single_alternative(single[0], ref),))
     result = search(
         make_buckets(specs),
         ref,
@@ -179,4 +176,4 @@ def choose_kv_cache_groups(
         to_alternative(s, s is result.chosen, ref, result.max_groups) for s in _shortlist(result)
     ]
     alternatives.sort(key=lambda a: (not a.chosen, a.bytes_per_request))
-    return GroupingChoice(tuple(groups), tuple(alternatives), ref.max_model_len)
+    return GroupingChoice(tuple(groups), tuple(alternatives))
