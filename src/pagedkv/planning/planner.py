@@ -32,7 +32,6 @@ DEFAULT_MAX_MODEL_LEN_LIMIT = 1 << 24
 class WorkerPlan:
     """What the planner decided, before and beside the per-worker configs."""
 
-    config: EngineConfig
     configs: tuple[KVCacheConfig, ...]
     groups: tuple[KVCacheGroupSpec, ...]
     alternatives: tuple[GroupingAlternative, ...]
@@ -144,7 +143,7 @@ def plan_workers(
         planned = builder.get_kv_cache_config_from_groups(final, wg, num_blocks)
         validate_worker_config(planned, wg, num_blocks, available[w], w, builder)
         configs.append(dataclasses.replace(planned, max_model_len=length, kv_tp_replicas=replicas))
-    return WorkerPlan(final, tuple(configs), groups, alternatives, tuple(bpb), length, fitted, cost)
+    return WorkerPlan(tuple(configs), groups, alternatives, tuple(bpb), length, fitted, cost)
 
 
 def get_kv_cache_configs(
