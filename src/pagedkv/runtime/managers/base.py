@@ -13,14 +13,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
+from pagedkv.specs.base import cdiv
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
     from pagedkv.specs.base import KVCacheSpec
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def hashes_at_block_size(
