@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 import typer
+from typer._click.exceptions import ClickException, UsageError
 
 from pagedkv.cli.catalog import gpus_command, models_command
 from pagedkv.cli.common import stderr_console
@@ -41,6 +42,13 @@ app.command("models")(models_command)
 app.command("gpus")(gpus_command)
 
 
+def _usage_line(exc: UsageError) -> str:
+    """Click's usage error as one line, naming the command's --help."""
+    message = " ".join(exc.format_message().split())
+    command = exc.ctx.command_path if exc.ctx is not None else "pagedkv"
+    return f"{message} (see '{command} --help')"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; errors print one line (``--debug`` anywhere shows the traceback)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -53,15 +61,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except typer.Abort:
         stderr_console().print("aborted")
         return 1
-    except typer.TyperException as exc:  # typer vendors click: usage errors land here
+    except UsageError as exc:
         if debug:
             raise
-        show = getattr(exc, "show", None)
-        if show is None:
-            stderr_console().print(f"error: {exc}", markup=False)
-        else:
-            show()
-        return int(getattr(exc, "exit_code", 2))
+        stderr_console().print(f"error: {_usage_line(exc)}", markup=False)
+        return 2
+    except ClickException as exc:
+        if debug:
+            raise
+        stderr_console().print(f"error: {exc.format_message()}", markup=False)
+        return int(exc.exit_code)
     except PagedKVError as exc:
         if debug:
             raise

@@ -7,14 +7,19 @@ from pathlib import Path
 
 import typer
 
-from pagedkv.cli.common import (
+from pagedkv.cli.common import DEFAULT_GPU, format_bytes, parse_bytes
+from pagedkv.cli.options import (
     BLOCK_SIZE_OPTION,
-    DEFAULT_GPU,
     JSON_OPTION,
+    KV_CACHE_DTYPE_OPTION,
+    MAX_MODEL_LEN_OPTION,
+    PLATFORM_OPTION,
     PP_OPTION,
+    PREFIX_CACHING_OPTION,
     TP_OPTION,
-    format_bytes,
-    parse_bytes,
+    check_hash_algo,
+    parse_max_model_len,
+    vllm_scheduler_defaults,
 )
 from pagedkv.config import EngineConfig, ModelConfig
 from pagedkv.errors import ConfigError, InsufficientMemoryError, PlanningError
@@ -53,6 +58,12 @@ class PlanRequest:
     kv_cache_dtype: str = "auto"
     context_lengths: tuple[int, ...] = ()
     max_groups: int | None = None
+    # None: vLLM's `vllm serve` default for the device.
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enable_prefix_caching: bool | None = None
+    num_gpu_blocks_override: int | None = None
+    prefix_caching_hash_algo: str = "sha256"
 
 
 @dataclass(frozen=True)
@@ -88,8 +99,8 @@ def _check_budgets(budgets: list[MemoryBudget]) -> None:
             f"no memory left for the KV cache on worker {worker}: {format_bytes(b.usable_bytes)} "
             f"usable ({format_bytes(b.device_bytes)} x {b.gpu_memory_utilization}) - "
             f"{format_bytes(b.weight_bytes)} weights - {format_bytes(b.activation_bytes)} "
-            "activation reserve; use more GPUs (--tp/--pp), a larger --memory or "
-            "--gpu-memory-utilization, or give --kv-cache-memory"
+            "activation reserve; use more GPUs (-tp/-pp), a larger --memory or "
+            "--gpu-memory-utilization, or give --kv-cache-memory-bytes"
         )
 
 
@@ -98,25 +109,35 @@ def _context_lengths(request: PlanRequest, max_model_len: int) -> list[int]:
     return sorted(set(picked) | set(request.context_lengths))
 
 
-def make_plan(request: PlanRequest) -> PlanResult:
-    """Read the model, size the memory budget, and ask the planner."""
-    layout = describe_model(request.model)
-    gpu, device_bytes = _device(request)
+def _options(request: PlanRequest, gpu: GPU | None, device_bytes: int | None) -> dict[str, object]:
+    seqs, tokens = vllm_scheduler_defaults(device_bytes, gpu.name if gpu else "")
     options: dict[str, object] = {
         "tensor_parallel_size": request.tensor_parallel_size,
         "pipeline_parallel_size": request.pipeline_parallel_size,
         "block_size": request.block_size,
         "cache_dtype": request.kv_cache_dtype,
         "gpu_memory_utilization": request.gpu_memory_utilization,
+        "max_num_seqs": request.max_num_seqs or seqs,
+        "max_num_batched_tokens": request.max_num_batched_tokens or tokens,
+        "num_gpu_blocks_override": request.num_gpu_blocks_override,
     }
+    if request.enable_prefix_caching is not None:
+        options["enable_prefix_caching"] = request.enable_prefix_caching
     if request.max_model_len is not None:
         options["max_model_len"] = request.max_model_len
     if request.max_groups is not None:
         options["max_kv_cache_groups"] = request.max_groups
-    config = engine_config_for(layout, **options)
+    return options
+
+
+def make_plan(request: PlanRequest) -> PlanResult:
+    """Read the model, size the memory budget, and ask the planner."""
+    layout = describe_model(request.model)
+    gpu, device_bytes = _device(request)
+    config = engine_config_for(layout, **_options(request, gpu, device_bytes))
     weights = None if request.weights == "auto" else parse_bytes(request.weights, "--weights")
     kv_memory = request.kv_cache_memory
-    kv_bytes = parse_bytes(kv_memory, "--kv-cache-memory") if kv_memory else None
+    kv_bytes = parse_bytes(kv_memory, "--kv-cache-memory-bytes") if kv_memory else None
     budgets = memory_budgets(
         layout, config, device_bytes=device_bytes, weight_bytes=weights, kv_cache_bytes=kv_bytes
     )
@@ -162,10 +183,10 @@ PLOT_OPTION = typer.Option(
 
 def plan_command(
     model: str = typer.Argument(
-        DEFAULT_MODEL, help="Bundled model name, model directory or config.json."
+        DEFAULT_MODEL, help="Hugging Face model id, bundled model name, directory or config.json."
     ),
     gpu: str | None = typer.Option(
-        None, "--gpu", help=f"GPU from the table (default {DEFAULT_GPU})."
+        None, "--gpu", help=f"GPU from `pagedkv gpus`, or local (default {DEFAULT_GPU})."
     ),
     memory: str | None = typer.Option(None, "--memory", help="Device memory, e.g. 80GiB."),
     gpu_memory_utilization: float = typer.Option(
@@ -173,19 +194,36 @@ def plan_command(
     ),
     weights: str = typer.Option("auto", "--weights", help="Weight bytes per worker, or auto."),
     kv_cache_memory: str | None = typer.Option(
-        None, "--kv-cache-memory", help="KV cache bytes per worker (skips the estimate)."
+        None,
+        "--kv-cache-memory-bytes",
+        "--kv-cache-memory",
+        help="KV cache bytes per worker, e.g. 40GiB or 40G (skips the estimate).",
+    ),
+    num_gpu_blocks_override: int | None = typer.Option(
+        None, "--num-gpu-blocks-override", min=1, help="Blocks per worker (as vLLM's)."
     ),
     tp: int = TP_OPTION,
     pp: int = PP_OPTION,
-    max_model_len: int | None = typer.Option(
-        None,
-        "--max-model-len",
-        help="Tokens per request (default: the model's); -1 fits the largest.",
-    ),
+    max_model_len: str | None = MAX_MODEL_LEN_OPTION,
     block_size: int = BLOCK_SIZE_OPTION,
-    kv_cache_dtype: str = typer.Option(
-        "auto", "--kv-cache-dtype", help="bfloat16, fp8, int8_per_token_head, ... (auto: model's)."
+    kv_cache_dtype: str = KV_CACHE_DTYPE_OPTION,
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", min=1, help="Requests per step (default: vLLM's for the GPU)."
     ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None,
+        "--max-num-batched-tokens",
+        min=1,
+        help="Tokens per step (default: vLLM's for the GPU); sizes the activation reserve.",
+    ),
+    enable_prefix_caching: bool | None = PREFIX_CACHING_OPTION,
+    prefix_caching_hash_algo: str = typer.Option(
+        "sha256",
+        "--prefix-caching-hash-algo",
+        callback=check_hash_algo,
+        help="Accepted for vLLM command lines; it does not change a plan.",
+    ),
+    platform: str | None = PLATFORM_OPTION,
     context_len: list[int] = CONTEXT_LEN_OPTION,
     max_groups: int | None = MAX_GROUPS_OPTION,
     json_output: bool = JSON_OPTION,
@@ -203,11 +241,16 @@ def plan_command(
         kv_cache_memory=kv_cache_memory,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
-        max_model_len=max_model_len,
+        max_model_len=parse_max_model_len(max_model_len),
         block_size=block_size,
         kv_cache_dtype=kv_cache_dtype,
         context_lengths=tuple(context_len),
         max_groups=max_groups,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=enable_prefix_caching,
+        num_gpu_blocks_override=num_gpu_blocks_override,
+        prefix_caching_hash_algo=prefix_caching_hash_algo,
     )
     result = make_plan(request)
     if plot is not None:

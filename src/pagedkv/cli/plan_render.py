@@ -15,6 +15,9 @@ from pagedkv.errors import ConfigError
 from pagedkv.planning import plan_kv_cache
 
 PLOT_POINTS = 32
+# 2: max_concurrency is one number (vLLM's figure at max_model_len); the per-length
+# table moved to concurrency_by_context_len; scheduler options added.
+SCHEMA_VERSION = 2
 
 
 def plan_dict(result: PlanResult) -> dict[str, Any]:
@@ -22,9 +25,13 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
     plan = result.plan.to_dict()
     for group in plan["groups"]:
         group["layers"] = group.pop("layer_names")
+    table = plan.pop("max_concurrency")
+    at_max = result.plan.concurrency_at(result.plan.max_model_len)
     budget = result.budgets[0]
     memory = {**budget.to_dict(), "per_worker": [b.to_dict() for b in result.budgets]}
+    scheduler = result.config.scheduler
     return {
+        "schema_version": SCHEMA_VERSION,
         "model": result.layout.name,
         "gpu": result.gpu.name if result.gpu else None,
         "tensor_parallel_size": result.config.parallel.tensor_parallel_size,
@@ -35,7 +42,13 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         "memory": memory,
         "largest_max_model_len": result.largest_max_model_len,
         "model_max_model_len": result.model_limit,
+        "max_num_seqs": scheduler.max_num_seqs,
+        "max_num_batched_tokens": scheduler.max_num_batched_tokens,
+        "enable_prefix_caching": result.config.cache.enable_prefix_caching,
         **plan,
+        # vLLM's "Maximum concurrency for N tokens per request" (null block counted).
+        "max_concurrency": at_max.vllm_max_concurrency,
+        "concurrency_by_context_len": table,
     }
 
 
@@ -59,7 +72,7 @@ def _memory_table(result: PlanResult) -> Table:
         params = f"{result.layout.num_params / 1e9:.2f}B params, {result.layout.dtype}"
         table.add_row("- weights", format_bytes(b.weight_bytes), params)
         table.add_row("- activation reserve", format_bytes(b.activation_bytes), "stated estimate")
-    how = "given (--kv-cache-memory)" if b.given else "what is left"
+    how = "given (--kv-cache-memory-bytes)" if b.given else "what is left"
     table.add_row("= KV cache", format_bytes(b.kv_cache_bytes), how)
     return table
 

@@ -8,15 +8,18 @@ from typing import Any
 
 import typer
 
-from pagedkv.cli.common import (
+from pagedkv.cli.common import DEFAULT_GPU, format_int, stderr_console, stdout_console
+from pagedkv.cli.options import (
     BLOCK_SIZE_OPTION,
-    DEFAULT_GPU,
     JSON_OPTION,
+    KV_CACHE_DTYPE_OPTION,
+    MAX_MODEL_LEN_OPTION,
+    PLATFORM_OPTION,
     PP_OPTION,
+    PREFIX_CACHING_OPTION,
     TP_OPTION,
-    format_int,
-    stderr_console,
-    stdout_console,
+    check_hash_algo,
+    parse_max_model_len,
 )
 from pagedkv.errors import ConfigError
 
@@ -24,9 +27,15 @@ from pagedkv.errors import ConfigError
 # gemma-3-27b-it is ~30x slower per manager call); pass a model name for others.
 DEFAULT_MODEL = "Llama-3.1-8B"
 DEFAULT_LIMIT = 1000
+# The pool keeps a Python object per block: more than this is a typo, not a device.
+MAX_NUM_BLOCKS = 2**24
+# vLLM's pickle-based hashes have no pagedkv twin; the CBOR ones give the same hits.
+_HASH_TWINS = {"sha256": "sha256_cbor", "xxhash": "xxhash128", "xxhash_cbor": "xxhash128"}
 
 
-def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str, Any]) -> Any:
+def _engine(
+    model: str, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
+) -> Any:
     from pagedkv.cli.plan import PlanRequest, make_plan
     from pagedkv.sim.engine import engine_from_model, engine_from_plan
     from pagedkv.sim.planned import PlanInputs
@@ -34,6 +43,11 @@ def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str,
     if gpu is not None and num_blocks is not None:
         raise ConfigError("--gpu and --num-blocks are alternatives; give one")
     if num_blocks is not None:
+        if num_blocks > MAX_NUM_BLOCKS:
+            raise ConfigError(
+                f"--num-blocks {num_blocks:,} is more than {MAX_NUM_BLOCKS:,} blocks (the pool "
+                "keeps an object per block); give a smaller count or --gpu"
+            )
         return engine_from_model(model, num_blocks=num_blocks, **opts)
     result = make_plan(
         PlanRequest(
@@ -43,6 +57,10 @@ def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str,
             pipeline_parallel_size=opts["pipeline_parallel_size"],
             block_size=opts["block_size"],
             max_model_len=opts["max_model_len"],
+            kv_cache_dtype=opts["kv_cache_dtype"],
+            # The replay's scheduler sizes the activation reserve.
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
         )
     )
     fixed = opts["max_model_len"] not in (None, -1)
@@ -122,7 +140,9 @@ def _sweep_table(points: list[Any], block_size: int) -> None:
 
 
 def simulate_command(
-    model: str = typer.Argument(DEFAULT_MODEL, help="Bundled model name, directory or config."),
+    model: str = typer.Argument(
+        DEFAULT_MODEL, help="Hugging Face model id, bundled model name, directory or config."
+    ),
     trace: str = typer.Option(
         "mooncake_conversation",
         "--trace",
@@ -132,7 +152,9 @@ def simulate_command(
     gpu: str | None = typer.Option(
         None, "--gpu", help=f"Size the cache as `pagedkv plan` does for this GPU [{DEFAULT_GPU}]."
     ),
-    num_blocks: int | None = typer.Option(None, "--num-blocks", min=2, help="KV cache blocks."),
+    num_blocks: int | None = typer.Option(
+        None, "--num-blocks", "--num-gpu-blocks-override", min=2, help="KV cache blocks."
+    ),
     max_num_seqs: int = typer.Option(64, "--max-num-seqs", min=1, help="Running requests cap."),
     max_num_batched_tokens: int = typer.Option(
         8192, "--max-num-batched-tokens", min=1, help="Token budget per step."
@@ -149,12 +171,18 @@ def simulate_command(
     tp: int = TP_OPTION,
     pp: int = PP_OPTION,
     block_size: int = BLOCK_SIZE_OPTION,
-    max_model_len: int | None = typer.Option(
-        None, "--max-model-len", help="Longer requests are rejected (counted)."
-    ),
+    max_model_len: str | None = MAX_MODEL_LEN_OPTION,
+    kv_cache_dtype: str = KV_CACHE_DTYPE_OPTION,
+    enable_prefix_caching: bool | None = PREFIX_CACHING_OPTION,
     hash_algo: str = typer.Option(
-        "builtin", "--hash-algo", help="builtin (fast), xxhash128 or sha256_cbor."
+        "builtin",
+        "--prefix-caching-hash-algo",
+        "--hash-algo",
+        callback=check_hash_algo,
+        help="builtin (fast), sha256_cbor or xxhash128; vLLM's sha256 and xxhash[_cbor] "
+        "replay as their CBOR twins (same hits).",
     ),
+    platform: str | None = PLATFORM_OPTION,
     json_output: bool = JSON_OPTION,
     bound: bool = typer.Option(False, "--bound", help="Also the clairvoyant (Belady) bound."),
     sweep: bool = typer.Option(
@@ -188,9 +216,15 @@ def simulate_command(
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,
         "block_size": block_size,
-        "max_model_len": max_model_len,
+        "max_model_len": parse_max_model_len(max_model_len),
+        "kv_cache_dtype": kv_cache_dtype,
     }
-    engine = dataclasses.replace(_engine(model, gpu, num_blocks, opts), hash_algo=hash_algo)
+    engine = _engine(model, gpu, num_blocks, opts, settings)
+    config = engine.config
+    if enable_prefix_caching is not None:
+        config = config.replace(enable_prefix_caching=enable_prefix_caching)
+    algo = _HASH_TWINS.get(hash_algo, hash_algo)
+    engine = dataclasses.replace(engine, hash_algo=algo, config=config)
     show = sys.stderr.isatty()
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show)
