@@ -134,3 +134,29 @@ def test_simulate_takes_vllm_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 0
     on = json.loads(capsys.readouterr().out)
     assert off["hit_tokens"] == 0 and off["num_blocks"] == on["num_blocks"] == 400
+
+
+def test_gpu_local_plans_the_free_memory(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+    import types
+
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True,
+        mem_get_info=lambda device: (60 * 2**30, 80 * 2**30),
+        get_device_name=lambda device: "NVIDIA H100 80GB HBM3",
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    out = plan_json(capsys, "Llama-3.1-8B", "--gpu", "local", "--max-model-len", "32k")
+    assert out["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert out["memory"]["device_bytes"] == 60 * 2**30
+    assert (out["max_num_seqs"], out["max_num_batched_tokens"]) == (1024, 8192)
+
+
+def test_gpu_h20_plans_an_h20(capsys: pytest.CaptureFixture[str]) -> None:
+    out = plan_json(capsys, "Llama-3.1-8B", "--gpu", "H20")
+    assert out["gpu"] == "H20" and out["memory"]["device_bytes"] == 96 * 2**30
+    assert main(["plan", "--gpu", "H100"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ambiguous: it could be H100-80GB, H100-PCIe, H100-NVL" in err

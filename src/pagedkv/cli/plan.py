@@ -110,7 +110,9 @@ def _context_lengths(request: PlanRequest, max_model_len: int) -> list[int]:
 
 
 def _options(request: PlanRequest, gpu: GPU | None, device_bytes: int | None) -> dict[str, object]:
-    seqs, tokens = vllm_scheduler_defaults(device_bytes, gpu.name if gpu else "")
+    # vLLM reads the device's total memory for these defaults.
+    total = max(device_bytes or 0, gpu.memory_bytes if gpu else 0)
+    seqs, tokens = vllm_scheduler_defaults(total, gpu.name if gpu else "")
     options: dict[str, object] = {
         "tensor_parallel_size": request.tensor_parallel_size,
         "pipeline_parallel_size": request.pipeline_parallel_size,
