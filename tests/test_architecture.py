@@ -58,12 +58,13 @@ LAZY_ONLY = {("pagedkv.bootstrap", "pagedkv.runtime.builtins")}
 
 # Heavy third-party packages: where they may be imported, and whether only lazily.
 HEAVY: dict[str, tuple[frozenset[str], bool]] = {
-    "torch": (frozenset({"tensors", "distributed"}), False),
+    "torch": (frozenset({"tensors", "distributed", "models"}), False),
     "numpy": (frozenset({"tensors", "distributed"}), False),
     "transformers": (frozenset({"models"}), True),
     "matplotlib": (frozenset({"sim", "cli"}), True),
 }
-LAZY_IN = {"distributed"}  # torch in distributed.py only inside functions / TYPE_CHECKING
+# torch only inside functions / TYPE_CHECKING there (models: `--gpu local` reads the device).
+LAZY_IN = {"distributed", "models"}
 
 
 class Import(NamedTuple):

@@ -171,4 +171,7 @@ PREFIX_CACHING_OPTION = typer.Option(
     "--enable-prefix-caching/--no-enable-prefix-caching",
     help="Prefix caching (default: on, off for encoder-decoder models).",
 )
+REVISION_OPTION = typer.Option(
+    None, "--revision", help="Hub branch, tag or commit of the model's config (default: main)."
+)
 JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object.")

@@ -16,6 +16,7 @@ from pagedkv.cli.options import (
     PLATFORM_OPTION,
     PP_OPTION,
     PREFIX_CACHING_OPTION,
+    REVISION_OPTION,
     TP_OPTION,
     check_hash_algo,
     parse_max_model_len,
@@ -27,10 +28,12 @@ from pagedkv.models import (
     GPU,
     MemoryBudget,
     ModelLayout,
+    ModelSource,
     describe_model,
     engine_config_for,
     get_gpu,
     get_kv_cache_specs,
+    load_model_config,
     memory_budgets,
 )
 from pagedkv.planning import KVCachePlan, plan_kv_cache
@@ -45,7 +48,7 @@ DEFAULT_CONTEXT_LENGTHS = (1024, 4096, 16384, 65536)
 
 @dataclass(frozen=True)
 class PlanRequest:
-    model: str
+    model: str | ModelSource
     gpu: str | None = None
     memory: str | None = None
     gpu_memory_utilization: float = 0.9
@@ -64,6 +67,7 @@ class PlanRequest:
     enable_prefix_caching: bool | None = None
     num_gpu_blocks_override: int | None = None
     prefix_caching_hash_algo: str = "sha256"
+    revision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ def _options(request: PlanRequest, gpu: GPU | None, device_bytes: int | None) ->
 
 def make_plan(request: PlanRequest) -> PlanResult:
     """Read the model, size the memory budget, and ask the planner."""
-    layout = describe_model(request.model)
+    layout = describe_model(load_model_config(request.model, revision=request.revision))
     gpu, device_bytes = _device(request)
     config = engine_config_for(layout, **_options(request, gpu, device_bytes))
     weights = None if request.weights == "auto" else parse_bytes(request.weights, "--weights")
@@ -225,6 +229,7 @@ def plan_command(
         callback=check_hash_algo,
         help="Accepted for vLLM command lines; it does not change a plan.",
     ),
+    revision: str | None = REVISION_OPTION,
     platform: str | None = PLATFORM_OPTION,
     context_len: list[int] = CONTEXT_LEN_OPTION,
     max_groups: int | None = MAX_GROUPS_OPTION,
@@ -253,6 +258,7 @@ def plan_command(
         enable_prefix_caching=enable_prefix_caching,
         num_gpu_blocks_override=num_gpu_blocks_override,
         prefix_caching_hash_algo=prefix_caching_hash_algo,
+        revision=revision,
     )
     result = make_plan(request)
     if plot is not None:

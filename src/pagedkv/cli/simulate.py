@@ -17,6 +17,7 @@ from pagedkv.cli.options import (
     PLATFORM_OPTION,
     PP_OPTION,
     PREFIX_CACHING_OPTION,
+    REVISION_OPTION,
     TP_OPTION,
     check_hash_algo,
     parse_max_model_len,
@@ -34,8 +35,9 @@ _HASH_TWINS = {"sha256": "sha256_cbor", "xxhash": "xxhash128", "xxhash_cbor": "x
 
 
 def _engine(
-    model: str, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
+    model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
 ) -> Any:
+    """The engine to replay on; ``model`` is a loaded ModelSource (Hub revision applied)."""
     from pagedkv.cli.plan import PlanRequest, make_plan
     from pagedkv.sim.engine import engine_from_model, engine_from_plan
     from pagedkv.sim.planned import PlanInputs
@@ -182,6 +184,7 @@ def simulate_command(
         help="builtin (fast), sha256_cbor or xxhash128; vLLM's sha256 and xxhash[_cbor] "
         "replay as their CBOR twins (same hits).",
     ),
+    revision: str | None = REVISION_OPTION,
     platform: str | None = PLATFORM_OPTION,
     json_output: bool = JSON_OPTION,
     bound: bool = typer.Option(False, "--bound", help="Also the clairvoyant (Belady) bound."),
@@ -197,6 +200,7 @@ def simulate_command(
     """Replay a request trace through the KV cache manager: hit rates, preemptions, usage."""
     import dataclasses
 
+    from pagedkv.models import load_model_config
     from pagedkv.sim.bundled import load_trace
     from pagedkv.sim.run import simulate
     from pagedkv.sim.scheduler import SchedulerSettings
@@ -219,7 +223,8 @@ def simulate_command(
         "max_model_len": parse_max_model_len(max_model_len),
         "kv_cache_dtype": kv_cache_dtype,
     }
-    engine = _engine(model, gpu, num_blocks, opts, settings)
+    source = load_model_config(model, revision=revision)
+    engine = _engine(source, gpu, num_blocks, opts, settings)
     config = engine.config
     if enable_prefix_caching is not None:
         config = config.replace(enable_prefix_caching=enable_prefix_caching)

@@ -99,6 +99,8 @@ def build_layout(
         max_model_len=max_model_len,
         max_encoder_len=max_encoder_len,
         quant_method=quant_method(source, view),
+        checkpoint_params=source.checkpoint.num_params if source.checkpoint else None,
+        checkpoint_bytes=source.checkpoint.total_bytes if source.checkpoint else None,
     )
 
 
