@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
-from pagedkv.cli.common import DEFAULT_GPU, format_bytes, parse_bytes
+from pagedkv.cli.common import DEFAULT_GPU, format_bytes, parse_bytes, stderr_console
 from pagedkv.cli.options import (
     BLOCK_SIZE_OPTION,
     JSON_OPTION,
@@ -136,9 +137,32 @@ def _options(request: PlanRequest, gpu: GPU | None, device_bytes: int | None) ->
     return options
 
 
+ALLOW_LONG_ENV = "PAGEDKV_ALLOW_LONG_MAX_MODEL_LEN"
+
+
+def check_model_limit(layout: ModelLayout, max_model_len: int | None) -> None:
+    """vLLM refuses a max_model_len above what the model was trained for; so do we."""
+    limit = layout.max_model_len
+    if max_model_len in (None, -1) or not limit or max_model_len <= limit:
+        return
+    if os.environ.get(ALLOW_LONG_ENV, "").strip().lower() in ("1", "true", "yes"):
+        stderr_console().print(
+            f"warning: --max-model-len {max_model_len:,} is above {layout.name}'s limit "
+            f"{limit:,}; planning it because {ALLOW_LONG_ENV} is set",
+            markup=False,
+        )
+        return
+    raise ConfigError(
+        f"--max-model-len {max_model_len:,} is above {layout.name}'s limit of {limit:,} "
+        f"tokens (its position embeddings); set {ALLOW_LONG_ENV}=1 to plan it anyway, as "
+        "vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN does"
+    )
+
+
 def make_plan(request: PlanRequest) -> PlanResult:
     """Read the model, size the memory budget, and ask the planner."""
     layout = describe_model(load_model_config(request.model, revision=request.revision))
+    check_model_limit(layout, request.max_model_len)
     gpu, device_bytes = _device(request)
     config = engine_config_for(layout, **_options(request, gpu, device_bytes))
     weights = None if request.weights == "auto" else parse_bytes(request.weights, "--weights")
@@ -238,7 +262,12 @@ def plan_command(
 ) -> None:
     """Plan the KV cache of MODEL on a GPU: groups, blocks, capacity, waste."""
     from pagedkv.cli.plan_render import print_json, print_tables, write_plot
+    from pagedkv.cli.progress import require_matplotlib
 
+    if plot is not None:
+        require_matplotlib()
+        if not plot.expanduser().parent.is_dir():
+            raise ConfigError(f"--plot: directory {str(plot.parent)!r} does not exist")
     request = PlanRequest(
         model=model,
         gpu=gpu,

@@ -135,7 +135,8 @@ def _count(value: int | None) -> str:
 def _largest(result: PlanResult) -> str:
     value = format_int(result.largest_max_model_len)
     if result.largest_max_model_len >= result.model_limit:
-        limit = "the model's limit" if result.layout.max_model_len else "the length searched"
+        own = result.model_limit == result.layout.max_model_len
+        limit = "the model's limit" if own else "the length searched"
         return f">= {value} ({limit})"
     return value
 
@@ -207,16 +208,14 @@ def concurrency_curve(result: PlanResult) -> list[tuple[int, float]]:
     )
 
 
-def write_plot(result: PlanResult, path: Path) -> None:
-    try:
-        import matplotlib
+def concurrency_figure(result: PlanResult) -> Any:
+    """Max concurrency against context length as a matplotlib Figure (no pyplot, no
+    global backend: safe in notebooks, where the returned figure displays itself)."""
+    from matplotlib.figure import Figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib (pip install 'pagedkv[plot]')") from None
     points = concurrency_curve(result)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -225,9 +224,15 @@ def write_plot(result: PlanResult, path: Path) -> None:
     where = result.gpu.name if result.gpu else "given memory"
     ax.set_title(f"{result.layout.name} on {where}: KV cache capacity")
     ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def write_plot(result: PlanResult, path: Path) -> None:
+    try:
+        fig = concurrency_figure(result)
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib (pip install 'pagedkv[plot]')") from None
     try:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except OSError as exc:
         raise ConfigError(f"--plot: cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)

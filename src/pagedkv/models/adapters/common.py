@@ -179,3 +179,14 @@ def gdn_params(hidden: int, state: GatedDeltaNetState) -> int:
     in_proj = hidden * (2 * key_dim + 2 * value_dim + 2 * state.num_value_heads)
     conv = (2 * key_dim + value_dim) * state.conv_kernel
     return in_proj + conv + value_dim * hidden
+
+
+def num_kv_heads(view: ConfigView, num_heads: int) -> int:
+    """``num_key_value_heads`` (default: one per query head); it must divide the query heads."""
+    kv_heads = view.int("num_key_value_heads", num_heads)
+    if num_heads % kv_heads:
+        raise ModelConfigError(
+            f"{view.model}: num_key_value_heads ({kv_heads}) must divide "
+            f"num_attention_heads ({num_heads}): each KV head serves a whole group of query heads"
+        )
+    return kv_heads

@@ -1,0 +1,91 @@
+"""Printing a replay: the summary table, the sweep table, and notes that explain a result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from pagedkv.cli.common import format_int, stdout_console
+
+
+def notes(result: Any, trace: Any) -> list[str]:
+    """Plain-language reasons behind figures that would otherwise puzzle."""
+    out = []
+    if trace.requests and trace.num_shared_prefix_requests == 0:
+        out.append(
+            "no two requests of this trace start with the same content (an Azure trace gives "
+            "token counts, not text, so every prompt is unique): no prefix-cache hit is "
+            "possible and the hit rate is 0 by construction"
+        )
+    if result.requests_rejected_too_long:
+        out.append(
+            f"{result.requests_rejected_too_long:,} requests were rejected: their prompt does "
+            f"not fit max_model_len (raise --max-model-len or give the cache more blocks)"
+        )
+    return out
+
+
+def _rate(value: float) -> str:
+    return f"{100 * value:.2f} %"
+
+
+def summary_table(result: Any) -> Table:
+    table = Table(title=f"{result.model} on {result.trace}", show_header=False)
+    table.add_column(style="bold", overflow="fold")
+    table.add_column(justify="right", overflow="fold")
+    calls_per_s = result.to_dict()["manager_calls_per_second"]
+    speed = f"{calls_per_s:,.0f} calls/s" if calls_per_s else "no calls"
+    rows = [
+        ("KV cache blocks", f"{format_int(result.num_blocks)} x {result.block_size} tokens"),
+        ("requests (done / replayed)", f"{result.requests_done} / {result.requests}"),
+        ("rejected (prompt >= max_model_len)", format_int(result.requests_rejected_too_long)),
+        ("unservable (cache too small)", format_int(result.requests_unservable)),
+        ("prompt tokens", format_int(result.prompt_tokens)),
+        ("prefix-cache hit tokens", format_int(result.hit_tokens)),
+        ("hit rate (tokens)", _rate(result.hit_rate)),
+        ("hit rate (requests with a hit)", _rate(result.request_hit_rate)),
+    ]
+    if result.bound_hit_rate is not None:
+        rows.append(("best possible hit rate (bound)", _rate(result.bound_hit_rate)))
+    rows.append(("preemptions", format_int(result.preemptions)))
+    if result.evictions is not None:
+        rows.append(("evictions", format_int(result.evictions)))
+    usage = f"{100 * result.peak_usage:.1f} % / {100 * result.mean_usage:.1f} %"
+    rows += [
+        ("block usage peak / mean", usage),
+        ("steps", format_int(result.steps)),
+        ("manager calls", format_int(result.manager_calls)),
+        ("manager time", f"{result.manager_seconds:.2f} s ({speed})"),
+        ("wall time", f"{result.wall_seconds:.2f} s"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def sweep_table(points: list[Any], block_size: int) -> Table:
+    table = Table(title="hit rate against KV cache size")
+    for col in ("blocks", "tokens", "LRU hit rate", "bound hit rate", "preemptions"):
+        table.add_column(col, justify="right")
+    for p in points:
+        bound = "-" if p.bound_hit_rate is None else _rate(p.bound_hit_rate)
+        table.add_row(
+            format_int(p.num_blocks),
+            format_int(p.num_blocks * block_size),
+            _rate(p.hit_rate),
+            bound,
+            format_int(p.preemptions),
+        )
+    return table
+
+
+def print_summary(result: Any, trace: Any) -> None:
+    console = stdout_console()
+    console.print(summary_table(result))
+    for note in notes(result, trace):
+        console.print(f"note: {note}")
+
+
+def print_sweep(points: list[Any], block_size: int) -> None:
+    stdout_console().print(sweep_table(points, block_size))
