@@ -42,6 +42,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cli": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}
     | {"distributed", "sim", "bootstrap", "pagedkv"},
+    # `python -m pagedkv` runs the CLI.
+    "__main__": frozenset({"cli"}),
     # the package root is the public facade: it may re-export every layer.
     "pagedkv": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}

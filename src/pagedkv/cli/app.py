@@ -22,15 +22,30 @@ app = typer.Typer(
     name="pagedkv",
     help="Plan and inspect the paged KV cache of LLM inference engines.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from pagedkv._version import __version__
+
+        print(f"pagedkv {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
 def _root(
     debug: bool = typer.Option(
         False, "--debug", help="Show tracebacks on errors (accepted by every command)."
+    ),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version and exit.",
     ),
 ) -> None:
     """Plan and inspect the paged KV cache of LLM inference engines."""

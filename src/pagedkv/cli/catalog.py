@@ -33,8 +33,10 @@ def models_command(
         print(json.dumps(rows, indent=2))
         return
     table = Table(title="Bundled models")
-    for column in ("model", "layers by kind", "params", "dtype", "max len"):
-        table.add_column(column, justify="right" if column in ("params", "max len") else "left")
+    table.add_column("model", overflow="fold")
+    table.add_column("layers by kind", overflow="fold")
+    for column in ("params", "dtype", "max len"):
+        table.add_column(column, justify="left" if column == "dtype" else "right", no_wrap=True)
     for row in rows:
         kinds = ", ".join(f"{n} {k}" for k, n in row["layer_kinds"].items())
         length = f"{row['max_model_len']:,}" if row["max_model_len"] else "-"

@@ -64,11 +64,8 @@ def format_int(value: int) -> str:
 
 
 def stdout_console() -> Console:
-    """Rich output; when piped, wide enough that tables never truncate."""
-    console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=False, width=120)
-    return console
+    """Rich output at the terminal's width, or ``$COLUMNS`` (80 if unset) when piped."""
+    return Console(highlight=False, soft_wrap=False)
 
 
 def stderr_console() -> Console:

@@ -79,9 +79,12 @@ def _memory_table(result: PlanResult) -> Table:
 
 def _groups_table(result: PlanResult) -> Table:
     table = Table(title="KV cache groups (identical groups folded)", title_justify="left")
-    columns = ("groups", "kind", "layers each", "block size", "page bytes", "padding waste")
-    for name in (*columns, "blocks/request"):
-        table.add_column(name, justify="left" if name == "kind" else "right")
+    kinds = [g.kind for g in result.plan.groups]
+    # The kind is never cut: the other columns wrap their headers (and figures) instead.
+    table.add_column("kind", no_wrap=True, min_width=max(map(len, kinds), default=4))
+    for name in ("groups", "layers each", "block size", "page bytes", "padding waste"):
+        table.add_column(name, justify="right", overflow="fold")
+    table.add_column("blocks per request", justify="right", overflow="fold")
     rows: Counter[tuple[Any, ...]] = Counter()
     for g in result.plan.groups:
         key = (g.kind, g.num_layers, g.block_size, g.page_size_bytes, g.waste_bytes)
@@ -89,8 +92,8 @@ def _groups_table(result: PlanResult) -> Table:
     for (kind, layers, bs, page, waste, fraction, blocks), count in rows.items():
         share = f" ({fraction:.1%})" if waste else ""
         table.add_row(
-            str(count),
             kind,
+            str(count),
             str(layers),
             str(bs),
             format_int(page),
@@ -98,7 +101,7 @@ def _groups_table(result: PlanResult) -> Table:
             format_int(blocks),
         )
     table.caption = (
-        f"blocks/request: one group's blocks for a {result.plan.max_model_len:,}-token request"
+        f"blocks per request: one group's blocks for a {result.plan.max_model_len:,}-token request"
     )
     return table
 

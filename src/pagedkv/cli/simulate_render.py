@@ -34,32 +34,7 @@ def summary_table(result: Any) -> Table:
     table = Table(title=f"{result.model} on {result.trace}", show_header=False)
     table.add_column(style="bold", overflow="fold")
     table.add_column(justify="right", overflow="fold")
-    calls_per_s = result.to_dict()["manager_calls_per_second"]
-    speed = f"{calls_per_s:,.0f} calls/s" if calls_per_s else "no calls"
-    rows = [
-        ("KV cache blocks", f"{format_int(result.num_blocks)} x {result.block_size} tokens"),
-        ("requests (done / replayed)", f"{result.requests_done} / {result.requests}"),
-        ("rejected (prompt >= max_model_len)", format_int(result.requests_rejected_too_long)),
-        ("unservable (cache too small)", format_int(result.requests_unservable)),
-        ("prompt tokens", format_int(result.prompt_tokens)),
-        ("prefix-cache hit tokens", format_int(result.hit_tokens)),
-        ("hit rate (tokens)", _rate(result.hit_rate)),
-        ("hit rate (requests with a hit)", _rate(result.request_hit_rate)),
-    ]
-    if result.bound_hit_rate is not None:
-        rows.append(("best possible hit rate (bound)", _rate(result.bound_hit_rate)))
-    rows.append(("preemptions", format_int(result.preemptions)))
-    if result.evictions is not None:
-        rows.append(("evictions", format_int(result.evictions)))
-    usage = f"{100 * result.peak_usage:.1f} % / {100 * result.mean_usage:.1f} %"
-    rows += [
-        ("block usage peak / mean", usage),
-        ("steps", format_int(result.steps)),
-        ("manager calls", format_int(result.manager_calls)),
-        ("manager time", f"{result.manager_seconds:.2f} s ({speed})"),
-        ("wall time", f"{result.wall_seconds:.2f} s"),
-    ]
-    for name, value in rows:
+    for name, value in result.summary_rows():
         table.add_row(name, value)
     return table
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -132,6 +133,32 @@ class KVCachePlan:
         raise PlanningError(
             f"no concurrency point for context_len={context_len!r}: the plan has {planned}; "
             "pass it in plan_kv_cache(..., context_lengths=[...])"
+        )
+
+    def __rich_repr__(self) -> Iterator[tuple[str, Any]]:
+        yield "num_blocks", self.num_blocks
+        yield "block_size", self.block_size
+        yield "bytes_per_block", self.bytes_per_block
+        yield "groups", ", ".join(f"{g.kind} x{g.num_layers}" for g in self.groups)
+        yield "max_model_len", self.max_model_len
+        yield "token_capacity", self.token_capacity
+        yield "waste_fraction", round(self.waste_fraction, 4)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(str(v))}</td></tr>"
+            for k, v in self.__rich_repr__()
+        )
+        points = "".join(
+            f"<tr><td>{p.context_len:,}</td><td>{p.blocks_per_request:,}</td>"
+            f"<td>{'-' if p.max_concurrency is None else f'{p.max_concurrency:.2f}x'}</td></tr>"
+            for p in self.max_concurrency
+        )
+        return (
+            f"<table><caption>KV cache plan</caption>{rows}</table><table><tr><th>context"
+            f"</th><th>blocks/request</th><th>max concurrency</th></tr>{points}</table>"
         )
 
     def to_dict(self) -> dict[str, Any]:
