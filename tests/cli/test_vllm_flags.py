@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -160,3 +161,40 @@ def test_gpu_h20_plans_an_h20(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--gpu", "H100"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ambiguous: it could be H100-80GB, H100-PCIe, H100-NVL" in err
+
+
+PLATFORM_MODULE = """
+from pagedkv.platforms.interface import Platform
+
+
+class Wide32Platform(Platform):
+    name = "wide32"
+
+    @classmethod
+    def kv_cache_block_size_multiple(cls, config):
+        return 32
+"""
+
+
+def test_platform_flag_decides_the_block_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pagedkv.platforms import set_current_platform
+
+    (tmp_path / "wide32_platform.py").write_text(PLATFORM_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PAGEDKV_PLATFORM", "generic")  # restored (and reset) after the test
+    monkeypatch.setattr("pagedkv.platforms.discovery._current", None)
+    try:
+        flag = ["--platform", "wide32_platform.Wide32Platform"]
+        assert main(["plan", *flag, "--block-size", "16"]) == 2
+        err = capsys.readouterr().err
+        assert "16 is not a block size vLLM accepts on the wide32 platform" in err
+        assert "(one of 32, 64, 128, 256)" in err
+        out = plan_json(capsys, "Llama-3.1-8B", *flag, "--block-size", "32",
+                        "--kv-cache-memory-bytes", "10GiB", "--max-model-len", "8k")  # fmt: skip
+        assert out["block_size"] == 32
+        assert main(["plan", "--platform", "no_such_platform"]) == 1
+        assert "no_such_platform" in capsys.readouterr().err
+    finally:
+        set_current_platform(None)
