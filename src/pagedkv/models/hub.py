@@ -7,12 +7,17 @@ when huggingface_hub was imported), so a process can change them between calls.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
+import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pagedkv.errors import ModelConfigError
 
@@ -22,6 +27,9 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
 _TRUE = {"1", "true", "yes", "on"}
+DEFAULT_ENDPOINT = "https://huggingface.co"
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+PROBE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -83,10 +91,49 @@ def _explain(repo_id: str, revision: str | None, exc: Exception, offline: bool) 
     return f"cannot fetch {CONFIG_FILE} of {repo_id}{at}: {type(exc).__name__}: {first}"
 
 
-def _download(repo_id: str, filename: str, settings: dict[str, Any]) -> Path:
-    from huggingface_hub import hf_hub_download
+@contextlib.contextmanager
+def _quiet_hub() -> Iterator[None]:
+    """huggingface_hub logs each retry; pagedkv reports one line instead."""
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
-    return Path(hf_hub_download(repo_id=repo_id, filename=filename, **settings))
+
+def _reachable(endpoint: str | None) -> bool:
+    """Whether the Hub's host answers a TCP connection (True behind a proxy: not ours to
+    test). Without it huggingface_hub retries an unreachable host for ~25 s."""
+    if any(os.environ.get(name) for name in _PROXY_VARS):
+        return True
+    url = urlsplit(endpoint or DEFAULT_ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError:
+        return False
+    return True
+
+
+def _cached(repo_id: str, filename: str, settings: dict[str, Any]) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(
+        repo_id, filename, cache_dir=settings["cache_dir"], revision=settings["revision"]
+    )
+    return isinstance(found, str)
+
+
+def _download(repo_id: str, filename: str, settings: dict[str, Any]) -> Path:
+    from huggingface_hub import errors, hf_hub_download
+
+    online = not settings["local_files_only"]
+    if online and not _cached(repo_id, filename, settings) and not _reachable(settings["endpoint"]):
+        raise errors.LocalEntryNotFoundError(f"cannot connect to the Hub for {repo_id}")
+    with _quiet_hub():
+        return Path(hf_hub_download(repo_id=repo_id, filename=filename, **settings))
 
 
 def fetch_config(repo_id: str, revision: str | None = None) -> Path:
