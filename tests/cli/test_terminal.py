@@ -91,11 +91,23 @@ def test_progress_shows_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     assert progress.progress_enabled(json_output=False)
     assert not progress.progress_enabled(json_output=True)
     seen: list[int] = []
-    with progress.phase("working", 3, enabled=True) as update:
+    with progress.phase("working", 3, enabled=True) as bar:
         for done in range(1, 4):
-            update(done)
+            bar(done)
             seen.append(done)
+        bar.stage("computing the bound")
     assert seen == [1, 2, 3]
+
+
+def test_simulate_announces_the_bound_phase() -> None:
+    from pagedkv.sim.bundled import load_trace
+    from pagedkv.sim.engine import engine_from_model
+    from pagedkv.sim.run import simulate
+
+    stages: list[str] = []
+    engine = engine_from_model("Llama-3.1-8B", num_blocks=300)
+    simulate(engine, load_trace("synthetic:5:1"), bound=True, stage=stages.append)
+    assert stages == ["bound"]
 
 
 def test_notebook_reprs_and_dataframes() -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from pagedkv.cli.common import stderr_console
 
@@ -13,9 +14,23 @@ def progress_enabled(json_output: bool) -> bool:
     return not json_output and sys.stderr.isatty()
 
 
+class PhaseBar:
+    """``bar(done)`` advances the bar; ``bar.stage(text)`` turns it into a spinner for a
+    follow-up phase whose length is unknown."""
+
+    def __init__(self, progress: Any, task: Any) -> None:
+        self._progress, self._task = progress, task
+
+    def __call__(self, done: int) -> None:
+        self._progress.update(self._task, completed=done)
+
+    def stage(self, text: str) -> None:
+        self._progress.update(self._task, description=text, total=None)
+
+
 @contextmanager
-def phase(description: str, total: int | None, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A bar (or a spinner when ``total`` is None) for one phase; yields ``update(done)``."""
+def phase(description: str, total: int | None, enabled: bool) -> Iterator[PhaseBar]:
+    """A bar (or a spinner when ``total`` is None) for one phase."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -33,8 +48,7 @@ def phase(description: str, total: int | None, enabled: bool) -> Iterator[Callab
         transient=True,
         disable=not enabled,
     ) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda done: bar.update(task, completed=done)
+        yield PhaseBar(bar, bar.add_task(description, total=total))
 
 
 def require_matplotlib(option: str = "--plot") -> None:

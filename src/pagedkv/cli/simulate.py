@@ -204,9 +204,15 @@ def simulate_command(
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show)
         return
-    with phase("replaying", len(loaded.requests), show) as update:
+    with phase("replaying", len(loaded.requests), show) as bar:
         result = simulate(
-            engine, loaded, settings, bound=bound, steps_path=steps_csv, progress=update
+            engine,
+            loaded,
+            settings,
+            bound=bound,
+            steps_path=steps_csv,
+            progress=bar,
+            stage=lambda name: bar.stage(f"computing the {name}"),
         )
     if json_output:
         data = result.to_dict()

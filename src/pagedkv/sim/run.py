@@ -23,9 +23,11 @@ def simulate(
     steps_path: str | None = None,
     keep_steps: bool = False,
     progress: Callable[[int], None] | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> SimResult:
     """Replay ``trace`` on a fresh manager; with ``bound`` also the clairvoyant hit count;
-    with ``keep_steps`` the per-step series too (``result.to_dataframe()``)."""
+    with ``keep_steps`` the per-step series too (``result.to_dataframe()``). ``stage(name)``
+    is called when a phase after the replay starts (``"bound"``)."""
     geometry = bound_geometry(engine.kv_cache_config) if bound else None
     if bound and geometry is None:
         raise ConfigError(
@@ -39,6 +41,8 @@ def simulate(
     if log is None or geometry is None:
         return result
     block_size, capacity = geometry
+    if stage is not None:
+        stage("bound")
     found = belady_bound(trace.requests, log, block_size, capacity)
     return dataclasses.replace(result, bound_hit_tokens=found.hit_tokens)
 
