@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pagedkv import BlockPool
-from pagedkv.runtime import Request
+from pagedkv.runtime import KVCacheManager, Request
 from pagedkv.runtime.hashing import BlockHasher
 
 from .helpers import check_invariants, cross, full, make_manager, mamba, swa
@@ -131,3 +133,31 @@ def test_freed_window_blocks_outside_retained_points_are_evicted_first() -> None
     early = {b for b in window_table[2:] if b}
     assert set(lru[: len(early)]) == early  # blocks no retained point needs go first
     assert set(prompt_window) <= set(lru[len(early) :])  # the prompt-end window stays
+
+
+def test_retention_is_chosen_by_name_on_the_engine_config_or_the_manager() -> None:
+    from pagedkv import EngineConfig
+    from pagedkv.errors import ConfigError
+
+    from .helpers import kv_config
+
+    kv = kv_config([full(), swa(8)], 64)
+    default = KVCacheManager(kv, EngineConfig.create(max_model_len=256))
+    dense = KVCacheManager(
+        kv, EngineConfig.create(max_model_len=256, prefix_cache_retention="dense")
+    )
+    assert default.retention == "vllm" and dense.retention == "dense"
+    assert (
+        KVCacheManager(kv, EngineConfig.create(max_model_len=256), retention="dense").retention
+        == "dense"
+    )
+    with pytest.raises(ConfigError, match="prefix_cache_retention"):
+        EngineConfig.create(prefix_cache_retention="sparse")
+    with pytest.raises(ConfigError, match="retention"):
+        KVCacheManager(kv, EngineConfig.create(max_model_len=256), retention="lru")
+    # Dense caches every window block; vLLM's only the window a prompt-end hit needs.
+    for manager, num_cached in ((default, 2), (dense, 6)):
+        req = Request("a", list(range(25)))
+        manager.allocate_slots(req, 24)
+        window = manager.get_block_ids("a")[1]
+        assert sum(manager.block_pool.block_hash[b] is not None for b in window) == num_cached

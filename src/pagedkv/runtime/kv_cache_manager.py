@@ -65,7 +65,7 @@ class KVCacheManager:
     ) -> None:
         if not 0.0 <= watermark < 1.0:
             raise ConfigError(f"KVCacheManager watermark must be in [0, 1), got {watermark!r}")
-        retention = retention or getattr(config.cache, "prefix_cache_retention", "vllm")
+        retention = retention or config.cache.prefix_cache_retention
         if retention not in RETENTION_POLICIES:
             raise ConfigError(
                 f"KVCacheManager retention must be one of {', '.join(RETENTION_POLICIES)}, "
