@@ -274,6 +274,7 @@ def test_groups_table_waste_share_is_the_planners(
     # gemma-3-27b-it on H200: one sliding group leaves layer slots of a block id empty, so
     # waste over the group's own page (25%) differs from the planner's waste over a block id
     monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
+    monkeypatch.setenv("COLUMNS", "120")  # one table row per line (at 80 the cell wraps)
     data = plan_in_process(capsys, "gemma-3-27b-it", "--gpu", "H200")
     assert main(["plan", "gemma-3-27b-it", "--gpu", "H200"]) == 0
     text = capsys.readouterr().out
