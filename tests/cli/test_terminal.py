@@ -11,23 +11,16 @@ import pytest
 
 from pagedkv.cli.app import main
 
+from .test_plan_cli import run
+
 ENV = {**os.environ, "PAGEDKV_TRANSFORMERS": "0"}
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pagedkv", *args],
-        capture_output=True,
-        text=True,
-        env=env or ENV,
-        timeout=300,
-    )
 
 
 def test_version_and_python_dash_m() -> None:
     from pagedkv import __version__
 
-    proc = run("--version")
+    command = [sys.executable, "-m", "pagedkv", "--version"]
+    proc = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == f"pagedkv {__version__}"
 
 

@@ -64,6 +64,17 @@ def _usage_line(exc: UsageError) -> str:
     return f"{message} (see '{command} --help')"
 
 
+def _one_line(exc: Exception) -> tuple[str, int]:
+    """The error line and exit code: 2 for usage errors, 1 for bad input and the rest."""
+    if isinstance(exc, UsageError):
+        return _usage_line(exc), 2
+    if isinstance(exc, ClickException):
+        return exc.format_message(), int(exc.exit_code)
+    if isinstance(exc, PagedKVError):
+        return str(exc), 1
+    return f"{type(exc).__name__}: {exc} (run with --debug for the traceback)", 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; errors print one line (``--debug`` anywhere shows the traceback)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -76,27 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except typer.Abort:
         stderr_console().print("aborted")
         return 1
-    except UsageError as exc:
-        if debug:
-            raise
-        stderr_console().print(f"error: {_usage_line(exc)}", markup=False)
-        return 2
-    except ClickException as exc:
-        if debug:
-            raise
-        stderr_console().print(f"error: {exc.format_message()}", markup=False)
-        return int(exc.exit_code)
-    except PagedKVError as exc:
-        if debug:
-            raise
-        stderr_console().print(f"error: {exc}", markup=False)
-        return 1
     except Exception as exc:
         if debug:
             raise
-        stderr_console().print(
-            f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
-            markup=False,
-        )
-        return 1
+        message, code = _one_line(exc)
+        stderr_console().print(f"error: {message}", markup=False)
+        return code
     return result if isinstance(result, int) else 0

@@ -7,19 +7,17 @@ when huggingface_hub was imported), so a process can change them between calls.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import re
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from pagedkv.errors import ModelConfigError
+from pagedkv.models.view import quiet
 
 # ``org/name``: what the Hub calls a repo id (names without an organisation are not
 # looked up, so a mistyped bundled name never turns into a network request).
@@ -91,18 +89,6 @@ def _explain(repo_id: str, revision: str | None, exc: Exception, offline: bool) 
     return f"cannot fetch {CONFIG_FILE} of {repo_id}{at}: {type(exc).__name__}: {first}"
 
 
-@contextlib.contextmanager
-def _quiet_hub() -> Iterator[None]:
-    """huggingface_hub logs each retry; pagedkv reports one line instead."""
-    logger = logging.getLogger("huggingface_hub")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def _reachable(endpoint: str | None) -> bool:
     """Whether the Hub's host answers a TCP connection (True behind a proxy: not ours to
     test). Without it huggingface_hub retries an unreachable host for ~25 s."""
@@ -132,7 +118,7 @@ def _download(repo_id: str, filename: str, settings: dict[str, Any]) -> Path:
     online = not settings["local_files_only"]
     if online and not _cached(repo_id, filename, settings) and not _reachable(settings["endpoint"]):
         raise errors.LocalEntryNotFoundError(f"cannot connect to the Hub for {repo_id}")
-    with _quiet_hub():
+    with quiet("huggingface_hub"):
         return Path(hf_hub_download(repo_id=repo_id, filename=filename, **settings))
 
 

@@ -123,8 +123,10 @@ def transformers_mode(use_transformers: bool | None) -> bool | None:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    logger = logging.getLogger("transformers")
+def quiet(library: str) -> Iterator[None]:
+    """Silence a library's log records below ERROR and its warnings (pagedkv reports one
+    line of its own instead)."""
+    logger = logging.getLogger(library)
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
@@ -159,7 +161,7 @@ def normalize_with_transformers(
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         return None, None
     try:
-        with _quiet():
+        with quiet("transformers"):
             config = CONFIG_MAPPING[model_type](**raw)
             text = config.get_text_config() if hasattr(config, "get_text_config") else config
             return dict(text.to_dict()), type(text).__name__
