@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from pagedkv.errors import RegistryError
 
@@ -31,21 +30,13 @@ class KVCacheSpecMetadata:
     uniform_type_base_spec: type
 
 
-class RegistrySnapshot(NamedTuple):
-    specs: dict[type, KVCacheSpecMetadata]
-    roles: dict[str, type]
-    builtins_registered: bool
-
-
 # One re-entrant lock for registration and start-up. Platform discovery and plugin
 # loading (pagedkv.platforms) take the same lock: they call user code that may
 # register specs, and start-up registration calls them, so two locks could deadlock.
 STARTUP_LOCK = threading.RLock()
-_lock = STARTUP_LOCK
 _specs: dict[type, KVCacheSpecMetadata] = {}
 _roles: dict[str, type] = {}
-_builtins_registered = False
-_bootstrapping = False
+_state = {"builtins_registered": False, "bootstrapping": False}
 
 
 def _name(cls: type) -> str:
@@ -58,22 +49,21 @@ class KVCacheSpecRegistry:
     @classmethod
     def _ensure_registered(cls, config: Any = None) -> None:
         """Register the built-ins, the platform's specs and the general plugins, once."""
-        global _builtins_registered, _bootstrapping
-        if _builtins_registered:
+        if _state["builtins_registered"]:
             return
-        with _lock:
-            if _builtins_registered or _bootstrapping:
+        with STARTUP_LOCK:
+            if _state["builtins_registered"] or _state["bootstrapping"]:
                 return
-            _bootstrapping = True
+            _state["bootstrapping"] = True
             try:
                 importlib.import_module(_BOOTSTRAP_MODULE).register_all(config)
-                _builtins_registered = True
+                _state["builtins_registered"] = True
             finally:
-                _bootstrapping = False
+                _state["bootstrapping"] = False
 
     @classmethod
     def ensure_registered(cls, config: Any = None) -> None:
-        """Public form of the lazy start-up registration (idempotent)."""
+        """Run start-up registration now (idempotent), passing ``config`` to the platform."""
         cls._ensure_registered(config)
 
     @classmethod
@@ -90,26 +80,24 @@ class KVCacheSpecRegistry:
         """
         if not isinstance(kvcache_spec_cls, type):
             raise RegistryError(f"expected a spec class, got {kvcache_spec_cls!r}")
+        name = _name(kvcache_spec_cls)
         if manager_class is None:
-            raise RegistryError(f"manager_class is required to register {_name(kvcache_spec_cls)}")
+            raise RegistryError(f"manager_class is required to register {name}")
         if not isinstance(manager_class, type):
-            raise RegistryError(
-                f"manager_class for {_name(kvcache_spec_cls)} must be a class, "
-                f"got {manager_class!r}"
-            )
+            raise RegistryError(f"manager_class for {name} must be a class, got {manager_class!r}")
         base = kvcache_spec_cls if uniform_type_base_spec is None else uniform_type_base_spec
         if not isinstance(base, type) or not issubclass(kvcache_spec_cls, base):
             raise RegistryError(
-                f"{_name(kvcache_spec_cls)} must inherit from its declared "
-                f"uniform_type_base_spec {_name(base) if isinstance(base, type) else base!r}"
+                f"{name} must inherit from its declared uniform_type_base_spec "
+                f"{_name(base) if isinstance(base, type) else base!r}"
             )
         meta = KVCacheSpecMetadata(kvcache_spec_cls, manager_class, base)
-        with _lock:
+        with STARTUP_LOCK:
             old = _specs.get(kvcache_spec_cls)
             if old is not None and old != meta:
                 raise RegistryError(
-                    f"conflicting registration for KV cache spec {_name(kvcache_spec_cls)}: "
-                    f"already registered with manager {_name(old.manager_class)} and base "
+                    f"conflicting registration for KV cache spec {name}: already registered "
+                    f"with manager {_name(old.manager_class)} and base "
                     f"{_name(old.uniform_type_base_spec)}, now {_name(manager_class)} and "
                     f"{_name(base)}"
                 )
@@ -124,7 +112,7 @@ class KVCacheSpecRegistry:
             raise RegistryError(
                 f"manager_class for group role {role!r} must be a class, got {manager_class!r}"
             )
-        with _lock:
+        with STARTUP_LOCK:
             old = _roles.get(role)
             if old is not None and old is not manager_class:
                 raise RegistryError(
@@ -135,17 +123,12 @@ class KVCacheSpecRegistry:
 
     @classmethod
     def _lookup(cls, spec: Any) -> KVCacheSpecMetadata | None:
+        """The nearest registered class in the spec's MRO."""
         for base in type(spec).__mro__:
             meta = _specs.get(base)
             if meta is not None:
                 return meta
         return None
-
-    @classmethod
-    def get_metadata(cls, spec: Any) -> KVCacheSpecMetadata | None:
-        """Metadata of the nearest registered class in the spec's MRO."""
-        cls._ensure_registered()
-        return cls._lookup(spec)
 
     @classmethod
     def get_manager_class(cls, kvcache_spec: Any, role: str | None = None) -> type | None:
@@ -175,69 +158,6 @@ class KVCacheSpecRegistry:
                     f"unsupported KV cache spec type for layer {layer_name!r}: "
                     f"{_name(type(spec))}; register it with @register_kv_cache_spec"
                 )
-
-    @classmethod
-    def registered_specs(cls) -> dict[type, KVCacheSpecMetadata]:
-        cls._ensure_registered()
-        with _lock:
-            return dict(_specs)
-
-    @classmethod
-    def registered_roles(cls) -> dict[str, type]:
-        cls._ensure_registered()
-        with _lock:
-            return dict(_roles)
-
-    @classmethod
-    def builtins_registered(cls) -> bool:
-        """Whether the start-up registration (built-ins, platform, plugins) has run."""
-        return _builtins_registered
-
-    @classmethod
-    def reset(cls) -> None:
-        """Forget every registration, as at import: the next query registers the built-ins."""
-        global _builtins_registered
-        with _lock:
-            _specs.clear()
-            _roles.clear()
-            _builtins_registered = False
-
-    @classmethod
-    def snapshot(cls) -> RegistrySnapshot:
-        with _lock:
-            return RegistrySnapshot(dict(_specs), dict(_roles), _builtins_registered)
-
-    @classmethod
-    def restore(cls, snapshot: RegistrySnapshot) -> None:
-        global _builtins_registered
-        with _lock:
-            _specs.clear()
-            _specs.update(snapshot.specs)
-            _roles.clear()
-            _roles.update(snapshot.roles)
-            _builtins_registered = snapshot.builtins_registered
-
-    @classmethod
-    @contextmanager
-    def isolated(cls, builtins: bool = True) -> Iterator[None]:
-        """Run a block against a private copy of the registry, restored afterwards.
-
-        With ``builtins=False`` the registry starts empty and lazy registration is
-        suppressed, so only what the block registers exists.
-        """
-        global _builtins_registered
-        saved = cls.snapshot()
-        try:
-            if builtins:
-                cls._ensure_registered()
-            else:
-                with _lock:
-                    _specs.clear()
-                    _roles.clear()
-                    _builtins_registered = True
-            yield
-        finally:
-            cls.restore(saved)
 
 
 def register_kv_cache_spec(
