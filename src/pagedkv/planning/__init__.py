@@ -1,4 +1,10 @@
-"""Planning: grouping layers, placing tensors, memory to block counts."""
+"""Planning: grouping layers, placing tensors, memory to block counts.
+
+Modules, one concept each: ``types`` (results), ``search`` and ``grouping`` (layers
+into groups), ``placement`` (groups into tensors, and the checks on any placement),
+``sizing`` (memory to blocks, capacity), ``builder`` (the pluggable builder),
+``planner`` (the cross-worker flow and the plan report).
+"""
 
 from pagedkv.planning.builder import (
     DefaultKVCacheConfigBuilder,
@@ -7,22 +13,19 @@ from pagedkv.planning.builder import (
     VLLMRuleKVCacheConfigBuilder,
     get_kv_cache_config_builder,
 )
-from pagedkv.planning.plan import plan_kv_cache
-from pagedkv.planning.planner import get_kv_cache_configs
-from pagedkv.planning.regions import check_aliasing
-from pagedkv.planning.report import (
+from pagedkv.planning.placement import check_aliasing
+from pagedkv.planning.planner import get_kv_cache_configs, plan_kv_cache
+from pagedkv.planning.types import (
+    DEFAULT_ROLE,
     ConcurrencyPoint,
     GroupingAlternative,
     GroupReport,
-    KVCachePlan,
-    WorkerReport,
-)
-from pagedkv.planning.types import (
-    DEFAULT_ROLE,
     KVCacheConfig,
     KVCacheGroupSpec,
+    KVCachePlan,
     KVCacheTensor,
     LayerRegion,
+    WorkerReport,
 )
 
 __all__ = [

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import PlatformError
-from pagedkv.planning.choice import GroupingChoice, choose_kv_cache_groups
+from pagedkv.planning.grouping import GroupingChoice, choose_kv_cache_groups
 from pagedkv.planning.placement import bytes_per_block, place_groups
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.platforms import get_current_platform, resolve_obj_by_qualname

@@ -7,25 +7,27 @@ blocks all its groups hold. Among the candidates within the group budget (every
 group costs the runtime work per call) the one needing the fewest bytes per request
 wins; within ``TOLERANCE`` of it vLLM's own rule is kept when it qualifies, else the
 candidate with the fewest groups, then the smallest block size.
+
+A layer's page is fitted to ``P`` by raising its block size (the page grows with it)
+and padding what is left. Mamba states do not grow with the block size: they are
+padded to ``P``, and in an attention + Mamba hybrid the attention block size is first
+raised until one attention page holds a Mamba state.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import PlanningError
-from pagedkv.planning.grouping import Bucket, vllm_group_size
-from pagedkv.planning.unify import (
-    can_pad,
-    fit_page,
-    is_state_spec,
-    lcm_all,
-    mamba_aligned_block_size,
-)
-from pagedkv.specs.base import KVCacheSpec, cdiv
+from pagedkv.specs.base import AttentionSpec, KVCacheSpec, cdiv
+from pagedkv.specs.full import MLAAttentionSpec
+from pagedkv.specs.local import SlidingWindowMLASpec
+from pagedkv.specs.mamba import MambaSpec
 
 TOLERANCE = 0.01
 # Groupings scored (and reported) up to this many groups, or the budget if larger.
@@ -38,6 +40,105 @@ MAX_LCM_FACTOR = 16
 
 
 @dataclass(frozen=True)
+class Bucket:
+    """Layers whose specs merge into one group spec, in model order, with their specs."""
+
+    layer_names: tuple[str, ...]
+    specs: tuple[KVCacheSpec, ...]
+
+    def __len__(self) -> int:
+        return len(self.layer_names)
+
+    @property
+    def first(self) -> KVCacheSpec:
+        return self.specs[0]
+
+
+def vllm_group_size(bucket_sizes: Sequence[int]) -> int:
+    """vLLM's rule: the smallest bucket, unless the largest is under 1.5x of it."""
+    smallest, largest = min(bucket_sizes), max(bucket_sizes)
+    return largest if largest < 1.5 * smallest else smallest
+
+
+# --- fitting pages to one size ---
+
+
+def is_state_spec(spec: KVCacheSpec) -> bool:
+    """Pages that hold a fixed-size state whatever the block size."""
+    return isinstance(spec, MambaSpec)
+
+
+def can_pad(spec: KVCacheSpec) -> bool:
+    """MLA kernels read latents densely, so MLA pages are never padded."""
+    if isinstance(spec, MLAAttentionSpec | SlidingWindowMLASpec):
+        return False
+    return any(f.name == "page_size_padded" for f in dataclasses.fields(spec))
+
+
+def pad_to(spec: KVCacheSpec, page_bytes: int) -> KVCacheSpec | None:
+    """``spec`` with its page padded to ``page_bytes`` (None when it cannot be)."""
+    if spec.page_size_bytes == page_bytes:
+        return spec
+    if spec.real_page_size_bytes > page_bytes or not can_pad(spec):
+        return None
+    padded = None if spec.real_page_size_bytes == page_bytes else page_bytes
+    return dataclasses.replace(spec, page_size_padded=padded)  # type: ignore[call-arg]
+
+
+def fit_page(
+    spec: KVCacheSpec, page_bytes: int, *, state_block_size: int, scale_then_pad: bool = True
+) -> KVCacheSpec | None:
+    """``spec`` refitted so its page is exactly ``page_bytes``, or None.
+
+    State specs take ``state_block_size`` and are padded. Other specs have their
+    block size multiplied by the largest factor whose page still fits, then are
+    padded (``scale_then_pad``); with ``scale_then_pad=False`` (vLLM's rule) the
+    block size is scaled only when the page divides ``page_bytes`` exactly, else
+    the page is padded at its current block size.
+    """
+    if is_state_spec(spec):
+        if spec.real_page_size_bytes > page_bytes:
+            return None
+        return pad_to(dataclasses.replace(spec, block_size=state_block_size), page_bytes)
+    page = spec.page_size_bytes
+    if page >= page_bytes:
+        return spec if page == page_bytes else None
+    factor = page_bytes // page
+    if factor > 1 and (scale_then_pad or page_bytes % page == 0):
+        spec = spec.copy_with_new_block_size(spec.block_size * factor)
+        if spec.page_size_bytes > page_bytes:
+            return None
+    return pad_to(spec, page_bytes)
+
+
+def mamba_aligned_block_size(
+    attention_specs: Sequence[KVCacheSpec],
+    state_specs: Sequence[KVCacheSpec],
+    block_size: int,
+    multiple: int,
+) -> int:
+    """Smallest attention block size whose page holds the largest state.
+
+    ``block_size`` is the engine's, ``multiple`` the platform's kernel block
+    multiple; the result is ``k * cdiv(m, k * a)`` rounded up to ``multiple``,
+    with ``k`` the block size rounded up to ``multiple`` (reference 6.4).
+    """
+    per_token = max(
+        s.bytes_per_token
+        if isinstance(s, AttentionSpec)
+        else cdiv(s.real_page_size_bytes, s.block_size)
+        for s in attention_specs
+    )
+    state_bytes = max(s.real_page_size_bytes for s in state_specs)
+    k = multiple * cdiv(block_size, multiple)
+    aligned = k * cdiv(state_bytes, k * per_token)
+    return max(block_size, multiple * cdiv(aligned, multiple))
+
+
+# --- page candidates ---
+
+
+@dataclass(frozen=True)
 class PageCandidate:
     """Buckets refitted to one page size."""
 
@@ -46,21 +147,6 @@ class PageCandidate:
     buckets: tuple[Bucket, ...]
     blocks_per_request: tuple[int, ...]
     real_bytes_per_block: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Scored:
-    page: PageCandidate
-    group_size: int
-    num_groups: int
-    bytes_per_block: int
-    bytes_per_request: int
-    waste_fraction: float
-    is_vllm: bool = False
-
-    @property
-    def block_sizes(self) -> tuple[int, ...]:
-        return tuple(sorted({b.first.block_size for b in self.page.buckets}))
 
 
 def _refit(
@@ -96,10 +182,7 @@ def page_candidate(
 
 
 def _fit_all(
-    buckets: Sequence[Bucket],
-    page_bytes: int,
-    attention_block_size: int | None,
-    exact_scaling: bool,
+    buckets: Sequence[Bucket], page_bytes: int, attention_block_size: int | None, exact: bool
 ) -> tuple[Bucket, ...] | None:
     """Refit attention-like layers first; states then take the attention block size."""
 
@@ -108,7 +191,7 @@ def _fit_all(
             return spec
         if attention_block_size is not None:
             spec = spec.copy_with_new_block_size(attention_block_size)
-        return fit_page(spec, page_bytes, state_block_size=0, scale_then_pad=not exact_scaling)
+        return fit_page(spec, page_bytes, state_block_size=0, scale_then_pad=not exact)
 
     fitted = _refit(buckets, fit_other)
     if fitted is None:
@@ -139,7 +222,7 @@ def _rigid_options(buckets: Sequence[Bucket]) -> list[PageOption]:
     rigid = [b.first for b in buckets if not is_state_spec(b.first) and not can_pad(b.first)]
     if not rigid:
         return []
-    unit = lcm_all(s.page_size_bytes for s in rigid)
+    unit = math.lcm(*(s.page_size_bytes for s in rigid))
     floor = max(
         s.real_page_size_bytes if is_state_spec(s) else s.page_size_bytes
         for s in (b.first for b in buckets)
@@ -168,7 +251,7 @@ def page_candidates(
         largest = max(pages)
         for m in PAGE_MULTIPLES:
             options.append(PageOption(f"page x{m}", largest * m, is_vllm=m == 1))
-        lcm = lcm_all(pages)
+        lcm = math.lcm(*pages)
         if lcm not in {largest * m for m in PAGE_MULTIPLES} and lcm <= MAX_LCM_FACTOR * largest:
             options.append(PageOption("page lcm", lcm))
     known = {o.page_size_bytes for o in options if o.attention_block_size is None}
@@ -177,22 +260,38 @@ def page_candidates(
     found = []
     for name, target, attn_bs, is_vllm_page in options:
         if is_vllm_page:
-            fitted = _fit_all(buckets, target, attn_bs, exact_scaling=True)
+            fitted = _fit_all(buckets, target, attn_bs, exact=True)
             if fitted is not None:
                 vllm = page_candidate("vllm", fitted, target, config)
-        fitted = _fit_all(buckets, target, attn_bs, exact_scaling=False)
+        fitted = _fit_all(buckets, target, attn_bs, exact=False)
         if fitted is not None:
             found.append(page_candidate(name, fitted, target, config))
     return vllm, found
 
 
+# --- scoring and choosing ---
+
+
+@dataclass(frozen=True)
+class Scored:
+    page: PageCandidate
+    group_size: int
+    num_groups: int
+    bytes_per_block: int
+    bytes_per_request: int
+    waste_fraction: float
+    is_vllm: bool = False
+
+    @property
+    def block_sizes(self) -> tuple[int, ...]:
+        return tuple(sorted({b.first.block_size for b in self.page.buckets}))
+
+
 def score(page: PageCandidate, group_size: int, is_vllm: bool = False) -> Scored:
-    sizes = [len(b) for b in page.buckets]
-    counts = [cdiv(n, group_size) for n in sizes]
+    counts = [cdiv(len(b), group_size) for b in page.buckets]
     bytes_per_block = group_size * page.page_size_bytes
-    need_blocks = sum(c * blocks for c, blocks in zip(counts, page.blocks_per_request))
-    need = bytes_per_block * need_blocks
-    real = sum(r * blocks for r, blocks in zip(page.real_bytes_per_block, page.blocks_per_request))
+    need = bytes_per_block * sum(c * n for c, n in zip(counts, page.blocks_per_request))
+    real = sum(r * n for r, n in zip(page.real_bytes_per_block, page.blocks_per_request))
     waste = (need - real) / need if need else 0.0
     return Scored(page, group_size, sum(counts), bytes_per_block, need, waste, is_vllm)
 
