@@ -1,17 +1,12 @@
 """Searching page sizes and group sizes for the hybrid grouping that wastes least.
 
-Every candidate puts all layers on one page size ``P`` (so layer slot ``i`` can be
-shared by every group) and splits each bucket into groups of at most ``g`` layers.
-A block id then costs ``g * P`` bytes; a max-length request costs that times the
-blocks all its groups hold. Among the candidates within the group budget (every
-group costs the runtime work per call) the one needing the fewest bytes per request
-wins; within ``TOLERANCE`` of it vLLM's own rule is kept when it qualifies, else the
-candidate with the fewest groups, then the smallest block size.
-
-A layer's page is fitted to ``P`` by raising its block size (the page grows with it)
-and padding what is left. Mamba states do not grow with the block size: they are
-padded to ``P``, and in an attention + Mamba hybrid the attention block size is first
-raised until one attention page holds a Mamba state.
+Every candidate puts all layers on one page size ``P`` (layer slot ``i`` is shared by
+every group; a layer's block size is raised, then its page padded; Mamba states are
+padded, after the attention block size is raised until a page holds a state) and
+splits each bucket into groups of at most ``g`` layers: a block id costs ``g * P``.
+Within the group budget the fewest bytes per max-length request win; within
+``TOLERANCE`` of that vLLM's own rule is kept when it qualifies, else the fewest
+groups, then the smallest block size. See docs/planning.md.
 """
 
 from __future__ import annotations
@@ -60,9 +55,6 @@ def vllm_group_size(bucket_sizes: Sequence[int]) -> int:
     return largest if largest < 1.5 * smallest else smallest
 
 
-# --- fitting pages to one size ---
-
-
 def is_state_spec(spec: KVCacheSpec) -> bool:
     """Pages that hold a fixed-size state whatever the block size."""
     return isinstance(spec, MambaSpec)
@@ -88,14 +80,10 @@ def pad_to(spec: KVCacheSpec, page_bytes: int) -> KVCacheSpec | None:
 def fit_page(
     spec: KVCacheSpec, page_bytes: int, *, state_block_size: int, scale_then_pad: bool = True
 ) -> KVCacheSpec | None:
-    """``spec`` refitted so its page is exactly ``page_bytes``, or None.
-
-    State specs take ``state_block_size`` and are padded. Other specs have their
-    block size multiplied by the largest factor whose page still fits, then are
-    padded (``scale_then_pad``); with ``scale_then_pad=False`` (vLLM's rule) the
-    block size is scaled only when the page divides ``page_bytes`` exactly, else
-    the page is padded at its current block size.
-    """
+    """``spec`` refitted so its page is exactly ``page_bytes``, or None. States take
+    ``state_block_size`` and are padded; others get the largest block-size factor whose
+    page fits, then padding (vLLM's rule, ``scale_then_pad=False``: scaled only when
+    the page divides ``page_bytes``, else padded at the current block size)."""
     if is_state_spec(spec):
         if spec.real_page_size_bytes > page_bytes:
             return None
@@ -117,12 +105,9 @@ def mamba_aligned_block_size(
     block_size: int,
     multiple: int,
 ) -> int:
-    """Smallest attention block size whose page holds the largest state.
-
-    ``block_size`` is the engine's, ``multiple`` the platform's kernel block
-    multiple; the result is ``k * cdiv(m, k * a)`` rounded up to ``multiple``,
-    with ``k`` the block size rounded up to ``multiple`` (reference 6.4).
-    """
+    """Smallest attention block size whose page holds the largest state: ``k * cdiv(m,
+    k * a)`` rounded up to the platform's ``multiple``, ``k`` the engine block size
+    rounded up to it (reference 6.4)."""
     per_token = max(
         s.bytes_per_token
         if isinstance(s, AttentionSpec)
@@ -133,9 +118,6 @@ def mamba_aligned_block_size(
     k = multiple * cdiv(block_size, multiple)
     aligned = k * cdiv(state_bytes, k * per_token)
     return max(block_size, multiple * cdiv(aligned, multiple))
-
-
-# --- page candidates ---
 
 
 @dataclass(frozen=True)
@@ -207,14 +189,9 @@ def _fit_all(
     return _refit(fitted, fit_state)
 
 
-class PageOption(NamedTuple):
-    """A target page to refit every bucket to (``attention_block_size``: attention +
-    Mamba hybrids fix the attention block size first; ``is_vllm``: vLLM's own choice)."""
-
-    name: str
-    page_size_bytes: int
-    attention_block_size: int | None = None
-    is_vllm: bool = False
+# A target page: (name, page bytes, attention block size fixed first (attention + Mamba)
+# or None, whether it is vLLM's own choice).
+PageOption = tuple[str, int, int | None, bool]
 
 
 def _rigid_options(buckets: Sequence[Bucket]) -> list[PageOption]:
@@ -229,7 +206,7 @@ def _rigid_options(buckets: Sequence[Bucket]) -> list[PageOption]:
     )
     first = cdiv(floor, unit)
     pages = [unit * j for j in range(first, first + 3) if unit * j <= MAX_LCM_FACTOR * floor]
-    return [PageOption(f"page {p} (multiple of the MLA pages)", p) for p in pages]
+    return [(f"page {p} (multiple of the MLA pages)", p, None, False) for p in pages]
 
 
 def page_candidates(
@@ -245,17 +222,16 @@ def page_candidates(
         for j in range(MAMBA_BLOCK_STEPS):
             bs = aligned + j * step
             page = max(s.copy_with_new_block_size(bs).page_size_bytes for s in attention)
-            options.append(PageOption(f"attention block {bs}", page, bs, j == 0))
+            options.append((f"attention block {bs}", page, bs, j == 0))
     else:
         pages = sorted({b.first.page_size_bytes for b in buckets})
         largest = max(pages)
-        for m in PAGE_MULTIPLES:
-            options.append(PageOption(f"page x{m}", largest * m, is_vllm=m == 1))
+        options += [(f"page x{m}", largest * m, None, m == 1) for m in PAGE_MULTIPLES]
         lcm = math.lcm(*pages)
         if lcm not in {largest * m for m in PAGE_MULTIPLES} and lcm <= MAX_LCM_FACTOR * largest:
-            options.append(PageOption("page lcm", lcm))
-    known = {o.page_size_bytes for o in options if o.attention_block_size is None}
-    options += [o for o in _rigid_options(buckets) if o.page_size_bytes not in known]
+            options.append(("page lcm", lcm, None, False))
+    known = {page for _, page, attn_bs, _ in options if attn_bs is None}
+    options += [o for o in _rigid_options(buckets) if o[1] not in known]
     vllm = None
     found = []
     for name, target, attn_bs, is_vllm_page in options:
@@ -267,9 +243,6 @@ def page_candidates(
         if fitted is not None:
             found.append(page_candidate(name, fitted, target, config))
     return vllm, found
-
-
-# --- scoring and choosing ---
 
 
 @dataclass(frozen=True)
@@ -314,11 +287,8 @@ class SearchResult(NamedTuple):
 def _within_budget(
     scored: list[Scored], max_groups: int | None, vllm: Scored | None, vllm_rule: bool
 ) -> tuple[list[Scored], int]:
-    """The candidates the budget allows, and the budget in force.
-
-    An explicit budget that no candidate meets is an error; the default budget then
-    gives way to the fewest groups possible.
-    """
+    """The candidates the budget allows, and the budget in force (an explicit budget no
+    candidate meets is an error; the default one gives way to the fewest groups)."""
     budget = group_budget(max_groups)
     if vllm_rule and vllm is not None:
         budget = max(budget, vllm.num_groups)
@@ -342,11 +312,8 @@ def search(
     vllm_rule: bool = False,
     max_groups: int | None = None,
 ) -> SearchResult:
-    """vLLM's candidate (or None), the chosen one, every candidate scored, the budget.
-
-    ``max_groups`` caps the chosen grouping's group count (None: the default budget).
-    ``vllm_rule`` picks vLLM's candidate whenever its rule can unify the pages.
-    """
+    """vLLM's candidate (or None), the chosen one, every candidate scored, the budget
+    (``max_groups``; None: the default). ``vllm_rule`` keeps vLLM's whenever it exists."""
     vllm_page, pages = page_candidates(buckets, config, multiple)
     vllm = None
     if vllm_page is not None:
