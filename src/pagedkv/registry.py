@@ -1,8 +1,8 @@
 """Registry mapping KV cache spec classes to their managers and grouping bases.
 
-Works on classes only: it imports nothing from specs or runtime. The built-in
-registrations are triggered lazily by name (``pagedkv.bootstrap``), once, tracked
-by a flag so a custom spec registered first does not suppress them.
+Works on classes only (imports nothing from specs or runtime). The built-ins register
+lazily, once, by name (``pagedkv.bootstrap``), tracked by their own flag so a custom
+spec registered first does not suppress them.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ class KVCacheSpecRegistry:
     """Global, thread-safe registry of spec classes, their managers and roles."""
 
     @classmethod
-    def _ensure_registered(cls, config: Any = None) -> None:
-        """Register the built-ins, the platform's specs and the general plugins, once."""
+    def ensure_registered(cls, config: Any = None) -> None:
+        """Register the built-ins, the platform's specs and the general plugins, once
+        (``config`` goes to the platform hook)."""
         if _state["builtins_registered"]:
             return
         with STARTUP_LOCK:
@@ -61,10 +62,7 @@ class KVCacheSpecRegistry:
             finally:
                 _state["bootstrapping"] = False
 
-    @classmethod
-    def ensure_registered(cls, config: Any = None) -> None:
-        """Run start-up registration now (idempotent), passing ``config`` to the platform."""
-        cls._ensure_registered(config)
+    _ensure_registered = ensure_registered  # vLLM's name
 
     @classmethod
     def register(
@@ -73,11 +71,9 @@ class KVCacheSpecRegistry:
         manager_class: type | None = None,
         uniform_type_base_spec: type | None = None,
     ) -> None:
-        """Register a spec class with its manager and grouping base.
-
-        ``uniform_type_base_spec`` defaults to the class itself (a new base kind).
-        Identical re-registration is a no-op; a different one raises RegistryError.
-        """
+        """Register a spec class with its manager and grouping base (default: the class
+        itself, a new base kind). Identical re-registration is a no-op; a different one
+        raises RegistryError."""
         if not isinstance(kvcache_spec_cls, type):
             raise RegistryError(f"expected a spec class, got {kvcache_spec_cls!r}")
         name = _name(kvcache_spec_cls)
@@ -134,10 +130,8 @@ class KVCacheSpecRegistry:
     def get_manager_class(cls, kvcache_spec: Any, role: str | None = None) -> type | None:
         """Manager for a spec instance: a role manager wins, else the nearest registered class."""
         cls._ensure_registered()
-        if role is not None:
-            manager = _roles.get(role)
-            if manager is not None:
-                return manager
+        if role is not None and (manager := _roles.get(role)) is not None:
+            return manager
         meta = cls._lookup(kvcache_spec)
         return None if meta is None else meta.manager_class
 
@@ -164,16 +158,8 @@ def register_kv_cache_spec(
     manager_class: type | None = None,
     uniform_type_base_spec: type | None = None,
 ) -> Callable[[T], T]:
-    """Class decorator registering a spec class; returns the class unchanged.
-
-    Example::
-
-        @register_kv_cache_spec(
-            manager_class=FullAttentionManager, uniform_type_base_spec=FullAttentionSpec
-        )
-        @dataclass(frozen=True, kw_only=True)
-        class MyFullAttentionSpec(FullAttentionSpec): ...
-    """
+    """Class decorator registering a spec class (see ``KVCacheSpecRegistry.register``);
+    returns the class unchanged. Example in docs/plugins.md."""
 
     def decorator(kvcache_spec_cls: T) -> T:
         KVCacheSpecRegistry.register(kvcache_spec_cls, manager_class, uniform_type_base_spec)

@@ -36,21 +36,18 @@ _state: dict[str, Any] = {"platform": None, "plugins_done": False, "plugin_error
 _loaded_plugins: set[str] = set()
 
 
-def entry_points(*, group: str) -> list[EntryPoint]:
-    """Installed entry points of ``group`` that ``$PAGEDKV_PLUGINS`` allows."""
+def entry_points(*, group: str, allowed_only: bool = True) -> list[EntryPoint]:
+    """Installed entry points of ``group`` (only those ``$PAGEDKV_PLUGINS`` allows)."""
     # importlib.metadata costs ~50-90 ms to import: only pay it when discovery runs.
     from importlib.metadata import entry_points as _entry_points
 
     found = list(_entry_points(group=group))
     allowed = os.environ.get(PLUGINS_ENV)
-    if allowed is None:
+    if allowed is None or not allowed_only:
         return found
-    names = {name.strip() for name in allowed.split(",") if name.strip()}
-    kept = [ep for ep in found if ep.name in names]
-    skipped = sorted(ep.name for ep in found if ep.name not in names)
-    if skipped:
-        logger.debug("$%s=%r: not loading %s plugins %s", PLUGINS_ENV, allowed, group, skipped)
-    return kept
+    names = {name.strip() for name in allowed.split(",")}
+    logger.debug("$%s=%r: loading %s plugins %s", PLUGINS_ENV, allowed, group, names)
+    return [ep for ep in found if ep.name in names]
 
 
 def _one_line(text: str) -> str:
@@ -86,12 +83,10 @@ def _load_entry_point(ep: EntryPoint, group: str) -> Any:
 def _platform_from_env(value: str) -> type[Platform]:
     """``$PAGEDKV_PLATFORM``: ``generic``, an installed platform plugin's name, or a qualname
     (an explicit choice: the allow-list does not apply)."""
-    from importlib.metadata import entry_points as _entry_points
-
     origin = f"${PLATFORM_ENV}={value!r}"
     if value == GenericPlatform.name:
         return GenericPlatform
-    for ep in _entry_points(group=PLATFORM_GROUP):
+    for ep in entry_points(group=PLATFORM_GROUP, allowed_only=False):
         if ep.name == value:
             cls = _as_platform_class(_load_entry_point(ep, PLATFORM_GROUP), origin)
             if cls is None:
@@ -147,11 +142,8 @@ def set_current_platform(platform: type[Platform] | None) -> None:
 
 def load_general_plugins() -> list[str]:
     """Call every allowed ``pagedkv.plugins`` entry point once per process; return the
-    names called this time.
-
-    Every plugin is tried; if one failed, a ``PlatformError`` naming the first that
-    failed is raised, now and on every later call (the failed one is not called again).
-    """
+    names called this time. If one failed (the others are still called), a
+    ``PlatformError`` naming it is raised now and on every later call."""
     with STARTUP_LOCK:
         if not _state["plugins_done"]:
             # Set first: a plugin that queries the registry must not re-enter loading.
@@ -176,26 +168,15 @@ def _call_plugins() -> list[str]:
             continue
         _loaded_plugins.add(key)
         try:
-            _call_plugin(ep)
+            func = _load_entry_point(ep, PLUGIN_GROUP)
+            if not callable(func):
+                raise PlatformError(f"plugin {ep.name!r} ({ep.value}) is not callable")
+            func()
         except Exception as exc:
-            if _state["plugin_error"] is None:
-                _state["plugin_error"] = _one_line(str(exc))
+            why = f"plugin {ep.name!r} ({ep.value}) failed: {type(exc).__name__}: {exc}"
+            message = str(exc) if isinstance(exc, PlatformError) else why
+            _state["plugin_error"] = _state["plugin_error"] or _one_line(message)
             logger.debug("pagedkv plugin %s failed", ep.name, exc_info=True)
             continue
         called.append(ep.name)
     return called
-
-
-def _call_plugin(ep: EntryPoint) -> None:
-    func = _load_entry_point(ep, PLUGIN_GROUP)
-    if not callable(func):
-        raise PlatformError(f"plugin {ep.name!r} ({ep.value}) is not callable")
-    try:
-        func()
-    except PlatformError:
-        raise
-    except Exception as exc:
-        raise PlatformError(
-            f"plugin {ep.name!r} ({ep.value}) failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    logger.debug("loaded pagedkv plugin %s", ep.name)
