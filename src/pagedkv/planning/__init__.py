@@ -1,10 +1,6 @@
-"""Planning: grouping layers, placing tensors, memory to block counts.
-
-Modules, one concept each: ``types`` (results), ``search`` and ``grouping`` (layers
-into groups), ``placement`` (groups into tensors, and the checks on any placement),
-``sizing`` (memory to blocks, capacity), ``builder`` (the pluggable builder),
-``planner`` (the cross-worker flow and the plan report).
-"""
+"""Planning: layers into groups (``search``, ``grouping``), groups into tensors
+(``placement``), memory to blocks (``sizing``), the pluggable ``builder``, the
+cross-worker ``planner`` and its results (``types``). See docs/ARCHITECTURE.md."""
 
 from pagedkv.planning.builder import (
     DefaultKVCacheConfigBuilder,
@@ -27,24 +23,3 @@ from pagedkv.planning.types import (
     LayerRegion,
     WorkerReport,
 )
-
-__all__ = [
-    "DEFAULT_ROLE",
-    "ConcurrencyPoint",
-    "DefaultKVCacheConfigBuilder",
-    "GroupReport",
-    "GroupingAlternative",
-    "KVCacheConfig",
-    "KVCacheConfigBuilder",
-    "KVCacheGroupSpec",
-    "KVCachePlan",
-    "KVCacheTensor",
-    "LayerRegion",
-    "SupportsKVCacheGrouping",
-    "VLLMRuleKVCacheConfigBuilder",
-    "WorkerReport",
-    "check_aliasing",
-    "get_kv_cache_config_builder",
-    "get_kv_cache_configs",
-    "plan_kv_cache",
-]

@@ -1,20 +1,8 @@
-"""Placing groups in one backing allocation per residency (device, host), and checking
-any placement: regions in bounds, and aliasing only where it is safe.
-
-Layer-slot placement (default): slot ``i`` is a ``page * num_blocks`` byte range
-shared by layer ``i`` of every group, block ``b`` at ``slot + b * page``. It needs
-every group to have the same page at slot ``i``. When groups disagree (a model or
-custom grouping with unequal pages) the block-outer placement is used instead: block
-``b`` is bytes ``[b * bpb, (b + 1) * bpb)`` and a group packs its layers inside.
-
-Aliasing rule. Region ``k`` (one layer in one tensor) uses bytes
-``o_k + b * S_k + [0, p_k)`` for block ids ``b`` in ``[0, N)``. Two regions may share
-a byte only if they belong to different groups and the byte has the same block id in
-both: a block id belongs to one group at a time, so such bytes are never live for two
-layers at once. Both placements above satisfy it. The check is exact for regions with
-equal block strides (every layout pagedkv builds); regions with different strides
-whose byte spans overlap are rejected without looking closer.
-"""
+"""Placing groups in one backing allocation per residency (device, host): layer-slot
+(slot ``i`` shared by layer ``i`` of every group), else block-outer when the groups'
+pages disagree at a slot; and checking any builder's placement against the aliasing
+rule: two regions share a byte only in different groups at the same block id
+(docs/planning.md, "Placement and the aliasing rule")."""
 
 from __future__ import annotations
 

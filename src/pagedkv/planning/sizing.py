@@ -3,6 +3,7 @@ auto-fit, and the capacity numbers (concurrency, token capacity, padding waste).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -47,10 +48,8 @@ def merge_worker_specs(
 def project_groups(
     groups: Sequence[KVCacheGroupSpec], worker_layers: Collection[str]
 ) -> list[KVCacheGroupSpec]:
-    """The global groups restricted to one worker's layers (a group may become empty).
-
-    Every worker keeps every group so group ids agree across pipeline stages.
-    """
+    """The global groups restricted to one worker's layers; every worker keeps every
+    group (maybe empty) so group ids agree across pipeline stages."""
     out = []
     for group in groups:
         names = tuple(n for n in group.layer_names if n in worker_layers)
@@ -59,18 +58,9 @@ def project_groups(
             continue
         spec = group.kv_cache_spec
         if isinstance(spec, UniformTypeKVCacheSpecs) and names:
-            spec = UniformTypeKVCacheSpecs(
-                block_size=spec.block_size,
-                kv_cache_specs={n: spec.kv_cache_specs[n] for n in names},
-            )
-        out.append(
-            KVCacheGroupSpec(
-                layer_names=names,
-                kv_cache_spec=spec,
-                role=group.role,
-                host_resident=group.host_resident,
-            )
-        )
+            specs = {n: spec.kv_cache_specs[n] for n in names}
+            spec = UniformTypeKVCacheSpecs(block_size=spec.block_size, kv_cache_specs=specs)
+        out.append(dataclasses.replace(group, layer_names=names, kv_cache_spec=spec))
     return out
 
 

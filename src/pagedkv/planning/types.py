@@ -1,5 +1,5 @@
 """Planning results, all frozen: per-worker configs (what the runtime reads) and the
-report ``plan_kv_cache`` returns (the one source of numbers the CLI and simulator print)."""
+plan report (the one source of numbers the CLI and simulator print)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ DEFAULT_ROLE = "default"
 
 
 class LayerRegion(NamedTuple):
-    """Where one layer's page for block ``b`` lives: bytes
-    ``[offset + b * block_stride, offset + b * block_stride + page_size_bytes)``
-    of the backing allocation."""
+    """One layer's page for block ``b``: ``page_size_bytes`` bytes at ``offset + b *
+    block_stride`` of the backing allocation."""
 
     layer_name: str
     offset: int
@@ -31,11 +30,8 @@ class LayerRegion(NamedTuple):
 
 @dataclass(frozen=True, kw_only=True)
 class KVCacheTensor:
-    """A view into one backing allocation of ``size`` bytes.
-
-    Layer ``layers[i]``'s page for block ``b`` starts at
-    ``offset + i * layer_stride + b * block_stride``.
-    """
+    """A view into one backing allocation of ``size`` bytes: layer ``layers[i]``'s page
+    for block ``b`` starts at ``offset + i * layer_stride + b * block_stride``."""
 
     size: int
     layers: tuple[str, ...]
@@ -128,17 +124,11 @@ class KVCacheConfig:
         raise PlanningError(f"layer {layer_name!r} is in no KV cache group")
 
 
-# --- the plan report ---
-
-
 @dataclass(frozen=True, kw_only=True)
 class GroupReport:
     """One global KV cache group (all pipeline stages, one tensor-parallel rank).
-
-    ``page_size_bytes`` is what one block id costs the group (the sum of its layers'
-    padded pages); ``waste_bytes`` is what such a block holds no KV in: empty layer
-    slots (``bytes_per_block - page_size_bytes``) plus page padding.
-    """
+    ``page_size_bytes``: what a block id costs it (its layers' padded pages);
+    ``waste_bytes``: what such a block holds no KV in (empty slots plus padding)."""
 
     group_id: int
     kind: str
@@ -161,12 +151,9 @@ class GroupReport:
 
 @dataclass(frozen=True, kw_only=True)
 class ConcurrencyPoint:
-    """Capacity for requests of ``context_len`` tokens (None: no device group holds them).
-
-    ``max_concurrency`` = usable blocks (null block excluded) / blocks one request
-    needs; ``max_requests`` is its floor; ``token_capacity`` = ``max_concurrency *
-    context_len`` rounded down; ``vllm_max_concurrency`` counts the null block as vLLM does.
-    """
+    """Capacity for requests of ``context_len`` tokens (None: no device group holds
+    them): usable blocks (no null block) / blocks per request, its floor, times the
+    length; ``vllm_max_concurrency`` counts the null block as vLLM does."""
 
     context_len: int
     blocks_per_request: int = 0
@@ -179,12 +166,8 @@ class ConcurrencyPoint:
 
 @dataclass(frozen=True, kw_only=True)
 class GroupingAlternative:
-    """One candidate grouping the planner scored (at ``reference_len`` tokens).
-
-    ``max_groups`` is the group budget in force (``CacheConfig.max_kv_cache_groups``
-    or the planner's default); ``within_budget`` is False for a grouping the budget
-    excluded however little it wastes.
-    """
+    """One candidate grouping the planner scored (at ``reference_len`` tokens), with the
+    group budget in force and whether it was within it."""
 
     name: str
     chosen: bool
@@ -213,16 +196,9 @@ class WorkerReport:
 
 @dataclass(frozen=True, kw_only=True)
 class KVCachePlan:
-    """Everything planned for one engine: per-worker configs plus the numbers to print.
-
-    ``block_size`` is the scheduler block size (smallest block size of the
-    prefix-cacheable groups, else of all groups). ``bytes_per_block`` is the largest
-    per-worker device cost of one block id; ``total_bytes_per_block`` sums workers.
-    ``waste_fraction`` is the share of a ``max_model_len`` request's memory that is
-    padding. ``max_concurrency`` lists one point per context length, ``max_model_len``
-    first. ``largest_max_model_len`` is the longest request these blocks hold (at most
-    the planning limit): ``max_model_len`` itself when it was auto-fitted.
-    """
+    """Everything planned for one engine: per-worker configs and the numbers to print
+    (docs/planning.md, "Capacity"). ``max_concurrency`` starts at ``max_model_len``;
+    ``largest_max_model_len`` is the longest request these blocks hold."""
 
     configs: tuple[KVCacheConfig, ...]
     workers: tuple[WorkerReport, ...]

@@ -22,22 +22,6 @@ from pagedkv.platforms.interface import (
     resolve_obj_by_qualname,
 )
 
-__all__ = [
-    "DEFAULT_BUILDER_QUALNAME",
-    "PLATFORM_ENV",
-    "PLATFORM_GROUP",
-    "PLUGINS_ENV",
-    "PLUGIN_GROUP",
-    "GenericPlatform",
-    "Platform",
-    "current_platform",
-    "get_current_platform",
-    "load_general_plugins",
-    "qualname_of",
-    "resolve_obj_by_qualname",
-    "set_current_platform",
-]
-
 
 def __getattr__(name: str) -> Any:
     if name == "current_platform":
