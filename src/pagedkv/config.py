@@ -104,10 +104,6 @@ class ParallelConfig:
     def __post_init__(self) -> None:
         _check(self, "tensor_parallel_size", "pipeline_parallel_size")
 
-    @property
-    def world_size(self) -> int:
-        return self.tensor_parallel_size * self.pipeline_parallel_size
-
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:

@@ -43,6 +43,11 @@ def _name(cls: type) -> str:
     return getattr(cls, "__qualname__", repr(cls))
 
 
+def _check_class(value: object, what: str) -> None:
+    if not isinstance(value, type):
+        raise RegistryError(f"{what} must be a class, got {value!r}")
+
+
 class KVCacheSpecRegistry:
     """Global, thread-safe registry of spec classes, their managers and roles."""
 
@@ -79,8 +84,7 @@ class KVCacheSpecRegistry:
         name = _name(kvcache_spec_cls)
         if manager_class is None:
             raise RegistryError(f"manager_class is required to register {name}")
-        if not isinstance(manager_class, type):
-            raise RegistryError(f"manager_class for {name} must be a class, got {manager_class!r}")
+        _check_class(manager_class, f"manager_class for {name}")
         base = kvcache_spec_cls if uniform_type_base_spec is None else uniform_type_base_spec
         if not isinstance(base, type) or not issubclass(kvcache_spec_cls, base):
             raise RegistryError(
@@ -104,10 +108,7 @@ class KVCacheSpecRegistry:
         """Use ``manager_class`` for every group with ``role``, whatever its spec."""
         if not isinstance(role, str) or not role:
             raise RegistryError(f"role must be a non-empty string, got {role!r}")
-        if not isinstance(manager_class, type):
-            raise RegistryError(
-                f"manager_class for group role {role!r} must be a class, got {manager_class!r}"
-            )
+        _check_class(manager_class, f"manager_class for group role {role!r}")
         with STARTUP_LOCK:
             old = _roles.get(role)
             if old is not None and old is not manager_class:
@@ -132,15 +133,13 @@ class KVCacheSpecRegistry:
         cls._ensure_registered()
         if role is not None and (manager := _roles.get(role)) is not None:
             return manager
-        meta = cls._lookup(kvcache_spec)
-        return None if meta is None else meta.manager_class
+        return getattr(cls._lookup(kvcache_spec), "manager_class", None)
 
     @classmethod
     def get_uniform_type_base_spec(cls, kvcache_spec: Any) -> type | None:
         """Grouping base of a spec instance (nearest registered class in its MRO)."""
         cls._ensure_registered()
-        meta = cls._lookup(kvcache_spec)
-        return None if meta is None else meta.uniform_type_base_spec
+        return getattr(cls._lookup(kvcache_spec), "uniform_type_base_spec", None)
 
     @classmethod
     def check_kv_cache_spec_registry(cls, kv_cache_spec: Mapping[str, Any]) -> None:
