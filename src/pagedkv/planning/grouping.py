@@ -38,39 +38,30 @@ def try_merge(specs: Sequence[KVCacheSpec]) -> KVCacheSpec | None:
 
 
 def make_buckets(kv_cache_spec: Mapping[str, KVCacheSpec]) -> list[Bucket]:
-    """Bucket layers by equal spec, then merge buckets whose specs merge (window metadata)."""
-    order = {name: i for i, name in enumerate(kv_cache_spec)}
-    by_spec: dict[KVCacheSpec, list[str]] = {}
-    for name, spec in kv_cache_spec.items():
-        by_spec.setdefault(spec, []).append(name)
+    """Layers in model order, bucketed by equal spec; a new spec joins the first bucket
+    whose specs it merges with (window metadata)."""
     merged: list[tuple[list[KVCacheSpec], list[str]]] = []
-    for spec, names in by_spec.items():
-        for distinct, bucket_names in merged:
-            if try_merge([*distinct, spec]) is not None:
-                distinct.append(spec)
-                bucket_names.extend(names)
-                break
-        else:
-            merged.append(([spec], list(names)))
-    buckets = []
-    for _, names in merged:
-        names.sort(key=order.__getitem__)
-        buckets.append(Bucket(tuple(names), tuple(kv_cache_spec[n] for n in names)))
-    return buckets
+    bucket_of: dict[KVCacheSpec, int] = {}
+    for name, spec in kv_cache_spec.items():
+        if spec not in bucket_of:
+            fits = (i for i, (d, _) in enumerate(merged) if try_merge([*d, spec]) is not None)
+            bucket_of[spec] = next(fits, len(merged))
+            if bucket_of[spec] == len(merged):
+                merged.append(([], []))
+            merged[bucket_of[spec]][0].append(spec)
+        merged[bucket_of[spec]][1].append(name)
+    return [Bucket(tuple(names), tuple(kv_cache_spec[n] for n in names)) for _, names in merged]
 
 
 def groups_from_buckets(buckets: Sequence[Bucket], group_size: int) -> list[KVCacheGroupSpec]:
     """Each bucket in ``cdiv(len, group_size)`` groups taking layers by stride (balanced
     pipeline stages)."""
-    groups = []
-    for bucket in buckets:
-        num_groups = cdiv(len(bucket), group_size)
-        for i in range(num_groups):
-            spec = merge_specs(bucket.specs[i::num_groups])
-            groups.append(
-                KVCacheGroupSpec(layer_names=bucket.layer_names[i::num_groups], kv_cache_spec=spec)
-            )
-    return groups
+    return [
+        KVCacheGroupSpec(layer_names=b.layer_names[i::n], kv_cache_spec=merge_specs(b.specs[i::n]))
+        for b in buckets
+        for n in [cdiv(len(b), group_size)]
+        for i in range(n)
+    ]
 
 
 def single_group(kv_cache_spec: Mapping[str, KVCacheSpec]) -> list[KVCacheGroupSpec] | None:
@@ -107,14 +98,11 @@ def promote_to_full(spec: KVCacheSpec, block_size: int | None) -> KVCacheSpec:
 
 
 def promote_local_specs(kv_cache_spec: Mapping[str, KVCacheSpec]) -> dict[str, KVCacheSpec]:
-    """Hybrid groups disabled: turn local layers into full attention so one group fits.
-
-    Raises PlanningError naming the layers that still cannot share a group.
-    """
+    """Hybrid groups disabled: local layers as full attention so one group fits
+    (PlanningError naming the layers that still cannot share one)."""
+    specs = kv_cache_spec.values()
     full_sizes = {
-        s.block_size
-        for s in kv_cache_spec.values()
-        if isinstance(s, FullAttentionSpec) and not s.is_draft
+        s.block_size for s in specs if isinstance(s, FullAttentionSpec) and not s.is_draft
     }
     block_size = next(iter(full_sizes)) if len(full_sizes) == 1 else None
     promoted = {name: promote_to_full(s, block_size) for name, s in kv_cache_spec.items()}
@@ -136,12 +124,12 @@ def with_retained_tokens(
 ) -> dict[str, KVCacheSpec]:
     """Sliding-window layers keep ``lookahead - 1`` extra tokens for multi-token prefill."""
     extra = max(0, lookahead_tokens - 1)
-    out: dict[str, KVCacheSpec] = {}
-    for name, spec in kv_cache_spec.items():
-        if isinstance(spec, SlidingWindowSpec) and spec.extra_retained_tokens < extra:
-            spec = dataclasses.replace(spec, extra_retained_tokens=extra)
-        out[name] = spec
-    return out
+    return {
+        name: dataclasses.replace(spec, extra_retained_tokens=extra)
+        if isinstance(spec, SlidingWindowSpec) and spec.extra_retained_tokens < extra
+        else spec
+        for name, spec in kv_cache_spec.items()
+    }
 
 
 def _names(items: Iterable[str], limit: int = 8) -> str:
@@ -153,10 +141,8 @@ def _names(items: Iterable[str], limit: int = 8) -> str:
 def check_exact_partition(
     groups: Sequence[KVCacheGroupSpec], layer_names: Iterable[str], *, source: str = "builder"
 ) -> None:
-    """Every layer in exactly one group, and no group naming an unknown layer.
-
-    Raises PlanningError naming the duplicated, missing and unknown layers.
-    """
+    """Every layer in exactly one group, and no group naming an unknown layer
+    (PlanningError naming the duplicated, missing and unknown layers)."""
     counts = Counter(name for group in groups for name in group.layer_names)
     expected = set(layer_names)
     problems = [
@@ -173,9 +159,6 @@ def check_exact_partition(
             f"KV cache groups from the {source} are not an exact partition of the layers: "
             + "; ".join(problems)
         )
-
-
-# --- the default grouping and the alternatives it scored ---
 
 
 class GroupingChoice(NamedTuple):
@@ -284,26 +267,18 @@ def _shortlist(result: SearchResult) -> list[Scored]:
     """The chosen, vLLM's, the least-waste one the budget excluded, then the best of
     each page size within the budget and the chosen page's runners-up. Candidates
     with equal keys plan the same groups (vLLM's often equals a searched one)."""
-    chosen, scored = result.chosen, result.scored
-    picked = [chosen] if result.vllm is None else [chosen, result.vllm]
-    over = [s for s in scored if not result.within_budget(s)]
-    if over:
-        picked.append(min(over, key=_by_bytes))
+    chosen = result.chosen
+    within = sorted((s for s in result.scored if result.within_budget(s)), key=_by_bytes)
+    over = [s for s in result.scored if not result.within_budget(s)]
+    picked = [s for s in (chosen, result.vllm, min(over, key=_by_bytes, default=None)) if s]
     best_per_page: dict[str, Scored] = {}
-    for s in sorted(scored, key=_by_bytes):
-        if not s.is_vllm and result.within_budget(s):
+    for s in within:
+        if not s.is_vllm:
             best_per_page.setdefault(s.page.name, s)
-    same_page = sorted(
-        (
-            s
-            for s in scored
-            if s is not chosen
-            and result.within_budget(s)
-            and s.page.page_size_bytes == chosen.page.page_size_bytes
-            and s.block_sizes == chosen.block_sizes
-        ),
-        key=_by_bytes,
-    )
+    page = (chosen.page.page_size_bytes, chosen.block_sizes)
+    same_page = [
+        s for s in within if s is not chosen and (s.page.page_size_bytes, s.block_sizes) == page
+    ]
     out: dict[tuple[Any, ...], Scored] = {}
     for s in [*picked, *best_per_page.values(), *same_page[:3]]:
         key = (s.page.page_size_bytes, s.group_size, s.block_sizes, s.bytes_per_request)
