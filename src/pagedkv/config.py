@@ -162,12 +162,10 @@ class EngineConfig:
             else:
                 known = ", ".join([*_PARTS, *sorted(_FIELD_TO_PART)])
                 raise ConfigError(f"unknown EngineConfig option {key!r}; known: {known}")
-        return EngineConfig(
-            **{
-                n: dataclasses.replace(p, **changes[n]) if changes[n] else p
-                for n, p in parts.items()
-            }
-        )
+        new = {
+            n: dataclasses.replace(p, **changes[n]) if changes[n] else p for n, p in parts.items()
+        }
+        return EngineConfig(**new)
 
     @property
     def max_model_len(self) -> int:

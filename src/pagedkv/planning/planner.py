@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 from pagedkv.config import EngineConfig
-from pagedkv.errors import InsufficientMemoryError, PlanningError
+from pagedkv.errors import InsufficientMemoryError, PlanningError, check_int
 from pagedkv.planning.builder import (
     DefaultKVCacheConfigBuilder,
     KVCacheConfigBuilder,
@@ -44,12 +44,6 @@ DEFAULT_MAX_MODEL_LEN_LIMIT = 1 << 24
 Groups = tuple[KVCacheGroupSpec, ...]
 
 
-def _check_int(name: str, value: object, *, positive: bool = False) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or (positive and value <= 0):
-        kind = "a positive integer" if positive else "an integer number of bytes"
-        raise PlanningError(f"{name} must be {kind}, got {value!r}")
-
-
 def _check_inputs(specs: Sequence[Mapping[str, KVCacheSpec]], available: Sequence[int]) -> None:
     if not specs:
         raise PlanningError("kv_cache_specs_per_worker is empty: at least one worker is needed")
@@ -59,7 +53,11 @@ def _check_inputs(specs: Sequence[Mapping[str, KVCacheSpec]], available: Sequenc
             f"available_memory_per_worker has {len(available)}"
         )
     for w, value in enumerate(available):
-        _check_int(f"available_memory_per_worker[{w}]", value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise PlanningError(
+                f"available_memory_per_worker[{w}] must be an integer number of bytes, "
+                f"got {value!r}"
+            )
 
 
 def _uses_default_search(builder: KVCacheConfigBuilder, config: EngineConfig) -> bool:
@@ -167,7 +165,7 @@ def _size(
 def _lengths(max_model_len: int, context_lengths: Iterable[int] | None) -> list[int]:
     extra = []
     for length in context_lengths or ():
-        _check_int("context_lengths", length, positive=True)
+        check_int("plan_kv_cache", "context_lengths", length, error=PlanningError)
         if length != max_model_len and length not in extra:
             extra.append(length)
     return [max_model_len, *sorted(extra)]
@@ -181,19 +179,14 @@ def plan_kv_cache(
     context_lengths: Iterable[int] | None = None,
     max_model_len_limit: int | None = None,
 ) -> KVCachePlan:
-    """Plan every worker's KV cache (one planning pass) and report capacity, waste, the
-    alternatives and the largest ``max_model_len`` the blocks hold.
-
-    Merges the workers' specs, groups them with the platform's builder, reserves the
-    null block, turns memory (or ``num_gpu_blocks_override``) into blocks, gives every
-    worker the smallest count and checks one ``max_model_len`` request fits (``-1``:
-    the largest length that fits, at most ``max_model_len_limit``).
-    ``context_lengths`` adds concurrency points besides ``max_model_len``.
-    """
+    """Plan every worker's KV cache in one pass (the flow in docs/planning.md) and report
+    capacity, waste, the alternatives and the largest ``max_model_len`` the blocks hold
+    (``-1`` fits it, at most ``max_model_len_limit``). ``context_lengths`` adds
+    concurrency points besides ``max_model_len``."""
     specs_per_worker, available = kv_cache_specs_per_worker, available_memory_per_worker
     _check_inputs(specs_per_worker, available)
     limit = DEFAULT_MAX_MODEL_LEN_LIMIT if max_model_len_limit is None else max_model_len_limit
-    _check_int("max_model_len_limit", limit, positive=True)
+    check_int("plan_kv_cache", "max_model_len_limit", limit, error=PlanningError)
     merged = merge_worker_specs(specs_per_worker)
     KVCacheSpecRegistry.check_kv_cache_spec_registry(merged)
     merged = with_retained_tokens(merged, config.scheduler.num_lookahead_tokens)

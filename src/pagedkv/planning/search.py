@@ -151,22 +151,16 @@ def _refit(
     return tuple(out)
 
 
-def page_candidate(
-    name: str, buckets: tuple[Bucket, ...], page_bytes: int, config: EngineConfig
-) -> PageCandidate:
-    blocks = tuple(b.first.max_memory_usage_blocks(config) for b in buckets)
-    sizes: dict[int, int] = {}  # by id: refitted specs repeat the same objects
-    for spec in (s for b in buckets for s in b.specs):
-        if id(spec) not in sizes:
-            sizes[id(spec)] = spec.real_page_size_bytes
-    real = tuple(sum(sizes[id(s)] for s in b.specs) for b in buckets)
-    return PageCandidate(name, page_bytes, buckets, blocks, real)
-
-
 def _fit_all(
-    buckets: Sequence[Bucket], page_bytes: int, attention_block_size: int | None, exact: bool
-) -> tuple[Bucket, ...] | None:
-    """Refit attention-like layers first; states then take the attention block size."""
+    name: str,
+    buckets: Sequence[Bucket],
+    page_bytes: int,
+    attention_block_size: int | None,
+    config: EngineConfig,
+    exact: bool = False,
+) -> PageCandidate | None:
+    """The buckets refitted to ``page_bytes`` (None if one cannot be): attention-like
+    layers first; states then take the attention block size."""
 
     def fit_other(spec: KVCacheSpec) -> KVCacheSpec | None:
         if is_state_spec(spec):
@@ -186,7 +180,16 @@ def _fit_all(
             return spec
         return fit_page(spec, page_bytes, state_block_size=state_bs)
 
-    return _refit(fitted, fit_state)
+    refitted = _refit(fitted, fit_state)
+    if refitted is None:
+        return None
+    blocks = tuple(b.first.max_memory_usage_blocks(config) for b in refitted)
+    real_pages: dict[int, int] = {}  # by id: refitted specs repeat the same objects
+    for spec in (s for b in refitted for s in b.specs):
+        if id(spec) not in real_pages:
+            real_pages[id(spec)] = spec.real_page_size_bytes
+    real = tuple(sum(real_pages[id(s)] for s in b.specs) for b in refitted)
+    return PageCandidate(name, page_bytes, refitted, blocks, real)
 
 
 # A target page: (name, page bytes, attention block size fixed first (attention + Mamba)
@@ -232,17 +235,10 @@ def page_candidates(
             options.append(("page lcm", lcm, None, False))
     known = {page for _, page, attn_bs, _ in options if attn_bs is None}
     options += [o for o in _rigid_options(buckets) if o[1] not in known]
-    vllm = None
-    found = []
-    for name, target, attn_bs, is_vllm_page in options:
-        if is_vllm_page:
-            fitted = _fit_all(buckets, target, attn_bs, exact=True)
-            if fitted is not None:
-                vllm = page_candidate("vllm", fitted, target, config)
-        fitted = _fit_all(buckets, target, attn_bs, exact=False)
-        if fitted is not None:
-            found.append(page_candidate(name, fitted, target, config))
-    return vllm, found
+    _, vllm_page, vllm_bs, _ = next(o for o in options if o[3])
+    vllm = _fit_all("vllm", buckets, vllm_page, vllm_bs, config, exact=True)
+    found = [_fit_all(name, buckets, p, bs, config) for name, p, bs, _ in options]
+    return vllm, [c for c in found if c is not None]
 
 
 @dataclass(frozen=True)
@@ -284,26 +280,6 @@ class SearchResult(NamedTuple):
         return s.num_groups <= self.max_groups
 
 
-def _within_budget(
-    scored: list[Scored], max_groups: int | None, vllm: Scored | None, vllm_rule: bool
-) -> tuple[list[Scored], int]:
-    """The candidates the budget allows, and the budget in force (an explicit budget no
-    candidate meets is an error; the default one gives way to the fewest groups)."""
-    budget = group_budget(max_groups)
-    if vllm_rule and vllm is not None:
-        budget = max(budget, vllm.num_groups)
-    within = [s for s in scored if s.num_groups <= budget]
-    if within:
-        return within, budget
-    fewest = min(s.num_groups for s in scored)
-    if max_groups is not None:
-        raise PlanningError(
-            f"CacheConfig.max_kv_cache_groups={max_groups} cannot be met: these layers need "
-            f"at least {fewest} KV cache groups (one per kind of layer spec)"
-        )
-    return [s for s in scored if s.num_groups == fewest], fewest
-
-
 def search(
     buckets: Sequence[Bucket],
     config: EngineConfig,
@@ -329,7 +305,18 @@ def search(
             "cannot unify the page sizes of these layers: "
             + "; ".join(f"{b.first.kind} ({b.layer_names[0]}...)" for b in buckets)
         )
-    within, budget = _within_budget(scored, max_groups, vllm, vllm_rule)
+    # The budget in force; an explicit one that no candidate meets is an error, the
+    # default one gives way to the fewest groups.
+    budget = max(group_budget(max_groups), vllm.num_groups if vllm and vllm_rule else 0)
+    within = [s for s in scored if s.num_groups <= budget]
+    if not within:
+        budget = min(s.num_groups for s in scored)
+        if max_groups is not None:
+            raise PlanningError(
+                f"CacheConfig.max_kv_cache_groups={max_groups} cannot be met: these layers "
+                f"need at least {budget} KV cache groups (one per kind of layer spec)"
+            )
+        within = [s for s in scored if s.num_groups == budget]
     best = min(s.bytes_per_request for s in within)
     eligible = [s for s in within if s.bytes_per_request <= best * (1 + TOLERANCE)]
     if vllm is not None and (vllm_rule or any(s is vllm for s in eligible)):
