@@ -7,9 +7,27 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pagedkv.dtypes import canonical_dtype_name
-from pagedkv.errors import ConfigError, check_int
+from pagedkv.errors import ConfigError, PagedKVError
 
 MambaCacheMode = Literal["none", "align"]
+
+
+def check_int(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    minimum: int = 1,
+    allow_none: bool = False,
+    error: type[PagedKVError] = ConfigError,
+    alternative: str = "",
+) -> None:
+    """Raise ``error`` naming ``owner.name`` unless ``value`` is an int >= ``minimum``."""
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        want = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise error(f"{owner}.{name} must be {want}{alternative}, got {value!r}")
 
 
 def _check(part: object, *names: str, allow_none: bool = False, minimum: int = 1) -> None:

@@ -49,21 +49,3 @@ class NoFreeBlocksError(PagedKVError, ValueError):
 
 class KVCacheRuntimeError(PagedKVError, ValueError):
     """A runtime call (block pool, KV cache manager, request) got arguments it cannot accept."""
-
-
-def check_int(
-    owner: str,
-    name: str,
-    value: object,
-    *,
-    minimum: int = 1,
-    allow_none: bool = False,
-    error: type[PagedKVError] = ConfigError,
-    alternative: str = "",
-) -> None:
-    """Raise ``error`` naming ``owner.name`` unless ``value`` is an int >= ``minimum``."""
-    if value is None and allow_none:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        want = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise error(f"{owner}.{name} must be {want}{alternative}, got {value!r}")

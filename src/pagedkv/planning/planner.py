@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from pagedkv.config import EngineConfig
-from pagedkv.errors import InsufficientMemoryError, PlanningError, check_int
+from pagedkv.config import EngineConfig, check_int
+from pagedkv.errors import InsufficientMemoryError, PlanningError
 from pagedkv.planning.builder import (
     DefaultKVCacheConfigBuilder,
     KVCacheConfigBuilder,

@@ -8,8 +8,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from pagedkv.config import check_int
 from pagedkv.dtypes import canonical_dtype_name, get_kv_dtype
-from pagedkv.errors import KVCacheSpecError, RegistryError, UnknownDtypeError, check_int
+from pagedkv.errors import KVCacheSpecError, RegistryError, UnknownDtypeError
 from pagedkv.registry import KVCacheSpecRegistry
 
 if TYPE_CHECKING:
