@@ -71,41 +71,31 @@ def _import(qualname: str, module_name: str) -> ModuleType | None:
         ) from exc
 
 
-def _split(qualname: str) -> tuple[ModuleType, str, list[str], str]:
-    """The imported module, its name, the attribute path below it, the longest name tried."""
-    if ":" in qualname:
-        module_name, _, attr_path = qualname.partition(":")
-        candidates = [(module_name, attr_path)] if module_name and attr_path else []
-    else:
-        parts = qualname.split(".")
-        candidates = [
-            (".".join(parts[:end]), ".".join(parts[end:])) for end in range(len(parts) - 1, 0, -1)
-        ]
-    if not candidates or not all(p for name, _ in candidates for p in name.split(".")):
-        raise PlatformError(f"{qualname!r} is not a qualified name like 'pkg.module.Name'")
-    for module_name, attr_path in candidates:
-        module = _import(qualname, module_name)
-        if module is not None:
-            return module, module_name, attr_path.split("."), candidates[0][0]
-    raise PlatformError(f"cannot resolve {qualname!r}: module {candidates[0][0]!r} not found")
-
-
 def resolve_obj_by_qualname(qualname: str) -> Any:
     """Import ``module.path.Attr`` (``module.path:Attr.inner`` also accepted) and return it.
-
-    Nested attributes work too (``pkg.module.Outer.Inner``): the longest importable
-    module prefix is imported and the rest is looked up as attributes.
-    """
+    Nested attributes work too: the longest importable module prefix is imported and the
+    rest is looked up as attributes."""
     if not isinstance(qualname, str) or not qualname.strip():
         raise PlatformError(f"expected a qualified name like 'pkg.module.Name', got {qualname!r}")
-    obj, path, attrs, longest = _split(qualname.strip())
-    module_name = path
-    for part in attrs:
-        if not part or not hasattr(obj, part):
-            missing_module = path == module_name != longest
-            also = f" (and there is no module {longest!r})" if missing_module else ""
+    text = qualname.strip()
+    module_part, colon, attr_part = text.partition(":")
+    parts = text.replace(":", ".").split(".")
+    ends = [module_part.count(".") + 1] if colon else list(range(len(parts) - 1, 0, -1))
+    if not ends or not all(parts) or (colon and ":" in attr_part):
+        raise PlatformError(f"{text!r} is not a qualified name like 'pkg.module.Name'")
+    longest = ".".join(parts[: ends[0]])
+    for end in ends:
+        obj = _import(text, ".".join(parts[:end]))
+        if obj is not None:
+            break
+    else:
+        raise PlatformError(f"cannot resolve {text!r}: module {longest!r} not found")
+    path = module = ".".join(parts[:end])
+    for part in parts[end:]:
+        if not hasattr(obj, part):
+            also = f" (and there is no module {longest!r})" if path == module != longest else ""
             raise PlatformError(
-                f"cannot resolve {qualname!r}: {path!r} has no attribute {part!r}{also}"
+                f"cannot resolve {text!r}: {path!r} has no attribute {part!r}{also}"
             )
         obj = getattr(obj, part)
         path = f"{path}.{part}"

@@ -23,9 +23,9 @@ def cdiv(a: int, b: int) -> int:
 
 def check_fields(spec: object, *names: str, minimum: int = 1, allow_none: bool = False) -> None:
     """KVCacheSpecError naming the class and field of the first bad integer field."""
+    owner = type(spec).__name__
     for name in names:
         value = getattr(spec, name)
-        owner = type(spec).__name__
         check_int(
             owner, name, value, minimum=minimum, allow_none=allow_none, error=KVCacheSpecError
         )
