@@ -114,9 +114,6 @@ def place_groups(
     )
 
 
-# --- checking a placement ---
-
-
 class PlacedRegion(NamedTuple):
     offset: int
     block_stride: int

@@ -24,9 +24,6 @@ def gib(num_bytes: int) -> str:
     return f"{num_bytes / GiB:.2f} GiB"
 
 
-# --- workers ---
-
-
 def merge_worker_specs(
     kv_cache_specs_per_worker: Sequence[Mapping[str, KVCacheSpec]],
 ) -> dict[str, KVCacheSpec]:
@@ -81,9 +78,6 @@ def kv_tp_replicas(groups: Sequence[KVCacheGroupSpec], tensor_parallel_size: int
         for spec in group.layer_specs().values()
     }
     return math.gcd(tensor_parallel_size, *values) if values else 1
-
-
-# --- memory to blocks ---
 
 
 class RequestCost:
@@ -209,9 +203,6 @@ def fit_max_model_len(
         f"{hint}. Lower ModelConfig.max_model_len (or set it to -1 to fit automatically) "
         "or give the KV cache more memory"
     )
-
-
-# --- capacity ---
 
 
 def inner_specs(spec: KVCacheSpec) -> list[KVCacheSpec]:
