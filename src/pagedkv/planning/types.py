@@ -47,14 +47,9 @@ class KVCacheTensor:
             raise PlanningError(f"KVCacheTensor.size must be >= 0, got {self.size}")
 
     def regions(self) -> list[LayerRegion]:
+        rest = (self.block_stride, self.page_size_bytes, self.host_resident)
         return [
-            LayerRegion(
-                name,
-                self.offset + i * self.layer_stride,
-                self.block_stride,
-                self.page_size_bytes,
-                self.host_resident,
-            )
+            LayerRegion(name, self.offset + i * self.layer_stride, *rest)
             for i, name in enumerate(self.layers)
         ]
 
