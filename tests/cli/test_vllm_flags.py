@@ -184,7 +184,7 @@ def test_platform_flag_decides_the_block_sizes(
     (tmp_path / "wide32_platform.py").write_text(PLATFORM_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PAGEDKV_PLATFORM", "generic")  # restored (and reset) after the test
-    monkeypatch.setattr("pagedkv.platforms.discovery._current", None)
+    set_current_platform(None)
     try:
         flag = ["--platform", "wide32_platform.Wide32Platform"]
         assert main(["plan", *flag, "--block-size", "16"]) == 2

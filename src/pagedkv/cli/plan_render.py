@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from pagedkv.cli.common import format_bytes, format_int, stdout_console
-from pagedkv.cli.plan import PlanResult
+from pagedkv.cli.plan_request import PlanResult
 from pagedkv.errors import ConfigError
 from pagedkv.planning import plan_kv_cache
 

@@ -16,7 +16,7 @@ from pagedkv.models.layers import (
     Unit,
     shard,
 )
-from pagedkv.models.registry import find_adapter
+from pagedkv.models.lookup import find_adapter
 from pagedkv.models.source import ModelSource, bundled_models_dir, load_model_config
 from pagedkv.models.view import ConfigView, normalize_with_transformers, transformers_mode
 from pagedkv.specs import (
