@@ -105,7 +105,13 @@ def _from_directory(path: Path, text: str) -> ModelSource:
 
 
 def _from_hub(repo_id: str, revision: str | None) -> ModelSource:
-    config = fetch_config(repo_id, revision)
+    try:
+        config = fetch_config(repo_id, revision)
+    except ModelConfigError as exc:
+        name = repo_id.rsplit("/", 1)[-1]
+        if name not in list_bundled_models():
+            raise
+        raise ModelConfigError(f"{exc}; pagedkv also bundles a copy: pass {name}") from None
     checkpoint = fetch_checkpoint_info(repo_id, revision)
     return ModelSource(repo_id, _parse(config, repo_id), config, checkpoint)
 
