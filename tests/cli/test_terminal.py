@@ -51,6 +51,8 @@ def test_shell_completion_completes_commands_and_flags() -> None:
         (["plan"], ["sliding_window", "full_attention", "19.21 GiB", "131,072"]),
         (["models"], ["c4ai-command-r7b-12", "Qwen3-Next-80B-A3B-"]),
         (["gpus"], ["RTX-6000-Ada", "GH200-141GB"]),
+        (["plan", "--help"], ["--tensor-parallel-size", "--kv-cache-memory-bytes"]),
+        (["simulate", "--help"], ["--prefix-caching-hash-algo", "--num-gpu-blocks-override"]),
         (["simulate", "--num-blocks", "400", "--limit", "5", "--trace", "synthetic:5:1"],
          ["rejected (prompt >= max_model_len)", "400 x 16 tokens"]),
     ],
