@@ -154,9 +154,15 @@ BLOCK_SIZE_OPTION = typer.Option(
     callback=check_block_size,
     help=f"Tokens per block: {', '.join(map(str, VLLM_BLOCK_SIZES))} (vLLM's).",
 )
+def check_max_model_len(value: str | None) -> str | None:
+    parse_max_model_len(value)  # a bad value is a usage error while the line is read
+    return value
+
+
 MAX_MODEL_LEN_OPTION = typer.Option(
     None,
     "--max-model-len",
+    callback=check_max_model_len,
     help="Tokens per request: 32768, 32k, 32K, 1M, or -1/auto for the largest that fits "
     "(default: the model's).",
 )
