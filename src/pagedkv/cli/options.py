@@ -154,6 +154,8 @@ BLOCK_SIZE_OPTION = typer.Option(
     callback=check_block_size,
     help=f"Tokens per block: {', '.join(map(str, VLLM_BLOCK_SIZES))} (vLLM's).",
 )
+
+
 def check_max_model_len(value: str | None) -> str | None:
     parse_max_model_len(value)  # a bad value is a usage error while the line is read
     return value
