@@ -126,7 +126,13 @@ def simulate_command(
     num_blocks: int | None = typer.Option(
         None, "--num-blocks", "--num-gpu-blocks-override", min=2, help="KV cache blocks."
     ),
-    max_num_seqs: int = typer.Option(64, "--max-num-seqs", min=1, help="Running requests cap."),
+    max_num_seqs: int = typer.Option(
+        64,
+        "--max-num-seqs",
+        min=1,
+        help="Running requests cap (default: the vLLM peer replay's 64, which the "
+        "benchmarks compare against; vllm serve uses 1024 on a >= 70 GiB GPU).",
+    ),
     max_num_batched_tokens: int = typer.Option(
         8192, "--max-num-batched-tokens", min=1, help="Token budget per step."
     ),
