@@ -9,7 +9,7 @@ bytes per block and builds in milliseconds. The order of free blocks is the
 wait in ``_dups[group_id][block_hash]`` and are promoted when the first goes.
 
 Transactions: between ``begin`` and ``commit`` every change is journaled (``("pop",
-blocks, evicted, token)``, ``("touch", [(block, token)])``, ``("cache", blocks)`` and the
+blocks, evicted, token)``, ``("touch", blocks, revived, tokens)``, ``("cache", blocks)`` and the
 managers' ``("call", undo, args)``, see ``record``); ``rollback`` undoes them newest
 first, so the free blocks and their order, the references, the hash map and the tables
 are exactly as at ``begin``.
@@ -145,19 +145,19 @@ class BlockPool:
             self._journal.append(("pop", blocks, evicted, token))
         return blocks
 
-    def touch(self, blocks: Iterable[int]) -> None:
+    def touch(self, blocks: Sequence[int]) -> None:
         """Take one more reference on each (non-null) block; free ones leave the queue."""
         ref = self.ref_cnt
-        remove = self.queue.remove
-        touched = []
-        for block in blocks:
-            if block:
-                touched.append((block, remove(block) if ref[block] == 0 else None))
-                ref[block] += 1
-                if self._queue_hits:
-                    self.queue.hit(block)
+        touched = [block for block in blocks if block]
+        freed = [block for block in touched if ref[block] == 0]
+        tokens = self.queue.remove_many(freed) if freed else []
+        for block in touched:
+            ref[block] += 1
+        if self._queue_hits:
+            for block in touched:
+                self.queue.hit(block)
         if self._journal is not None:
-            self._journal.append(("touch", touched))
+            self._journal.append(("touch", touched, freed, tokens))
 
     def free_blocks(
         self, ordered_blocks: Iterable[int], priority: int = 0, evict_first: bool = False
@@ -175,7 +175,10 @@ class BlockPool:
                 count = ref[block] - 1
                 ref[block] = count
                 if count == 0:
-                    (cached if caching and hashes[block] is not None else uncached).append(block)
+                    if caching and hashes[block] is not None:
+                        cached.append(block)
+                    else:
+                        uncached.append(block)
         if uncached:
             self.queue.push_uncached(uncached, priority)
         if cached:
@@ -329,10 +332,10 @@ class BlockPool:
                     self.ref_cnt[block] = 0
                 self.queue.unpop(entry[1], entry[3])
             elif kind == "touch":
-                for block, token in reversed(entry[1]):
+                for block in entry[1]:
                     self.ref_cnt[block] -= 1
-                    if token is not None:
-                        self.queue.reinsert(block, token)
+                for block, token in zip(reversed(entry[2]), reversed(entry[3])):
+                    self.queue.reinsert(block, token)
             elif kind == "call":
                 entry[1](*entry[2])
             else:  # "cache"

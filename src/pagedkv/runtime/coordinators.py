@@ -100,7 +100,7 @@ class KVCacheCoordinator:
         groups = [SpecGroup(spec, tuple(ids), cls) for (spec, cls), ids in by_key.items()]
         # Stable sort: downward-closed kinds first, otherwise in group order.
         self.spec_groups = sorted(groups, key=lambda g: not g.manager_cls.downward_closed_hits)
-        self._one_pass = len(self.spec_groups) == 1 or (
+        self._one_pass = (
             len(self.spec_groups) == 2 and self.spec_groups[0].manager_cls.downward_closed_hits
         )
 
@@ -110,20 +110,28 @@ class KVCacheCoordinator:
         """Hit blocks per group, the hit length in tokens (valid for every group) and the
         longest prefix some group had cached (> hit when another group cut it short)."""
         lists: list[list[int]] = [[] for _ in self.managers]
-        if not self.spec_groups:
-            return lists, 0, 0
+        if len(self.spec_groups) <= 1:  # no caching, or one kind: its search is the answer
+            if not self.spec_groups:
+                return lists, 0, 0
+            sg = self.spec_groups[0]
+            found, hit = sg.manager_cls.find_longest_cache_hit(
+                HitQuery(
+                    block_hashes,
+                    max_length,
+                    sg.group_ids,
+                    self.block_pool,
+                    sg.spec,
+                    self.alignment_tokens,
+                    self.hash_block_size,
+                )
+            )
+            for gid, blocks in zip(sg.group_ids, found):
+                lists[gid] = blocks
+            return lists, hit, hit
         candidate = max_length
         longest = 0
         searched_once: dict[int, int] = {}
-        query = HitQuery(
-            block_hashes,
-            max_length,
-            (),
-            self.block_pool,
-            self.spec_groups[0].spec,
-            self.alignment_tokens,
-            self.hash_block_size,
-        )
+        pool, align, hash_bs = self.block_pool, self.alignment_tokens, self.hash_block_size
         while True:
             current = candidate
             for index, sg in enumerate(self.spec_groups):
@@ -131,7 +139,7 @@ class KVCacheCoordinator:
                     current = min(current, searched_once[index])
                     continue
                 found, hit = sg.manager_cls.find_longest_cache_hit(
-                    query._replace(max_length=current, group_ids=sg.group_ids, spec=sg.spec)
+                    HitQuery(block_hashes, current, sg.group_ids, pool, sg.spec, align, hash_bs)
                 )
                 for gid, blocks in zip(sg.group_ids, found):
                     lists[gid] = blocks
