@@ -332,8 +332,10 @@ class BlockPool:
                     self.ref_cnt[block] = 0
                 self.queue.unpop(entry[1], entry[3])
             elif kind == "touch":
-                for block in entry[1]:
+                for block in reversed(entry[1]):
                     self.ref_cnt[block] -= 1
+                    if self._queue_hits:
+                        self.queue.unhit(block)
                 for block, token in zip(reversed(entry[2]), reversed(entry[3])):
                     self.queue.reinsert(block, token)
             elif kind == "call":

@@ -15,7 +15,7 @@ vLLM 0.33's order and the default. The pool calls, and only these:
 * ``remove(block)`` (``remove_many(blocks)`` per touch): a cache hit revives a free cached
   block; returns a position token;
 * ``hit(block)``: a cache hit on any block, called only if ``wants_hits`` (LRU does not
-  pay for it on the hot path);
+  pay for it on the hot path; ``unhit`` undoes it);
 * ``order()``: every free block, head first (tests and tools).
 
 Undo: while an allocation is open the pool journals each ``pop`` and ``remove``. A
@@ -74,6 +74,9 @@ class FreeQueue(ABC):
 
     def hit(self, block: int) -> None:  # noqa: B027 - optional hook
         """A cache hit on ``block`` (free or in use); called only if ``wants_hits``."""
+
+    def unhit(self, block: int) -> None:  # noqa: B027 - optional hook
+        """Undo of ``hit`` (a rolled-back allocation); called only if ``wants_hits``."""
 
     @abstractmethod
     def order(self) -> list[int]:
