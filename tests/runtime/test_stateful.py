@@ -49,6 +49,7 @@ class KVCacheMachine(RuleBasedStateMachine):
     num_blocks = 40
     encoder_tokens = 0  # > 0 for encoder-decoder layouts (cross attention)
     enable_events = False  # True: evictions are checked against BlockRemoved events
+    retention = "vllm"
 
     def __init__(self) -> None:
         super().__init__()
@@ -57,6 +58,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             num_blocks=self.num_blocks,
             max_model_len=MAX_MODEL_LEN,
             enable_events=self.enable_events,
+            retention=self.retention,
         )
         self.num_removed = 0
         self.waiting: list[Request] = []
@@ -300,11 +302,13 @@ def machine(
     specs: Callable[[], Sequence[KVCacheSpec]],
     encoder_tokens: int = 0,
     enable_events: bool = False,
+    retention: str = "vllm",
 ) -> type:
     attrs = {
         "specs": staticmethod(specs),
         "encoder_tokens": encoder_tokens,
         "enable_events": enable_events,
+        "retention": retention,
     }
     return type(name, (KVCacheMachine,), attrs)
 
@@ -323,6 +327,9 @@ EncoderDecoderMachine = machine("EncoderDecoderMachine", lambda: [full(), cross(
 EventsHybridMachine = machine(
     "EventsHybridMachine", lambda: [full(), swa(8), swa(8)], enable_events=True
 )
+DenseHybridMachine = machine(
+    "DenseHybridMachine", lambda: [full(), swa(8), mamba()], retention="dense"
+)
 
 TestFull = FullMachine.TestCase
 TestSlidingWindow = SlidingWindowMachine.TestCase
@@ -334,6 +341,7 @@ TestMixedBlockHybrid = MixedBlockHybridMachine.TestCase
 TestEncoderDecoder = EncoderDecoderMachine.TestCase
 TestSharedWindow = SharedWindowMachine.TestCase
 TestEventsHybrid = EventsHybridMachine.TestCase
+TestDenseHybrid = DenseHybridMachine.TestCase
 for _case in (
     TestFull,
     TestSlidingWindow,
@@ -345,5 +353,6 @@ for _case in (
     TestEncoderDecoder,
     TestSharedWindow,
     TestEventsHybrid,
+    TestDenseHybrid,
 ):
     _case.settings = SETTINGS
