@@ -91,7 +91,7 @@ def test_unknown_lists_close_matches() -> None:
 def _fake_torch(monkeypatch: pytest.MonkeyPatch, available: bool) -> None:
     cuda = types.SimpleNamespace(
         is_available=lambda: available,
-        mem_get_info=lambda device: (70 * 2**30, 80 * 2**30),
+        mem_get_info=lambda device: ((70 - device) * 2**30, 80 * 2**30),
         get_device_name=lambda device: "NVIDIA H100 80GB HBM3",
     )
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
@@ -103,6 +103,8 @@ def test_local_reads_free_memory_through_torch(monkeypatch: pytest.MonkeyPatch) 
     assert gpu.vendor == LOCAL and gpu.name == "NVIDIA H100 80GB HBM3"
     assert gpu.planning_memory_bytes == 70 * 2**30 and gpu.memory_bytes == 80 * 2**30
     assert gpu.planning_memory_source == "free memory now (torch)"
+    second = get_gpu("local:1")
+    assert second.variant == "cuda:1" and second.planning_memory_bytes == 69 * 2**30
 
 
 def test_local_without_a_device_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,7 +43,7 @@ def plan_command(
         DEFAULT_MODEL, help="Hugging Face model id, bundled model name, directory or config.json."
     ),
     gpu: str | None = typer.Option(
-        None, "--gpu", help=f"GPU from `pagedkv gpus`, or local (default {DEFAULT_GPU})."
+        None, "--gpu", help=f"GPU from `pagedkv gpus`, or local[:N] (default {DEFAULT_GPU})."
     ),
     memory: str | None = typer.Option(None, "--memory", help="Device memory, e.g. 80GiB."),
     gpu_memory_utilization: float = typer.Option(

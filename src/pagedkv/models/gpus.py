@@ -98,14 +98,16 @@ def _names() -> dict[str, tuple[str, ...]]:
 
 
 def get_gpu(name: str) -> GPU:
-    """A GPU by its name or an unambiguous alias (``H200``, ``h100 nvl``), or ``local``.
+    """A GPU by its name or an unambiguous alias (``H200``, ``h100 nvl``), or ``local``
+    (``local:N`` for device N).
 
     Spelling is loose (case, spaces, dashes), matching is not: an alias several entries
     share (``H100``) or an unknown name is an error listing the candidates; nothing is
     guessed from a prefix.
     """
-    if _key(name) == LOCAL:
-        return local_gpu()
+    local = re.fullmatch(rf"{LOCAL}(?::(\d+))?", _key(name))
+    if local:
+        return local_gpu(int(local.group(1) or 0))
     table = _table()
     entries = _names().get(_key(name), ())
     if len(entries) == 1:
