@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import typer
@@ -47,7 +48,8 @@ def models_command(
 def gpus_command(
     json_output: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
-    """List the bundled GPU table (memory the plans use, bandwidth, confidence)."""
+    """List the bundled GPU table (memory the plans use, bandwidth, aliases); --json adds
+    memory type, confidence and the rest."""
     gpus = list_gpus()
     if json_output:
         print(
@@ -57,18 +59,20 @@ def gpus_command(
             )
         )
         return
-    table = Table(title="Bundled GPUs")
-    for column in ("gpu", "memory", "plans use", "bandwidth", "type", "confidence"):
-        table.add_column(
-            column, justify="right" if column in ("memory", "plans use", "bandwidth") else "left"
-        )
+    table = Table(title="Bundled GPUs (`--gpu` takes a name or an alias)")
+    table.add_column("gpu", no_wrap=True)
+    for column in ("memory", "plans use", "bandwidth"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("aliases", overflow="fold")
+    shared = Counter(alias for g in gpus for alias in g.aliases)
     for g in gpus:
+        aliases = [f"{a}*" if shared[a] > 1 else a for a in g.aliases]
         table.add_row(
             g.name,
             f"{g.memory_bytes / 1e9:g} GB",
             format_bytes(g.planning_memory_bytes),
             f"{g.bandwidth_bytes_per_s / 1e12:.2f} TB/s" if g.bandwidth_bytes_per_s else "-",
-            g.memory_type,
-            g.confidence,
+            ", ".join(aliases),
         )
+    table.caption = "* shared by several entries: ambiguous, `--gpu` asks you to pick one"
     stdout_console().print(table)
