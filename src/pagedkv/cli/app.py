@@ -52,10 +52,10 @@ def _root(
     """Plan and inspect the paged KV cache of LLM inference engines."""
 
 
-app.command("plan")(plan_command)
-app.command("simulate")(simulate_command)
-app.command("models")(models_command)
-app.command("gpus")(gpus_command)
+app.command("plan", short_help="Plan a model's KV cache on a GPU.")(plan_command)
+app.command("simulate", short_help="Replay a trace through the KV cache.")(simulate_command)
+app.command("models", short_help="List the bundled model configs.")(models_command)
+app.command("gpus", short_help="List the GPU table and its aliases.")(gpus_command)
 
 
 def _usage_line(exc: UsageError) -> str:
