@@ -45,6 +45,19 @@ def test_safetensors_index_gives_params_and_weight_bytes(cache: Path) -> None:
     assert estimate_weight_bytes(layout, 2) == 16_060_522_496 // 2
 
 
+def test_params_from_the_index_size_when_it_states_no_count(cache: Path) -> None:
+    size_only = {"metadata": {"total_size": 16_060_522_496}}
+    add_repo(cache, "acme/bf16", {"config.json": LLAMA, "model.safetensors.index.json": size_only})
+    assert describe_model("acme/bf16").num_params == 16_060_522_496 // 2  # bfloat16
+    quantized = {**LLAMA, "quantization_config": {"quant_method": "fp8"}}
+    add_repo(
+        cache, "acme/fp8", {"config.json": quantized, "model.safetensors.index.json": size_only}
+    )
+    layout = describe_model("acme/fp8")
+    assert layout.num_params == layout.config_params  # bytes per parameter unknown
+    assert estimate_weight_bytes(layout) == 16_060_522_496
+
+
 def test_revision_picks_a_snapshot(cache: Path) -> None:
     add_repo(cache, "acme/model", {"config.json": LLAMA})
     other = {**LLAMA, "num_hidden_layers": 16}
