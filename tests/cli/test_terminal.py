@@ -167,3 +167,18 @@ def test_plot_library_calls_return_figures_without_a_global_backend() -> None:
     sweep = sweep_figure(points, title="t", block_size=16)
     assert fig.axes and sweep.axes
     assert matplotlib.get_backend() == backend
+
+
+def test_summary_takes_an_extensions_rows_after_the_hit_rates() -> None:
+    from pagedkv.cli.simulate_render import summary_table
+    from pagedkv.sim.bundled import load_trace
+    from pagedkv.sim.engine import engine_from_model
+    from pagedkv.sim.run import simulate
+
+    result = simulate(engine_from_model("Llama-3.1-8B", num_blocks=300), load_trace("synthetic:3"))
+    names = list(summary_table(result, [("host-tier hits", "5")]).columns[0].cells)
+    at = names.index("host-tier hits")
+    assert (
+        names[at - 1] == "hit rate (requests with a hit)"
+        and len(names) == len(result.summary_rows()) + 1
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
@@ -30,11 +31,15 @@ def _rate(value: float) -> str:
     return f"{100 * value:.2f} %"
 
 
-def summary_table(result: Any) -> Table:
+def summary_table(result: Any, extra_rows: Sequence[tuple[str, str]] = ()) -> Table:
+    """The replay's summary; ``extra_rows`` (an extension's own figures) follow the hit
+    rates."""
     table = Table(title=f"{result.model} on {result.trace}", show_header=False)
     table.add_column(style="bold", overflow="fold")
     table.add_column(justify="right", overflow="fold")
-    for name, value in result.summary_rows():
+    rows = result.summary_rows()
+    after = next((i + 1 for i, (name, _) in enumerate(rows) if name.startswith("hit rate (r")), 0)
+    for name, value in [*rows[:after], *extra_rows, *rows[after:]]:
         table.add_row(name, value)
     return table
 
@@ -55,9 +60,9 @@ def sweep_table(points: list[Any], block_size: int) -> Table:
     return table
 
 
-def print_summary(result: Any, trace: Any) -> None:
+def print_summary(result: Any, trace: Any, extra_rows: Sequence[tuple[str, str]] = ()) -> None:
     console = stdout_console()
-    console.print(summary_table(result))
+    console.print(summary_table(result, extra_rows))
     for note in notes(result, trace):
         console.print(f"note: {note}")
 
