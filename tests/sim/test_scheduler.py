@@ -165,10 +165,56 @@ def test_mamba_align_mode_cuts_prefill_chunks_at_block_boundaries(tmp_path):
     assert _run(plain, trace, **tight).steps == 4
     res = _run(hybrid, trace, **tight)
     assert res.steps == 5 and res.requests_done == 1
-    # 17 tokens in chunks of 9: plain 9 + 8; aligned 8 (cut to a boundary) + 9 (the end)
+    # 17 tokens in chunks of 9: plain 9 + 8; aligned 8 (cut to a boundary), 8 (stops at
+    # 16, the last boundary before the final token), 1
     longer = make_trace((((1, 17),), 1))
-    for engine, expected in ((plain, ["9", "8"]), (hybrid, ["8", "9"])):
+    for engine, expected in ((plain, ["9", "8"]), (hybrid, ["8", "8", "1"])):
         path = tmp_path / "steps.csv"
         engine.simulator(SchedulerSettings(max_prefill_chunk=9)).run(longer, steps_path=str(path))
         rows = [line.split(",") for line in path.read_text().splitlines()[1:]]
         assert [row[4] for row in rows] == expected
+
+
+class _AdmissionRecorder:
+    """The real manager, recording ``has_scheduled_reqs`` of every admission."""
+
+    def __init__(self, manager):
+        self._manager = manager
+        self.has_scheduled = []
+
+    def __getattr__(self, name):
+        return getattr(self._manager, name)
+
+    def allocate_slots(
+        self,
+        request,
+        num_new_tokens,
+        num_new_computed_tokens=0,
+        new_computed_blocks=None,
+        *,
+        full_sequence_must_fit=False,
+        has_scheduled_reqs=True,
+    ):
+        if full_sequence_must_fit:
+            self.has_scheduled.append(has_scheduled_reqs)
+        return self._manager.allocate_slots(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            full_sequence_must_fit=full_sequence_must_fit,
+            has_scheduled_reqs=has_scheduled_reqs,
+        )
+
+
+def test_admission_tells_the_manager_whether_anything_runs():
+    # as vLLM's scheduler: has_scheduled_reqs = bool(running) (the watermark applies only
+    # then). K=2. Step 1 admits R0 (nothing runs) and R1 (R0 runs); R0 finishes in step 1.
+    # Step 2 admits R2 while R1 decodes.
+    trace = make_trace((((1, 4),), 1), (((2, 4),), 2), (((3, 4),), 1))
+    sim = make_engine(64).simulator(SchedulerSettings(max_num_seqs=2))
+    recorder = _AdmissionRecorder(sim.mgr)
+    sim.mgr = recorder
+    res = sim.run(trace)
+    assert recorder.has_scheduled == [False, True, True]
+    assert res.requests_done == 3 and res.steps == 2
