@@ -180,10 +180,13 @@ class _AdmissionRecorder:
 
     def __init__(self, manager):
         self._manager = manager
-        self.has_scheduled = []
+        self.seen = []
 
     def __getattr__(self, name):
         return getattr(self._manager, name)
+
+    def _record(self, request, has_scheduled_reqs):
+        return has_scheduled_reqs
 
     def allocate_slots(
         self,
@@ -196,7 +199,7 @@ class _AdmissionRecorder:
         has_scheduled_reqs=True,
     ):
         if full_sequence_must_fit:
-            self.has_scheduled.append(has_scheduled_reqs)
+            self.seen.append(self._record(request, has_scheduled_reqs))
         return self._manager.allocate_slots(
             request,
             num_new_tokens,
@@ -216,5 +219,27 @@ def test_admission_tells_the_manager_whether_anything_runs():
     recorder = _AdmissionRecorder(sim.mgr)
     sim.mgr = recorder
     res = sim.run(trace)
-    assert recorder.has_scheduled == [False, True, True]
+    assert recorder.seen == [False, True, True]
     assert res.requests_done == 3 and res.steps == 2
+
+
+class _BoundaryReturning(_AdmissionRecorder):
+    """A vLLM-style manager: the lookup returns the shared-prefix boundary as a third
+    value and leaves storing it on the request to the scheduler."""
+
+    def get_computed_blocks(self, request):
+        blocks, num_hit = self._manager.get_computed_blocks(request)[:2]
+        request.shared_prefix_boundary = 0
+        return blocks, num_hit, 8
+
+    def _record(self, request, has_scheduled_reqs):
+        return request.shared_prefix_boundary
+
+
+def test_a_boundary_returned_by_the_lookup_is_kept_on_the_request():
+    # Mamba align mode reads the junction from the request (vLLM's Scheduler stores it)
+    sim = make_engine(64).simulator(SchedulerSettings())
+    recorder = _BoundaryReturning(sim.mgr)
+    sim.mgr = recorder
+    res = sim.run(make_trace((((1, 12),), 1)))
+    assert recorder.seen == [8] and res.requests_done == 1

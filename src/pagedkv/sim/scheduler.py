@@ -248,6 +248,8 @@ class Scheduler:
             self.mgr_s += perf() - t0
             self.calls["get_computed_blocks"] += 1
             hit_blocks, num_hit = found[0], found[1]
+            if len(found) > 2:  # vLLM's manager returns the boundary for the caller to keep
+                req.shared_prefix_boundary = found[2]
             num_new = min(req.num_tokens - num_hit, chunk, budget)
             if self.align_block_size:
                 num_new = self._chunk(req, num_new, num_hit)
