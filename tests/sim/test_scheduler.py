@@ -125,6 +125,18 @@ def test_hybrid_sliding_window_frees_out_of_window_blocks_and_hits():
     assert full_only.hit_tokens == 32
 
 
+def test_dense_retention_keeps_every_window_block():
+    # the trace above with pagedkv's opt-in dense retention: R0's window blocks all stay
+    # cached, so R1 hits 32 tokens and needs 9 full + 2 window blocks (8, and the cached
+    # 7 it hit) = 11 at its peak; the choice survives re-planning for another block count
+    trace = make_trace((((1, 32),), 1), (((1, 32), (2, 4)), 1))
+    dense = dataclasses.replace(make_engine(64, window=4), retention="dense")
+    res = _run(dense, trace, max_num_seqs=1, max_prefill_chunk=8)
+    assert (res.hit_tokens, res.peak_used_blocks, res.retention) == (32, 11, "dense")
+    assert dense.with_num_blocks(32).simulator().mgr.retention == "dense"
+    assert _run(make_engine(64, window=4), trace).retention == "vllm"
+
+
 def test_timestamp_arrivals_wait_for_the_clock():
     trace = make_trace((((1, 4),), 1), (((2, 4),), 1))
     trace = trace._replace(

@@ -98,6 +98,8 @@ def _summary(result: Any) -> None:
     ]
     if result.evictions is not None:
         rows.insert(7, ("evictions", format_int(result.evictions)))
+    if result.retention is not None:
+        rows.insert(1, ("prefix-cache retention", result.retention))
     for name, value in rows:
         table.add_row(name, value)
     stdout_console().print(table)
@@ -155,6 +157,12 @@ def simulate_command(
     hash_algo: str = typer.Option(
         "builtin", "--hash-algo", help="builtin (fast), xxhash128 or sha256_cbor."
     ),
+    retention: str = typer.Option(
+        "vllm",
+        "--retention",
+        help="vllm (vLLM 0.33: window/Mamba blocks cached only where a hit needs them) "
+        "or dense (every full block cached, out-of-window blocks evicted first).",
+    ),
     json_output: bool = JSON_OPTION,
     bound: bool = typer.Option(False, "--bound", help="Also the clairvoyant (Belady) bound."),
     sweep: bool = typer.Option(
@@ -175,6 +183,8 @@ def simulate_command(
 
     if arrivals not in ("all", "timestamp"):
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
+    if retention not in ("vllm", "dense"):
+        raise ConfigError(f"--retention must be 'vllm' or 'dense', got {retention!r}")
     if plot is not None and not sweep:
         raise ConfigError("--plot draws the --sweep; add --sweep")
     settings = SchedulerSettings(
@@ -190,7 +200,9 @@ def simulate_command(
         "block_size": block_size,
         "max_model_len": max_model_len,
     }
-    engine = dataclasses.replace(_engine(model, gpu, num_blocks, opts), hash_algo=hash_algo)
+    engine = dataclasses.replace(
+        _engine(model, gpu, num_blocks, opts), hash_algo=hash_algo, retention=retention
+    )
     show = sys.stderr.isatty()
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show)

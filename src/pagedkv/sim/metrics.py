@@ -53,6 +53,7 @@ class SimResult:
     wall_seconds: float
     settings: dict[str, Any] = field(default_factory=dict)
     bound_hit_tokens: int | None = None
+    retention: str | None = None  # the manager's retention policy, if it has one
 
     @property
     def usable_blocks(self) -> int:
