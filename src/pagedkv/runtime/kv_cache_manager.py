@@ -14,6 +14,7 @@ from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import BlockHasher
 from pagedkv.runtime.managers.base import RETENTION_POLICIES, SingleTypeKVCacheManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
+from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
 
@@ -105,16 +106,13 @@ class KVCacheManager:
         self._skipping = [m for m in self.managers if m.skips_tokens]
         self._caching = [m for m in self.managers if m.enable_caching]
         self._cross = [isinstance(m, CrossAttentionManager) for m in self.managers]
-        # If every kind grows a running request's table plainly: what the fast path of
-        # allocate_slots reads per group.
-        base = SingleTypeKVCacheManager
-        plain = all(
-            type(m).allocate_new_blocks is base.allocate_new_blocks
-            and type(m).get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
-            for m in self.managers
-        )
+        plain = all(plain_growth(m) for m in self.managers)
+        # The fast path reads "no group needs a block and no block became full" off the
+        # tables when every kind's table ends at cdiv(tokens, block_size) entries (plain
+        # kinds and Mamba); only when all grow plainly does it also allocate itself.
+        self._fast_alloc = plain
         self._growth = None
-        if plain:
+        if all(plain_growth(m) or isinstance(m, MambaManager) for m in self.managers):
             self._growth = [
                 (m.block_size, m.req_to_blocks, m.num_cached_block, cross)
                 for m, cross in zip(self.managers, self._cross)
@@ -282,8 +280,7 @@ class KVCacheManager:
                 for m in self._skipping:
                     m.remove_skipped_blocks(request_id, total_computed)
             if self._growth is not None:
-                # Fast path (bench_hot_path: most decode steps change nothing): every kind
-                # grows plainly, by cdiv(tokens, block_size) - len(table) blocks.
+                # Fast path (bench_hot_path: most decode steps change nothing).
                 cache = self.enable_caching and not delay_cache_blocks
                 cache_tokens = len(request.all_token_ids) if cache else 0
                 if num_main < cache_tokens:
@@ -302,11 +299,12 @@ class KVCacheManager:
                         work = True
                 if not work:
                     return self._empty
-                if needed > pool.num_free_blocks:
-                    return None
-                return self._transaction(
-                    request, None, 0, num_slots, num_main, num_encoder_tokens, cache
-                )
+                if self._fast_alloc:
+                    if needed > pool.num_free_blocks:
+                        return None
+                    return self._transaction(
+                        request, None, 0, num_slots, num_main, num_encoder_tokens, cache
+                    )
         needed = self._num_blocks_needed(
             request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
         )
@@ -467,3 +465,13 @@ class KVCacheManager:
             f"KVCacheManager(groups=[{kinds}], num_blocks={self.block_pool.num_blocks}, "
             f"caching={self.enable_caching})"
         )
+
+
+def plain_growth(manager: SingleTypeKVCacheManager) -> bool:
+    """Whether the kind grows a table by cdiv(tokens, block_size) - len(table) new blocks."""
+    base = SingleTypeKVCacheManager
+    kind = type(manager)
+    return (
+        kind.allocate_new_blocks is base.allocate_new_blocks
+        and kind.get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
+    )
