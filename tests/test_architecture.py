@@ -39,9 +39,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tensors": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "distributed"},
     "distributed": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "tensors"},
     "sim": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "models"},
+    # hf (extension): transformers models running on the plan, blocks and tensors.
+    "hf": BOTTOM | {"registry", "specs", "planning", "runtime", "models", "tensors"},
     "cli": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}
-    | {"distributed", "sim", "bootstrap", "pagedkv"},
+    | {"distributed", "sim", "bootstrap", "pagedkv", "hf"},
     # the package root is the public facade: it may re-export every layer.
     "pagedkv": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}
@@ -58,9 +60,9 @@ LAZY_ONLY = {("pagedkv.bootstrap", "pagedkv.runtime.builtins")}
 
 # Heavy third-party packages: where they may be imported, and whether only lazily.
 HEAVY: dict[str, tuple[frozenset[str], bool]] = {
-    "torch": (frozenset({"tensors", "distributed"}), False),
+    "torch": (frozenset({"tensors", "distributed", "hf"}), False),
     "numpy": (frozenset({"tensors", "distributed"}), False),
-    "transformers": (frozenset({"models"}), True),
+    "transformers": (frozenset({"models", "hf"}), True),
     "matplotlib": (frozenset({"sim", "cli"}), True),
 }
 LAZY_IN = {"distributed"}  # torch in distributed.py only inside functions / TYPE_CHECKING

@@ -1,0 +1,164 @@
+"""The attention function transformers calls: write the new K/V through the slot
+mapping into pagedkv's per-layer views, then attend through the block table.
+
+Registered with ``transformers.AttentionInterface`` under :data:`ATTENTION_NAME`; a
+model built with ``attn_implementation=ATTENTION_NAME`` (or switched with
+``model.set_attn_implementation``) calls :func:`paged_attention_forward` from each of
+its attention modules, which finds the step being run through :func:`running_step`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any, NamedTuple
+
+import torch
+
+from pagedkv.errors import PagedKVError
+from pagedkv.tensors import (
+    AttentionMetadata,
+    AttentionWindow,
+    LayerView,
+    gather_kv,
+    window_for_spec,
+    write_kv,
+)
+
+ATTENTION_NAME = "pagedkv"
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+class HFIntegrationError(PagedKVError, RuntimeError):
+    """A transformers model and pagedkv's plan do not fit together."""
+
+
+class PagedStep(NamedTuple):
+    """What one forward pass reads: each decoder layer's view and each group's metadata."""
+
+    layers: Mapping[int, LayerView]
+    metadata: Mapping[int, AttentionMetadata]
+
+
+_STEP: ContextVar[PagedStep | None] = ContextVar("pagedkv_hf_step", default=None)
+
+
+@contextlib.contextmanager
+def running_step(step: PagedStep) -> Iterator[None]:
+    token = _STEP.set(step)
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+def layer_index(layer_name: str) -> int:
+    """Decoder layer index of a spec's layer name (``model.layers.3.self_attn`` -> 3)."""
+    match = _LAYER_INDEX.search(layer_name)
+    if match is None:
+        raise HFIntegrationError(f"layer {layer_name!r} has no 'layers.<index>.' in its name")
+    return int(match.group(1))
+
+
+def views_by_layer(views: Mapping[str, LayerView]) -> dict[int, LayerView]:
+    return {layer_index(name): view for name, view in views.items()}
+
+
+def current_view(module: torch.nn.Module) -> tuple[LayerView, AttentionMetadata]:
+    step = _STEP.get()
+    if step is None:
+        raise HFIntegrationError(
+            f"attn_implementation={ATTENTION_NAME!r} called outside a pagedkv step"
+        )
+    index = int(getattr(module, "layer_idx", -1))
+    view = step.layers.get(index)
+    if view is None:
+        raise HFIntegrationError(f"decoder layer {index} has no KV cache layer in the plan")
+    return view, step.metadata[view.group_id]
+
+
+def masked_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    visible: torch.Tensor,
+    scaling: float,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Query ``[H, T, D]``, key/value ``[H, S, D]`` (heads already repeated), ``visible``
+    ``[T, S]`` -> ``[T, H, Dv]``; the arithmetic of transformers' eager attention."""
+    scores = torch.matmul(query, key.transpose(1, 2)) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)
+    if sinks is not None:
+        column = sinks.reshape(-1, 1, 1).expand(-1, scores.shape[1], 1).to(scores.dtype)
+        scores = torch.cat([scores, column], dim=-1)
+        scores = scores - scores.max(dim=-1, keepdim=True).values
+        probs = scores.softmax(dim=-1, dtype=torch.float32).to(query.dtype)[..., :-1]
+    else:
+        probs = scores.softmax(dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(probs, value).transpose(0, 1)
+
+
+def attend_request(
+    view: LayerView,
+    query: torch.Tensor,
+    block_row: torch.Tensor,
+    q_pos: torch.Tensor,
+    seq_len: int,
+    window: AttentionWindow,
+    **options: Any,
+) -> torch.Tensor:
+    """One request's queries ``[T, H, D]`` over its cached keys, read through ``block_row``."""
+    first = int(window.key_start(q_pos[:1])[0])
+    k_pos = torch.arange(first, seq_len)
+    key, value = gather_kv(view, block_row, k_pos)
+    repeat = query.shape[1] // key.shape[1]
+    key = key.repeat_interleave(repeat, dim=1).transpose(0, 1).to(query.dtype)
+    value = value.repeat_interleave(repeat, dim=1).transpose(0, 1).to(query.dtype)
+    visible = (k_pos[None, :] <= q_pos[:, None]) & (
+        k_pos[None, :] >= window.key_start(q_pos)[:, None]
+    )
+    return masked_attention(query.transpose(0, 1), key, value, visible, **options)
+
+
+def paged_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention signature: ``query [1, H, T, D]``, ``key/value [1, Hk, T, D]``
+    for the step's packed new tokens -> ``[1, T, H, Dv]``."""
+    view, meta = current_view(module)
+    q = query[0].transpose(0, 1)
+    write_kv(view, meta.slot_mapping, key[0].transpose(0, 1), value[0].transpose(0, 1))
+    options = {
+        "scaling": query.shape[-1] ** -0.5 if scaling is None else scaling,
+        "softcap": kwargs.get("softcap"),
+        "sinks": getattr(module, "sinks", None),
+    }
+    window = window_for_spec(view.spec)
+    out = q.new_empty((q.shape[0], q.shape[1], value.shape[-1]))
+    starts = meta.query_start_loc.tolist()
+    for i, seq_len in enumerate(meta.seq_lens.tolist()):
+        rows = slice(starts[i], starts[i + 1])
+        out[rows] = attend_request(
+            view, q[rows], meta.block_table[i], meta.positions[rows], seq_len, window, **options
+        )
+    return out[None], None
+
+
+def register_attention() -> None:
+    """Make ``attn_implementation="pagedkv"`` known to transformers (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)

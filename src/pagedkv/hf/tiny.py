@@ -1,0 +1,151 @@
+"""A model config shrunk to a few layers and a small hidden size, with seeded weights.
+
+The layer pattern is kept: which layers are sliding, chunked, global, latent or Mamba,
+their windows, chunk sizes and state sizes (``d_state``, ``d_conv``, ``kv_lora_rank``,
+head sizes of the state). What shrinks is what does not change the cache's shape per
+token: layer count, hidden and MLP sizes, expert counts, query heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from pagedkv.errors import ModelConfigError
+
+TINY_HIDDEN = 64
+TINY_HEADS = 4
+TINY_HEAD_DIM = 16
+
+# Plain sizes that only set compute, not the cache: shrunk outright when present.
+_SIZES: dict[str, int] = {
+    "hidden_size": TINY_HIDDEN,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "intermediate_size_mlp": 128,
+    "num_local_experts": 4,
+    "num_experts": 4,
+    "n_routed_experts": 4,
+}
+_AT_MOST: dict[str, int] = {
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "num_experts_per_token": 2,
+}
+_LAYER_LISTS = (
+    "layer_types",
+    "no_rope_layers",
+    "moe_layers",
+    "layers_block_type",
+    "mlp_only_layers",
+)
+
+
+def _layer_kinds(config: Any) -> list[str]:
+    kinds = getattr(config, "layer_types", None) or getattr(config, "layers_block_type", None)
+    if kinds:
+        return [str(k) for k in kinds]
+    no_rope = getattr(config, "no_rope_layers", None)
+    if no_rope:
+        return [str(k) for k in no_rope]
+    return ["layer"] * int(config.num_hidden_layers)
+
+
+def tiny_num_layers(config: Any, minimum: int = 2) -> int:
+    """The shortest prefix of the layer pattern that holds every kind of layer."""
+    kinds = _layer_kinds(config)
+    seen: set[str] = set()
+    wanted = set(kinds)
+    for i, kind in enumerate(kinds):
+        seen.add(kind)
+        if seen == wanted:
+            return min(len(kinds), max(minimum, i + 1))
+    return min(len(kinds), minimum)
+
+
+def _shrink_heads(config: Any, changes: dict[str, Any]) -> None:
+    heads = getattr(config, "num_attention_heads", None)
+    if not heads:
+        return
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    group = max(1, heads // kv)
+    changes["num_attention_heads"] = TINY_HEADS
+    if hasattr(config, "num_key_value_heads"):
+        changes["num_key_value_heads"] = max(1, TINY_HEADS // group)
+    if getattr(config, "head_dim", None) is not None or "head_dim" in config.to_dict():
+        changes["head_dim"] = TINY_HEAD_DIM
+
+
+def tiny_changes(config: Any, *, num_layers: int | None = None) -> dict[str, Any]:
+    """The attribute changes that make ``config`` tiny (see the module docstring)."""
+    changes: dict[str, Any] = {}
+    fields = config.to_dict()
+    for name, value in _SIZES.items():
+        if fields.get(name) is not None:
+            changes[name] = value
+    for name, value in _AT_MOST.items():
+        if isinstance(fields.get(name), int):
+            changes[name] = min(fields[name], value)
+    _shrink_heads(config, changes)
+    layers = tiny_num_layers(config) if num_layers is None else num_layers
+    original = int(config.num_hidden_layers)
+    changes["num_hidden_layers"] = layers
+    for name in _LAYER_LISTS:
+        value = fields.get(name)
+        if isinstance(value, list) and len(value) == original:
+            changes[name] = value[:layers]
+    return changes
+
+
+def tiny_config(config: Any, *, num_layers: int | None = None, **overrides: Any) -> Any:
+    """A copy of a transformers config, shrunk; ``overrides`` are set last (e.g. a
+    smaller ``sliding_window`` or ``vocab_size`` for fast tests)."""
+    tiny = config.__class__.from_dict(config.to_dict())
+    changes = tiny_changes(config, num_layers=num_layers) | overrides
+    for name, value in changes.items():
+        setattr(tiny, name, value)
+    tiny.dtype = torch.float32
+    tiny.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+    return tiny
+
+
+def seeded_model(config: Any, seed: int = 0, init_std: float = 0.5) -> Any:
+    """A causal LM with random float32 weights drawn from ``seed``.
+
+    Weights are redrawn with a larger spread than transformers' init so the random
+    model's next-token choice depends strongly on the context (with tiny initial
+    weights every logit is near zero and greedy decoding repeats one token).
+    """
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    except (ValueError, KeyError) as exc:
+        raise ModelConfigError(
+            f"transformers cannot build a causal LM for model_type "
+            f"{getattr(config, 'model_type', '?')!r}: {exc}"
+        ) from None
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            _redraw(name, param, generator, init_std)
+    return model.eval()
+
+
+def _redraw(name: str, param: torch.Tensor, generator: torch.Generator, std: float) -> None:
+    if param.ndim < 2:
+        # norms, biases, per-head scalars: keep near their neutral values
+        noise = torch.randn(param.shape, generator=generator) * 0.1
+        param.copy_(param + noise.to(param.dtype))
+        return
+    scale = std / max(1.0, float(param.shape[-1]) ** 0.5)
+    param.copy_(torch.randn(param.shape, generator=generator) * scale * 4)
+
+
+def describe_changes(changes: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in changes.items() if not isinstance(v, list))
