@@ -119,6 +119,12 @@ class PagedGenerator:
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         manager = self.new_manager()
+        for i, prompt in enumerate(prompts):
+            if not prompt or len(prompt) + max_new_tokens > manager.max_model_len:
+                raise ConfigError(
+                    f"prompt {i}: {len(prompt)} tokens + max_new_tokens={max_new_tokens} must "
+                    f"be between 1 and max_model_len={manager.max_model_len} (the plan's)"
+                )
         workload = [
             WorkloadRequest(f"prompt-{i}", tuple(p), (0,) * max_new_tokens)
             for i, p in enumerate(prompts)

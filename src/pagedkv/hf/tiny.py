@@ -109,9 +109,20 @@ def tiny_config(config: Any, *, num_layers: int | None = None, **overrides: Any)
     changes = tiny_changes(config, num_layers=num_layers) | overrides
     for name, value in changes.items():
         setattr(tiny, name, value)
+    _fit_special_tokens(tiny)
     tiny.dtype = torch.float32
     tiny.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
     return tiny
+
+
+def _fit_special_tokens(config: Any) -> None:
+    """Special token ids past a shrunk vocabulary: padding becomes 0, others none."""
+    vocab = int(config.vocab_size)
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        value = getattr(config, name, None)
+        ids = value if isinstance(value, list) else [value]
+        if any(isinstance(i, int) and i >= vocab for i in ids):
+            setattr(config, name, 0 if name == "pad_token_id" else None)
 
 
 def seeded_model(config: Any, seed: int = 0, init_std: float = 0.5) -> Any:

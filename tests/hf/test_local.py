@@ -1,0 +1,40 @@
+"""Sliding-window models through pagedkv, token-identical to ``generate()``: Gemma-2
+(sliding + global, logit soft-capping), Gemma-3 (5 sliding : 1 global), Mistral (every
+layer sliding) and gpt-oss (sliding + global with attention sinks, MoE).
+
+Windows are shrunk to 32 tokens (the real ones are 4096 / 1024 / 128) so 80-token
+requests move past them; every other part of the layer pattern is the real config's.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.hf.harness import Case, assert_token_identical, run, tiny
+
+WINDOW = (("sliding_window", 32),)
+CASES = {
+    "gemma2": Case("gemma-2-9b-it", WINDOW, num_blocks=12),
+    "gemma3": Case("gemma-3-27b-it", WINDOW, num_blocks=32),
+    "mistral": Case("Mistral-7B-v0.1", WINDOW, num_blocks=6),
+    "gpt-oss": Case("gpt-oss-20b", WINDOW, num_blocks=12),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_token_identical_with_hits_preemption_and_window_frees(name: str) -> None:
+    case = CASES[name]
+    output = run(case)
+    assert_token_identical(case, output)
+    figures = output.figures
+    assert figures.num_hit_tokens >= case.prefix_tokens // 2
+    assert figures.num_preemptions >= 1
+    assert figures.num_window_null_blocks >= 1  # blocks behind the window were released
+
+
+def test_the_tiny_configs_keep_their_layer_patterns() -> None:
+    gemma3 = tiny(CASES["gemma3"]).config
+    assert gemma3.layer_types == ["sliding_attention"] * 5 + ["full_attention"]
+    gpt_oss = tiny(CASES["gpt-oss"]).config
+    assert gpt_oss.layer_types == ["sliding_attention", "full_attention"]
+    assert tiny(CASES["gemma2"]).config.attn_logit_softcapping == 50.0
