@@ -9,7 +9,6 @@ requests move past them; every other part of the layer pattern is the real confi
 from __future__ import annotations
 
 import pytest
-
 from tests.hf.harness import Case, assert_token_identical, run, tiny
 
 WINDOW = (("sliding_window", 32),)
