@@ -13,6 +13,7 @@ import typer
 
 from pagedkv.cli.catalog import gpus_command, models_command
 from pagedkv.cli.common import stderr_console
+from pagedkv.cli.generate import generate_command
 from pagedkv.cli.plan import plan_command
 from pagedkv.cli.simulate import simulate_command
 from pagedkv.errors import PagedKVError
@@ -39,6 +40,7 @@ app.command("plan")(plan_command)
 app.command("simulate")(simulate_command)
 app.command("models")(models_command)
 app.command("gpus")(gpus_command)
+app.command("generate")(generate_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

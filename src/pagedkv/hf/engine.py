@@ -41,6 +41,8 @@ from pagedkv.tensors import (
 )
 from pagedkv.tensors.workload import ScheduledChunk, WorkloadRequest
 
+DEFAULT_KV_CACHE_BYTES = 64 << 20
+
 
 @dataclass(frozen=True)
 class GenerationOutput:
@@ -60,7 +62,7 @@ def eos_token_ids(model: Any) -> frozenset[int]:
 class PagedGenerator:
     """Plan, allocate and run ``model`` on a pagedkv cache.
 
-    ``num_blocks`` (or ``kv_cache_memory_bytes``) sizes the cache; ``block_size``,
+    ``num_blocks`` or ``kv_cache_memory_bytes`` (default 64 MiB) sizes the cache; ``block_size``,
     ``max_num_batched_tokens``, ``max_num_seqs`` and ``enable_prefix_caching`` are the
     engine settings of the same names.
     """
@@ -78,6 +80,8 @@ class PagedGenerator:
         enable_prefix_caching: bool = True,
     ) -> None:
         register_attention()
+        if num_blocks is None and kv_cache_memory_bytes is None:
+            kv_cache_memory_bytes = DEFAULT_KV_CACHE_BYTES
         self.model = model
         self.config = EngineConfig.create(
             block_size=block_size,
