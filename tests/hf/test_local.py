@@ -1,9 +1,10 @@
-"""Sliding-window models through pagedkv, token-identical to ``generate()``: Gemma-2
+"""Local-attention models through pagedkv, token-identical to ``generate()``: Gemma-2
 (sliding + global, logit soft-capping), Gemma-3 (5 sliding : 1 global), Mistral (every
-layer sliding) and gpt-oss (sliding + global with attention sinks, MoE).
+layer sliding), gpt-oss (sliding + global with attention sinks, MoE) and Llama-4
+(chunked local attention on RoPE layers, global NoPE layers, MoE).
 
-Windows are shrunk to 32 tokens (the real ones are 4096 / 1024 / 128) so 80-token
-requests move past them; every other part of the layer pattern is the real config's.
+Windows and chunks are shrunk to 32 tokens (the real ones are 4096 / 1024 / 128 / 8192)
+so 80-token requests move past them; the rest of the layer pattern is the real config's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ CASES = {
     "gemma3": Case("gemma-3-27b-it", WINDOW, num_blocks=32),
     "mistral": Case("Mistral-7B-v0.1", WINDOW, num_blocks=6),
     "gpt-oss": Case("gpt-oss-20b", WINDOW, num_blocks=12),
+    "llama4": Case(
+        "Llama-4-Scout-17B-16E-Instruct-TRIMMED", (("attention_chunk_size", 32),), num_blocks=20
+    ),
 }
 
 
@@ -37,3 +41,5 @@ def test_the_tiny_configs_keep_their_layer_patterns() -> None:
     gpt_oss = tiny(CASES["gpt-oss"]).config
     assert gpt_oss.layer_types == ["sliding_attention", "full_attention"]
     assert tiny(CASES["gemma2"]).config.attn_logit_softcapping == 50.0
+    llama4 = tiny(CASES["llama4"]).config
+    assert llama4.no_rope_layers == [1, 1, 1, 0]  # three chunked RoPE layers, one global

@@ -36,10 +36,15 @@ class HFIntegrationError(PagedKVError, RuntimeError):
 
 
 class PagedStep(NamedTuple):
-    """What one forward pass reads: each decoder layer's view and each group's metadata."""
+    """What one forward pass reads: each decoder layer's view and each group's metadata.
+
+    ``gathered``: for layers whose cache returned the requests' contexts concatenated
+    (MLA latents), each request's ``(start, end)`` in the keys attention receives.
+    """
 
     layers: Mapping[int, LayerView]
     metadata: Mapping[int, AttentionMetadata]
+    gathered: dict[int, list[tuple[int, int]]]
 
 
 _STEP: ContextVar[PagedStep | None] = ContextVar("pagedkv_hf_step", default=None)
@@ -66,12 +71,17 @@ def views_by_layer(views: Mapping[str, LayerView]) -> dict[int, LayerView]:
     return {layer_index(name): view for name, view in views.items()}
 
 
-def current_view(module: torch.nn.Module) -> tuple[LayerView, AttentionMetadata]:
+def current_step() -> PagedStep:
     step = _STEP.get()
     if step is None:
         raise HFIntegrationError(
             f"attn_implementation={ATTENTION_NAME!r} called outside a pagedkv step"
         )
+    return step
+
+
+def current_view(module: torch.nn.Module) -> tuple[LayerView, AttentionMetadata]:
+    step = current_step()
     index = int(getattr(module, "layer_idx", -1))
     view = step.layers.get(index)
     if view is None:
@@ -105,18 +115,15 @@ def masked_attention(
 
 
 def attend_request(
-    view: LayerView,
     query: torch.Tensor,
-    block_row: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
     q_pos: torch.Tensor,
-    seq_len: int,
+    k_pos: torch.Tensor,
     window: AttentionWindow,
     **options: Any,
 ) -> torch.Tensor:
-    """One request's queries ``[T, H, D]`` over its cached keys, read through ``block_row``."""
-    first = int(window.key_start(q_pos[:1])[0])
-    k_pos = torch.arange(first, seq_len)
-    key, value = gather_kv(view, block_row, k_pos)
+    """One request's queries ``[T, H, D]`` over its keys/values ``[S, Hk, D]`` at ``k_pos``."""
     repeat = query.shape[1] // key.shape[1]
     key = key.repeat_interleave(repeat, dim=1).transpose(0, 1).to(query.dtype)
     value = value.repeat_interleave(repeat, dim=1).transpose(0, 1).to(query.dtype)
@@ -136,11 +143,18 @@ def paged_attention_forward(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention signature: ``query [1, H, T, D]``, ``key/value [1, Hk, T, D]``
-    for the step's packed new tokens -> ``[1, T, H, Dv]``."""
+    """transformers' attention signature: ``query [1, H, T, D]`` for the step's packed new
+    tokens, ``key/value [1, Hk, T, D]`` for the same tokens -> ``[1, T, H, Dv]``.
+
+    The new K/V is written through the slot mapping and each request's context is read
+    back through its block table; for layers whose cache already returned the requests'
+    contexts (MLA), ``key/value`` hold them and each request takes its own slice.
+    """
     view, meta = current_view(module)
+    spans = current_step().gathered.get(int(getattr(module, "layer_idx", -1)))
     q = query[0].transpose(0, 1)
-    write_kv(view, meta.slot_mapping, key[0].transpose(0, 1), value[0].transpose(0, 1))
+    if spans is None:
+        write_kv(view, meta.slot_mapping, key[0].transpose(0, 1), value[0].transpose(0, 1))
     options = {
         "scaling": query.shape[-1] ** -0.5 if scaling is None else scaling,
         "softcap": kwargs.get("softcap"),
@@ -151,9 +165,15 @@ def paged_attention_forward(
     starts = meta.query_start_loc.tolist()
     for i, seq_len in enumerate(meta.seq_lens.tolist()):
         rows = slice(starts[i], starts[i + 1])
-        out[rows] = attend_request(
-            view, q[rows], meta.block_table[i], meta.positions[rows], seq_len, window, **options
-        )
+        q_pos = meta.positions[rows]
+        if spans is None:
+            k_pos = torch.arange(int(window.key_start(q_pos[:1])[0]), seq_len)
+            k, v = gather_kv(view, meta.block_table[i], k_pos)
+        else:
+            k_pos = torch.arange(seq_len)
+            k = key[0, :, spans[i][0] : spans[i][1]].transpose(0, 1)
+            v = value[0, :, spans[i][0] : spans[i][1]].transpose(0, 1)
+        out[rows] = attend_request(q[rows], k, v, q_pos, k_pos, window, **options)
     return out[None], None
 
 

@@ -27,6 +27,7 @@ from pagedkv.hf.attention import (
     views_by_layer,
 )
 from pagedkv.hf.figures import CacheFigures, FigureCounter
+from pagedkv.hf.latent import PagedLatentCache
 from pagedkv.hf.scheduler import GenerationScheduler, reaches_end
 from pagedkv.hf.specs import dtype_name, kv_cache_specs_for
 from pagedkv.planning import KVCachePlan, plan_kv_cache
@@ -104,6 +105,8 @@ class PagedGenerator:
             gid for gid, g in enumerate(groups) if not isinstance(g.kv_cache_spec, MambaSpec)
         ]
         self.block_sizes = [groups[g].kv_cache_spec.block_size for g in self.attention_groups]
+        latent = any(v.layout == "latent" for v in self.memory.layers.values())
+        self.cache = PagedLatentCache() if latent else None
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
 
@@ -188,12 +191,13 @@ class PagedGenerator:
         ends = torch.tensor([0] + [c.num_new_tokens for c in chunks]).cumsum(0)
         sampling = [i for i, c in enumerate(chunks) if reaches_end(c)]
         rows = (ends[1:][sampling] - 1).to(torch.int64)
-        step = PagedStep(self.layers, metadata)
+        step = PagedStep(self.layers, metadata, {})
         with running_step(step):
             logits = self.model(
                 input_ids=torch.tensor([tokens]),
                 position_ids=positions[None],
-                use_cache=False,
+                cache=self.cache,
+                use_cache=self.cache is not None,
                 logits_to_keep=rows,
             ).logits[0]
         return {

@@ -77,6 +77,8 @@ def _shrink_heads(config: Any, changes: dict[str, Any]) -> None:
     changes["num_attention_heads"] = TINY_HEADS
     if hasattr(config, "num_key_value_heads"):
         changes["num_key_value_heads"] = max(1, TINY_HEADS // group)
+    if getattr(config, "kv_lora_rank", None):
+        return  # MLA: head sizes are the latent's shape, kept
     if getattr(config, "head_dim", None) is not None or "head_dim" in config.to_dict():
         changes["head_dim"] = TINY_HEAD_DIM
 
