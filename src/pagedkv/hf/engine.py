@@ -26,10 +26,11 @@ from pagedkv.hf.attention import (
     running_step,
     views_by_layer,
 )
+from pagedkv.hf.cache import PagedCache
 from pagedkv.hf.figures import CacheFigures, FigureCounter
-from pagedkv.hf.latent import PagedLatentCache
 from pagedkv.hf.scheduler import GenerationScheduler, reaches_end
 from pagedkv.hf.specs import dtype_name, kv_cache_specs_for
+from pagedkv.hf.state import StateIO, state_blocks, state_pieces
 from pagedkv.planning import KVCachePlan, plan_kv_cache
 from pagedkv.runtime import KVCacheManager
 from pagedkv.specs import MambaSpec
@@ -105,8 +106,11 @@ class PagedGenerator:
             gid for gid, g in enumerate(groups) if not isinstance(g.kv_cache_spec, MambaSpec)
         ]
         self.block_sizes = [groups[g].kv_cache_spec.block_size for g in self.attention_groups]
-        latent = any(v.layout == "latent" for v in self.memory.layers.values())
-        self.cache = PagedLatentCache() if latent else None
+        self.has_latent = any(v.layout == "latent" for v in self.memory.layers.values())
+        self.state_views = {i: v for i, v in self.layers.items() if v.layout == "state"}
+        self.state_groups = sorted({v.group_id for v in self.state_views.values()})
+        self.state_sizes = {g: groups[g].kv_cache_spec.block_size for g in self.state_groups}
+        self.state_block_size = min(self.state_sizes.values(), default=1)
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
 
@@ -174,11 +178,39 @@ class PagedGenerator:
     def run_step(
         self, chunks: list[ScheduledChunk], manager: KVCacheManager, counter: FigureCounter
     ) -> dict[str, int]:
-        """One forward pass over the packed chunks; the greedy token of each request
-        that reached its last token."""
+        """Run the step's chunks; the greedy token of each request that reached its end.
+
+        Attention-only models run every chunk in one packed pass; models with Mamba
+        layers run one pass per request, split where a state checkpoint falls.
+        """
         counter.record_step(chunks)
         if not chunks:
             return {}
+        if not self.state_views:
+            cache = PagedCache() if self.has_latent else None
+            tokens = self.forward(chunks, manager, cache)
+            sampling = [c.request.request_id for c in chunks if reaches_end(c)]
+            return dict(zip(sampling, tokens, strict=True))
+        sampled = {}
+        for chunk in chunks:
+            for piece in state_pieces(chunk, self.state_block_size):
+                ids = manager.get_block_ids(piece.request.request_id)
+                states = StateIO(self.state_views, state_blocks(piece, ids, self.state_sizes))
+                (token,) = self.forward([piece], manager, PagedCache(states), every_row=True)
+                states.save()
+            if reaches_end(chunk):
+                sampled[chunk.request.request_id] = token
+        return sampled
+
+    def forward(
+        self,
+        chunks: list[ScheduledChunk],
+        manager: KVCacheManager,
+        cache: PagedCache | None,
+        every_row: bool = False,
+    ) -> list[int]:
+        """One forward pass over the packed chunks: the greedy token after the last token
+        of each chunk that reaches its request's end (of every chunk with ``every_row``)."""
         metadata = self.metadata(chunks, manager)
         tokens = [
             t
@@ -187,19 +219,20 @@ class PagedGenerator:
                 c.num_computed_tokens : c.num_computed_tokens + c.num_new_tokens
             ]
         ]
-        positions = next(iter(metadata.values())).positions
-        ends = torch.tensor([0] + [c.num_new_tokens for c in chunks]).cumsum(0)
-        sampling = [i for i, c in enumerate(chunks) if reaches_end(c)]
-        rows = (ends[1:][sampling] - 1).to(torch.int64)
-        step = PagedStep(self.layers, metadata, {})
-        with running_step(step):
+        positions = torch.cat(
+            [
+                torch.arange(c.num_computed_tokens, c.num_computed_tokens + c.num_new_tokens)
+                for c in chunks
+            ]
+        )
+        ends = torch.tensor([c.num_new_tokens for c in chunks]).cumsum(0) - 1
+        keep = [i for i, c in enumerate(chunks) if every_row or reaches_end(c)]
+        with running_step(PagedStep(self.layers, metadata, {})):
             logits = self.model(
                 input_ids=torch.tensor([tokens]),
                 position_ids=positions[None],
-                cache=self.cache,
-                use_cache=self.cache is not None,
-                logits_to_keep=rows,
+                cache=cache,
+                use_cache=cache is not None,
+                logits_to_keep=ends[keep],
             ).logits[0]
-        return {
-            chunks[i].request.request_id: int(logits[j].argmax()) for j, i in enumerate(sampling)
-        }
+        return [int(t) for t in logits.argmax(dim=-1)]

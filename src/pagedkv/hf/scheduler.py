@@ -9,9 +9,14 @@ from dataclasses import dataclass, field
 from pagedkv.tensors.workload import MiniScheduler, ScheduledChunk
 
 
+def end_of(chunk: ScheduledChunk) -> int:
+    """Tokens the chunk's request has computed once the chunk ran."""
+    return chunk.num_computed_tokens + chunk.num_new_tokens
+
+
 def reaches_end(chunk: ScheduledChunk) -> bool:
     """Whether the chunk computes its request's last token (the request then samples)."""
-    return chunk.num_computed_tokens + chunk.num_new_tokens == chunk.request.num_tokens
+    return end_of(chunk) == chunk.request.num_tokens
 
 
 @dataclass

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pagedkv.config import EngineConfig
 from pagedkv.models import get_kv_cache_specs
 from pagedkv.models.source import ModelSource
-from pagedkv.specs import KVCacheSpec
+from pagedkv.specs import KVCacheSpec, MambaSpec
 
 
 def dtype_name(model: Any) -> str:
@@ -16,10 +17,20 @@ def dtype_name(model: Any) -> str:
 
 
 def kv_cache_specs_for(model: Any, config: EngineConfig) -> dict[str, KVCacheSpec]:
-    """``{layer name: spec}`` from pagedkv's adapter for the model's config (one worker),
-    every cache tensor in the dtype the model computes in."""
+    """``{layer name: spec}`` from pagedkv's adapter for the model's config (one worker).
+
+    Every cache tensor holds what this model computes: attention pages take the
+    config's ``cache_dtype``, and Mamba states the model's dtype (the adapter serves a
+    float32 checkpoint's states in bfloat16, as vLLM does; a float32 run keeps float32).
+    """
     raw = model.config.to_dict()
     raw["dtype"] = raw["torch_dtype"] = dtype_name(model)
     source = ModelSource(str(getattr(model.config, "model_type", "model")), raw)
     (specs,) = get_kv_cache_specs(source, config=config, use_transformers=False)
-    return specs
+    return {name: _in_model_dtype(spec, dtype_name(model)) for name, spec in specs.items()}
+
+
+def _in_model_dtype(spec: KVCacheSpec, dtype: str) -> KVCacheSpec:
+    if isinstance(spec, MambaSpec):
+        return dataclasses.replace(spec, dtypes=(dtype,) * len(spec.dtypes))
+    return spec

@@ -83,6 +83,20 @@ def _shrink_heads(config: Any, changes: dict[str, Any]) -> None:
         changes["head_dim"] = TINY_HEAD_DIM
 
 
+def _shrink_mamba_heads(fields: dict[str, Any], changes: dict[str, Any]) -> None:
+    """Mamba-2 head count follows the (shrunk) inner size; head size, state size, conv
+    width and groups, which set the state's shape per head, are kept."""
+    expand = fields.get("mamba_expand") or fields.get("expand")
+    for heads, head_dim in (
+        ("mamba_n_heads", "mamba_d_head"),
+        ("mamba_num_heads", "mamba_head_dim"),
+    ):
+        if isinstance(fields.get(heads), int) and isinstance(fields.get(head_dim), int) and expand:
+            changes[heads] = max(1, int(expand * TINY_HIDDEN) // fields[head_dim])
+    if isinstance(fields.get("mamba_dt_rank"), int):
+        changes["mamba_dt_rank"] = -(-TINY_HIDDEN // 16)
+
+
 def tiny_changes(config: Any, *, num_layers: int | None = None) -> dict[str, Any]:
     """The attribute changes that make ``config`` tiny (see the module docstring)."""
     changes: dict[str, Any] = {}
@@ -94,6 +108,7 @@ def tiny_changes(config: Any, *, num_layers: int | None = None) -> dict[str, Any
         if isinstance(fields.get(name), int):
             changes[name] = min(fields[name], value)
     _shrink_heads(config, changes)
+    _shrink_mamba_heads(fields, changes)
     layers = tiny_num_layers(config) if num_layers is None else num_layers
     original = int(config.num_hidden_layers)
     changes["num_hidden_layers"] = layers
