@@ -1,29 +1,57 @@
-"""A Mamba hybrid through pagedkv: granite-4.0-h (Mamba-2 mixers and full attention,
-ten Mamba layers then the first attention layer, as in the real config). Each Mamba
-layer's conv and SSM states are read from and written to the request's state blocks;
-with prefix caching on (vLLM's "align" mode) every block boundary holds a checkpoint,
-so later requests start from a cached state, and preempted requests recompute.
+"""Mamba hybrids through pagedkv. Each state layer's conv and recurrent states are read
+from and written to the request's state blocks; with prefix caching on (vLLM's "align"
+mode) every block boundary holds a checkpoint, so later requests start from a cached
+state, and preempted requests recompute.
 
-``mamba_d_state`` is shrunk from 128 to 8 so the aligned block size is 48 tokens, not
-560: short prompts then cross several checkpoints. Head size, conv width and groups
-are the real config's.
+- granite-4.0-h: Mamba-2 mixers and full attention (ten Mamba layers, then the first
+  attention layer, as in the real config). ``mamba_d_state`` is shrunk from 128 to 8 so
+  the aligned block is 48 tokens, not 560, and short prompts cross checkpoints.
+- Qwen3-Next: gated DeltaNet and full attention (3:1). Key/value head sizes shrunk from
+  128 to 16 for the same reason.
+- Jamba: Mamba-1 and attention (4:1). transformers' Mamba-1 scan takes no initial state,
+  so a prefill cannot resume from a checkpoint or an earlier chunk: it runs with prefix
+  caching off ("none" mode) and whole-prompt prefills; the engine refuses other settings.
 """
 
 from __future__ import annotations
 
 import pytest
-from tests.hf.harness import Case, assert_token_identical, generator, prompts_for, run
+from tests.hf.harness import Case, assert_token_identical, generator, prompts_for, run, tiny
 
+from pagedkv.errors import ConfigError
+from pagedkv.hf import PagedGenerator
 from pagedkv.specs import MambaSpec
 
 GRANITE = Case("granite-4.0-h-350m", (("mamba_d_state", 8),), prefix_tokens=136, num_blocks=40)
+QWEN3_NEXT = Case(
+    "Qwen3-Next-80B-A3B-Instruct",
+    (("linear_key_head_dim", 16), ("linear_value_head_dim", 16)),
+    prefix_tokens=136,
+    num_blocks=20,
+)
+JAMBA = Case("Jamba-v0.1", num_blocks=12)
 
 
-def test_token_identical_with_state_checkpoint_hits_and_preemption() -> None:
-    output = run(GRANITE)
-    assert_token_identical(GRANITE, output)
+@pytest.mark.parametrize("case", [GRANITE, QWEN3_NEXT], ids=["granite-4.0-h", "qwen3-next"])
+def test_token_identical_with_state_checkpoint_hits_and_preemption(case: Case) -> None:
+    output = run(case)
+    assert_token_identical(case, output)
     assert output.figures.num_hit_tokens >= 96  # two 48-token checkpoints
     assert output.figures.num_preemptions >= 1
+
+
+def test_jamba_token_identical_with_whole_prefills_and_preemption() -> None:
+    gen = PagedGenerator(
+        tiny(JAMBA),
+        num_blocks=JAMBA.num_blocks,
+        max_num_batched_tokens=512,
+        enable_prefix_caching=False,
+    )
+    output = gen.generate(prompts_for(JAMBA), JAMBA.max_new_tokens, arrivals_per_step=1)
+    assert_token_identical(JAMBA, output)
+    assert output.figures.num_preemptions >= 1
+    with pytest.raises(ConfigError, match="no initial state"):
+        generator(JAMBA).generate(prompts_for(JAMBA), JAMBA.max_new_tokens)
 
 
 def test_states_live_in_their_blocks() -> None:

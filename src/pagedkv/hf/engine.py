@@ -30,7 +30,7 @@ from pagedkv.hf.cache import PagedCache
 from pagedkv.hf.figures import CacheFigures, FigureCounter
 from pagedkv.hf.scheduler import GenerationScheduler, reaches_end
 from pagedkv.hf.specs import dtype_name, kv_cache_specs_for
-from pagedkv.hf.state import StateIO, state_blocks, state_pieces
+from pagedkv.hf.state import StateIO, check_state_support, state_blocks, state_pieces
 from pagedkv.planning import KVCachePlan, plan_kv_cache
 from pagedkv.runtime import KVCacheManager
 from pagedkv.specs import MambaSpec
@@ -110,7 +110,13 @@ class PagedGenerator:
         self.state_views = {i: v for i, v in self.layers.items() if v.layout == "state"}
         self.state_groups = sorted({v.group_id for v in self.state_views.values()})
         self.state_sizes = {g: groups[g].kv_cache_spec.block_size for g in self.state_groups}
-        self.state_block_size = min(self.state_sizes.values(), default=1)
+        # align mode: block boundaries are checkpoints, so passes are cut there
+        aligned = [
+            size
+            for g, size in self.state_sizes.items()
+            if getattr(groups[g].kv_cache_spec, "mamba_cache_mode", "none") == "align"
+        ]
+        self.checkpoint_tokens = min(aligned) if aligned else None
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
 
@@ -136,6 +142,11 @@ class PagedGenerator:
                     f"prompt {i}: {len(prompt)} tokens + max_new_tokens={max_new_tokens} must "
                     f"be between 1 and max_model_len={manager.max_model_len} (the plan's)"
                 )
+        if self.state_views:
+            total = sum(len(p) + max_new_tokens for p in prompts)
+            check_state_support(
+                self.model, self.checkpoint_tokens, total, self.max_num_batched_tokens
+            )
         workload = [
             WorkloadRequest(f"prompt-{i}", tuple(p), (0,) * max_new_tokens)
             for i, p in enumerate(prompts)
@@ -193,7 +204,7 @@ class PagedGenerator:
             return dict(zip(sampling, tokens, strict=True))
         sampled = {}
         for chunk in chunks:
-            for piece in state_pieces(chunk, self.state_block_size):
+            for piece in state_pieces(chunk, self.checkpoint_tokens):
                 ids = manager.get_block_ids(piece.request.request_id)
                 states = StateIO(self.state_views, state_blocks(piece, ids, self.state_sizes))
                 (token,) = self.forward([piece], manager, PagedCache(states), every_row=True)

@@ -15,14 +15,40 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
+from pagedkv.errors import ConfigError
 from pagedkv.hf.attention import HFIntegrationError
 from pagedkv.hf.scheduler import end_of
 from pagedkv.tensors import LayerView
 from pagedkv.tensors.workload import ScheduledChunk
+
+# transformers mixers whose prefill scan takes no initial state: a pass cannot continue
+# an earlier or cached state, only start from zeros.
+NO_INITIAL_STATE = {"jamba": "Jamba's Mamba-1 scan (mamba_selective_scan)"}
+
+
+def check_state_support(
+    model: Any, checkpoint_tokens: int | None, num_tokens: int, budget_tokens: int
+) -> None:
+    """Refuse settings a model's Mamba mixers cannot compute exactly: with no initial
+    state, no checkpoint hits, and every request's tokens (``num_tokens`` in all, prompts
+    plus new tokens) must fit one step's budget so no prefill is ever split."""
+    reason = NO_INITIAL_STATE.get(str(getattr(model.config, "model_type", "")))
+    if reason is None:
+        return
+    if checkpoint_tokens is not None:
+        raise ConfigError(
+            f"{reason} takes no initial state, so prefix caching (Mamba checkpoints) "
+            "cannot resume from one; pass enable_prefix_caching=False"
+        )
+    if budget_tokens < num_tokens:
+        raise ConfigError(
+            f"{reason} takes no initial state, so no prefill may be split into chunks; "
+            f"raise max_num_batched_tokens to {num_tokens} (got {budget_tokens})"
+        )
 
 
 class StateBlocks(NamedTuple):
@@ -104,10 +130,12 @@ class StateIO:
             view.tensors[1][write] = self.recurrent[layer_idx][0]
 
 
-def state_pieces(chunk: ScheduledChunk, block_size: int) -> list[ScheduledChunk]:
-    """``chunk`` cut at every state block boundary inside it, so each checkpoint block
-    receives the state after exactly its last token."""
+def state_pieces(chunk: ScheduledChunk, block_size: int | None) -> list[ScheduledChunk]:
+    """``chunk`` cut at every checkpoint (``block_size`` boundary) inside it, so each
+    checkpoint block receives the state after exactly its last token (no cut: None)."""
     start, end = chunk.num_computed_tokens, end_of(chunk)
+    if block_size is None:
+        return [chunk]
     first_cut = start - start % block_size + block_size
     bounds = [start, *range(first_cut, end, block_size), end]
     return [ScheduledChunk(chunk.request, a, b - a) for a, b in itertools.pairwise(bounds)]

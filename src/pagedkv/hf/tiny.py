@@ -93,6 +93,11 @@ def _shrink_mamba_heads(fields: dict[str, Any], changes: dict[str, Any]) -> None
     ):
         if isinstance(fields.get(heads), int) and isinstance(fields.get(head_dim), int) and expand:
             changes[heads] = max(1, int(expand * TINY_HIDDEN) // fields[head_dim])
+    value_heads = fields.get("linear_num_value_heads")
+    key_heads = fields.get("linear_num_key_heads")
+    if isinstance(value_heads, int) and isinstance(key_heads, int):  # gated DeltaNet
+        changes["linear_num_value_heads"] = TINY_HEADS
+        changes["linear_num_key_heads"] = max(1, TINY_HEADS * key_heads // value_heads)
     if isinstance(fields.get("mamba_dt_rank"), int):
         changes["mamba_dt_rank"] = -(-TINY_HIDDEN // 16)
 
