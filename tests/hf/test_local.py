@@ -1,5 +1,6 @@
 """Local-attention models through pagedkv, token-identical to ``generate()``: Gemma-2
-(sliding + global, logit soft-capping), Gemma-3 (5 sliding : 1 global), Mistral (every
+(sliding + global, logit soft-capping), Gemma-3 (5 sliding : 1 global), Gemma-4 (5
+sliding : 1 global, global layers with twice the head size and fewer KV heads), Mistral (every
 layer sliding), gpt-oss (sliding + global with attention sinks, MoE) and Llama-4
 (chunked local attention on RoPE layers, global NoPE layers, MoE).
 
@@ -10,12 +11,13 @@ so 80-token requests move past them; the rest of the layer pattern is the real c
 from __future__ import annotations
 
 import pytest
-from tests.hf.harness import Case, assert_token_identical, run, tiny
+from tests.hf.harness import Case, assert_token_identical, generator, run, tiny
 
 WINDOW = (("sliding_window", 32),)
 CASES = {
     "gemma2": Case("gemma-2-9b-it", WINDOW, num_blocks=12),
     "gemma3": Case("gemma-3-27b-it", WINDOW, num_blocks=32),
+    "gemma4": Case("gemma-4-26B-A4B", WINDOW, num_blocks=32),
     "mistral": Case("Mistral-7B-v0.1", WINDOW, num_blocks=6),
     "gpt-oss": Case("gpt-oss-20b", WINDOW, num_blocks=12),
     "llama4": Case(
@@ -41,5 +43,9 @@ def test_the_tiny_configs_keep_their_layer_patterns() -> None:
     gpt_oss = tiny(CASES["gpt-oss"]).config
     assert gpt_oss.layer_types == ["sliding_attention", "full_attention"]
     assert tiny(CASES["gemma2"]).config.attn_logit_softcapping == 50.0
+    gemma4 = generator(CASES["gemma4"]).specs
+    sliding, full = gemma4["model.layers.0.self_attn"], gemma4["model.layers.5.self_attn"]
+    assert (sliding.head_size, full.head_size) == (16, 32)  # real: 256 and 512
+    assert (sliding.num_kv_heads, full.num_kv_heads) == (2, 1)  # real: 8 and 2
     llama4 = tiny(CASES["llama4"]).config
     assert llama4.no_rope_layers == [1, 1, 1, 0]  # three chunked RoPE layers, one global

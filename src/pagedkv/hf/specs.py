@@ -25,9 +25,26 @@ def kv_cache_specs_for(model: Any, config: EngineConfig) -> dict[str, KVCacheSpe
     """
     raw = model.config.to_dict()
     raw["dtype"] = raw["torch_dtype"] = dtype_name(model)
+    _unfold_per_layer_config(raw)
     source = ModelSource(str(getattr(model.config, "model_type", "model")), raw)
     (specs,) = get_kv_cache_specs(source, config=config, use_transformers=False)
     return {name: _in_model_dtype(spec, dtype_name(model)) for name, spec in specs.items()}
+
+
+def _unfold_per_layer_config(raw: dict[str, Any]) -> None:
+    """transformers folds Gemma 4's ``global_head_dim`` and ``num_global_key_value_heads``
+    into ``per_layer_config`` (one override per global layer); the adapter reads the
+    published names, so they are put back from the overrides."""
+    per_layer = raw.get("per_layer_config")
+    if not isinstance(per_layer, dict) or not per_layer:
+        return
+    first = next(iter(per_layer.values()))
+    for name, published in (
+        ("head_dim", "global_head_dim"),
+        ("num_key_value_heads", "num_global_key_value_heads"),
+    ):
+        if name in first:
+            raw.setdefault(published, first[name])
 
 
 def _in_model_dtype(spec: KVCacheSpec, dtype: str) -> KVCacheSpec:

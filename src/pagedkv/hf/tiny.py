@@ -36,6 +36,7 @@ _AT_MOST: dict[str, int] = {
     "n_group": 1,
     "topk_group": 1,
     "num_experts_per_token": 2,
+    "top_k_experts": 2,
 }
 _LAYER_LISTS = (
     "layer_types",
@@ -68,19 +69,45 @@ def tiny_num_layers(config: Any, minimum: int = 2) -> int:
     return min(len(kinds), minimum)
 
 
-def _shrink_heads(config: Any, changes: dict[str, Any]) -> None:
-    heads = getattr(config, "num_attention_heads", None)
-    if not heads:
+def _tiny_kv_heads(heads: int, kv_heads: int) -> int:
+    """Key/value heads for :data:`TINY_HEADS` query heads, keeping the group size."""
+    return max(1, TINY_HEADS // max(1, heads // kv_heads))
+
+
+def _shrink_heads(fields: dict[str, Any], changes: dict[str, Any], layers: int) -> None:
+    heads = fields.get("num_attention_heads")
+    if not isinstance(heads, int) or not heads:
         return
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    group = max(1, heads // kv)
+    kv = fields.get("num_key_value_heads") or heads
     changes["num_attention_heads"] = TINY_HEADS
-    if hasattr(config, "num_key_value_heads"):
-        changes["num_key_value_heads"] = max(1, TINY_HEADS // group)
-    if getattr(config, "kv_lora_rank", None):
+    if "num_key_value_heads" in fields:
+        changes["num_key_value_heads"] = _tiny_kv_heads(heads, kv)
+    if fields.get("kv_lora_rank"):
         return  # MLA: head sizes are the latent's shape, kept
-    if getattr(config, "head_dim", None) is not None or "head_dim" in config.to_dict():
+    head_dim = fields.get("head_dim")
+    if "head_dim" in fields:
         changes["head_dim"] = TINY_HEAD_DIM
+    per_layer = fields.get("per_layer_config")
+    if isinstance(per_layer, dict) and isinstance(head_dim, int):
+        # layers with their own head size and KV heads (Gemma 4's global layers) keep
+        # their ratio to the others
+        changes["per_layer_config"] = {
+            index: {
+                **over,
+                **(
+                    {"head_dim": TINY_HEAD_DIM * over["head_dim"] // head_dim}
+                    if "head_dim" in over
+                    else {}
+                ),
+                **(
+                    {"num_key_value_heads": _tiny_kv_heads(heads, over["num_key_value_heads"])}
+                    if "num_key_value_heads" in over
+                    else {}
+                ),
+            }
+            for index, over in per_layer.items()
+            if int(index) < layers
+        }
 
 
 def _shrink_mamba_heads(fields: dict[str, Any], changes: dict[str, Any]) -> None:
@@ -112,9 +139,9 @@ def tiny_changes(config: Any, *, num_layers: int | None = None) -> dict[str, Any
     for name, value in _AT_MOST.items():
         if isinstance(fields.get(name), int):
             changes[name] = min(fields[name], value)
-    _shrink_heads(config, changes)
-    _shrink_mamba_heads(fields, changes)
     layers = tiny_num_layers(config) if num_layers is None else num_layers
+    _shrink_heads(fields, changes, layers)
+    _shrink_mamba_heads(fields, changes)
     original = int(config.num_hidden_layers)
     changes["num_hidden_layers"] = layers
     for name in _LAYER_LISTS:
@@ -127,10 +154,8 @@ def tiny_changes(config: Any, *, num_layers: int | None = None) -> dict[str, Any
 def tiny_config(config: Any, *, num_layers: int | None = None, **overrides: Any) -> Any:
     """A copy of a transformers config, shrunk; ``overrides`` are set last (e.g. a
     smaller ``sliding_window`` or ``vocab_size`` for fast tests)."""
-    tiny = config.__class__.from_dict(config.to_dict())
     changes = tiny_changes(config, num_layers=num_layers) | overrides
-    for name, value in changes.items():
-        setattr(tiny, name, value)
+    tiny = config.__class__.from_dict(config.to_dict() | changes)
     _fit_special_tokens(tiny)
     tiny.dtype = torch.float32
     tiny.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
