@@ -26,6 +26,7 @@ def kv_cache_specs_for(model: Any, config: EngineConfig) -> dict[str, KVCacheSpe
     raw = model.config.to_dict()
     raw["dtype"] = raw["torch_dtype"] = dtype_name(model)
     _unfold_per_layer_config(raw)
+    raw.setdefault("num_hidden_layers", model.config.num_hidden_layers)  # derived in some
     source = ModelSource(str(getattr(model.config, "model_type", "model")), raw)
     (specs,) = get_kv_cache_specs(source, config=config, use_transformers=False)
     return {name: _in_model_dtype(spec, dtype_name(model)) for name, spec in specs.items()}

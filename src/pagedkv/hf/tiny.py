@@ -8,6 +8,7 @@ token: layer count, hidden and MLP sizes, expert counts, query heads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,8 +86,9 @@ def _shrink_heads(fields: dict[str, Any], changes: dict[str, Any], layers: int) 
     if fields.get("kv_lora_rank"):
         return  # MLA: head sizes are the latent's shape, kept
     head_dim = fields.get("head_dim")
-    if "head_dim" in fields:
-        changes["head_dim"] = TINY_HEAD_DIM
+    for name in ("head_dim", "attention_head_dim"):  # Nemotron-H publishes both
+        if name in fields:
+            changes[name] = TINY_HEAD_DIM
     per_layer = fields.get("per_layer_config")
     if isinstance(per_layer, dict) and isinstance(head_dim, int):
         # layers with their own head size and KV heads (Gemma 4's global layers) keep
@@ -120,6 +122,9 @@ def _shrink_mamba_heads(fields: dict[str, Any], changes: dict[str, Any]) -> None
     ):
         if isinstance(fields.get(heads), int) and isinstance(fields.get(head_dim), int) and expand:
             changes[heads] = max(1, int(expand * TINY_HIDDEN) // fields[head_dim])
+            for groups in ("n_groups", "mamba_n_groups"):  # groups must divide the heads
+                if isinstance(fields.get(groups), int):
+                    changes[groups] = math.gcd(fields[groups], changes[heads])
     value_heads = fields.get("linear_num_value_heads")
     key_heads = fields.get("linear_num_key_heads")
     if isinstance(value_heads, int) and isinstance(key_heads, int):  # gated DeltaNet
