@@ -72,3 +72,34 @@ def test_a_config_without_weights_needs_tiny(capsys: pytest.CaptureFixture[str])
 def test_no_prompt_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["generate", "Llama-3.1-8B", "--tiny"]) == 1
     assert "--prompt" in capsys.readouterr().err
+
+
+def test_a_local_model_directory_with_weights_and_tokenizer(
+    capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from pagedkv.hf.load import load_tiny_model
+
+    load_tiny_model("Llama-3.1-8B", vocab_size=64, seed=3).save_pretrained(tmp_path)
+    words = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.WordLevelTrainer(special_tokens=["[UNK]"])
+    words.train_from_iterator(["hello paged world of cache blocks"], trainer)
+    transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]").save_pretrained(
+        tmp_path
+    )
+    code = main(
+        [
+            *("generate", str(tmp_path), "--prompt", "hello paged world"),
+            *("--max-new-tokens", "3", "--json", "--verify"),
+        ]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["codec"] == "tokenizer"
+    assert report["verified"] is True
+    (prompt,) = report["prompts"]
+    assert len(prompt["prompt_token_ids"]) == 3  # three words, not 17 bytes
+    assert len(prompt["token_ids"]) == 3
