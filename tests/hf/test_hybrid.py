@@ -36,7 +36,7 @@ JAMBA = Case("Jamba-v0.1", num_blocks=12)
 def test_token_identical_with_state_checkpoint_hits_and_preemption(case: Case) -> None:
     output = run(case)
     assert_token_identical(case, output)
-    assert output.figures.num_hit_tokens >= 96  # two 48-token checkpoints
+    assert output.figures.num_hit_tokens >= 48  # at least one 48-token checkpoint
     assert output.figures.num_preemptions >= 1
 
 
