@@ -187,7 +187,11 @@ def seeded_model(config: Any, seed: int = 0, init_std: float = 0.5) -> Any:
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        # transformers draws some weights it does not expose as plain init (Mamba's
+        # dt_bias, ...) from the global generator: seed it too, without disturbing it
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     except (ValueError, KeyError) as exc:
         raise ModelConfigError(
             f"transformers cannot build a causal LM for model_type "
