@@ -56,6 +56,9 @@ def generate_command(
     max_num_seqs: int = typer.Option(8, "--max-num-seqs", min=1),
     max_num_batched_tokens: int = typer.Option(256, "--max-num-batched-tokens", min=1),
     block_size: int = typer.Option(16, "--block-size", min=1),
+    prefix_caching: bool = typer.Option(
+        True, "--prefix-caching/--no-prefix-caching", help="Reuse cached prefixes."
+    ),
     tiny: bool = typer.Option(
         False, "--tiny", help="Shrink MODEL's config (same layer pattern), seeded random weights."
     ),
@@ -82,6 +85,7 @@ def generate_command(
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
+        enable_prefix_caching=prefix_caching,
     )
     output = engine.generate(prompt_ids, max_new_tokens)
     mismatch = (
