@@ -6,6 +6,7 @@ state, and preempted requests recompute.
 - granite-4.0-h: Mamba-2 mixers and full attention (ten Mamba layers, then the first
   attention layer, as in the real config). ``mamba_d_state`` is shrunk from 128 to 8 so
   the aligned block is 48 tokens, not 560, and short prompts cross checkpoints.
+- Nemotron-H: Mamba-2, attention and MLP-only layers (``ssm_state_size`` 8, real 256).
 - Qwen3-Next: gated DeltaNet and full attention (3:1). Key/value head sizes shrunk from
   128 to 16 for the same reason.
 - Jamba: Mamba-1 and attention (4:1). transformers' Mamba-1 scan takes no initial state,
@@ -29,10 +30,15 @@ QWEN3_NEXT = Case(
     prefix_tokens=136,
     num_blocks=20,
 )
+NEMOTRON_H = Case(
+    "Nemotron-H-56B-Base-8K", (("ssm_state_size", 8),), prefix_tokens=136, num_blocks=28
+)
 JAMBA = Case("Jamba-v0.1", num_blocks=12)
 
 
-@pytest.mark.parametrize("case", [GRANITE, QWEN3_NEXT], ids=["granite-4.0-h", "qwen3-next"])
+@pytest.mark.parametrize(
+    "case", [GRANITE, QWEN3_NEXT, NEMOTRON_H], ids=["granite-4.0-h", "qwen3-next", "nemotron-h"]
+)
 def test_token_identical_with_state_checkpoint_hits_and_preemption(case: Case) -> None:
     output = run(case)
     assert_token_identical(case, output)

@@ -160,21 +160,23 @@ def tiny_config(config: Any, *, num_layers: int | None = None, **overrides: Any)
     """A copy of a transformers config, shrunk; ``overrides`` are set last (e.g. a
     smaller ``sliding_window`` or ``vocab_size`` for fast tests)."""
     changes = tiny_changes(config, num_layers=num_layers) | overrides
-    tiny = config.__class__.from_dict(config.to_dict() | changes)
-    _fit_special_tokens(tiny)
+    fields = config.to_dict() | changes
+    tiny = config.__class__.from_dict(fields | _special_tokens_in_vocab(fields))
     tiny.dtype = torch.float32
     tiny.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
     return tiny
 
 
-def _fit_special_tokens(config: Any) -> None:
+def _special_tokens_in_vocab(fields: Mapping[str, Any]) -> dict[str, Any]:
     """Special token ids past a shrunk vocabulary: padding becomes 0, others none."""
-    vocab = int(config.vocab_size)
+    vocab = int(fields["vocab_size"])
+    changes: dict[str, Any] = {}
     for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        value = getattr(config, name, None)
+        value = fields.get(name)
         ids = value if isinstance(value, list) else [value]
         if any(isinstance(i, int) and i >= vocab for i in ids):
-            setattr(config, name, 0 if name == "pad_token_id" else None)
+            changes[name] = 0 if name == "pad_token_id" else None
+    return changes
 
 
 def seeded_model(config: Any, seed: int = 0, init_std: float = 0.5) -> Any:
