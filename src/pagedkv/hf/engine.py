@@ -204,8 +204,9 @@ class PagedGenerator:
             return dict(zip(sampling, tokens, strict=True))
         sampled = {}
         for chunk in chunks:
-            for piece in state_pieces(chunk, self.checkpoint_tokens):
-                ids = manager.get_block_ids(piece.request.request_id)
+            ids = manager.get_block_ids(chunk.request.request_id)
+            tables = [ids[g] for g in self.state_groups]
+            for piece in state_pieces(chunk, self.checkpoint_tokens, tables):
                 states = StateIO(self.state_views, state_blocks(piece, ids, self.state_sizes))
                 (token,) = self.forward([piece], manager, PagedCache(states), every_row=True)
                 states.save()

@@ -130,14 +130,24 @@ class StateIO:
             view.tensors[1][write] = self.recurrent[layer_idx][0]
 
 
-def state_pieces(chunk: ScheduledChunk, block_size: int | None) -> list[ScheduledChunk]:
-    """``chunk`` cut at every checkpoint (``block_size`` boundary) inside it, so each
-    checkpoint block receives the state after exactly its last token (no cut: None)."""
+def state_pieces(
+    chunk: ScheduledChunk, block_size: int | None, tables: Sequence[Sequence[int]]
+) -> list[ScheduledChunk]:
+    """``chunk`` cut at every checkpoint (``block_size`` boundary) inside it that has a
+    real block in every state group's table, so each checkpoint block receives the state
+    after exactly its last token. A boundary the runtime left null (positions a chunk
+    spans get placeholders in vLLM's align mode) keeps no state and is not cut at;
+    ``block_size`` None (mode "none") cuts nowhere."""
     start, end = chunk.num_computed_tokens, end_of(chunk)
     if block_size is None:
         return [chunk]
     first_cut = start - start % block_size + block_size
-    bounds = [start, *range(first_cut, end, block_size), end]
+    cuts = [
+        b
+        for b in range(first_cut, end, block_size)
+        if all((b - 1) // block_size < len(t) and t[(b - 1) // block_size] for t in tables)
+    ]
+    bounds = [start, *cuts, end]
     return [ScheduledChunk(chunk.request, a, b - a) for a, b in itertools.pairwise(bounds)]
 
 
