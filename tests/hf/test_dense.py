@@ -20,6 +20,7 @@ def test_token_identical_with_hits_and_preemption(name: str) -> None:
     figures = output.figures
     assert figures.num_hit_tokens >= case.prefix_tokens // 2  # later requests hit the prefix
     assert figures.num_preemptions >= 1
+    assert figures.max_requests_per_step >= 2  # batched, not one by one
     assert figures.max_blocks_used <= case.num_blocks - 1
 
 

@@ -53,6 +53,7 @@ def test_token_identical_with_state_checkpoint_hits_and_preemption(case: Case) -
     assert_token_identical(case, output)
     assert output.figures.num_hit_tokens >= 48  # at least one 48-token checkpoint
     assert output.figures.num_preemptions >= 1
+    assert output.figures.max_requests_per_step >= 2  # batched, not one by one
 
 
 def test_jamba_token_identical_with_whole_prefills_and_preemption() -> None:
@@ -65,6 +66,7 @@ def test_jamba_token_identical_with_whole_prefills_and_preemption() -> None:
     output = gen.generate(prompts_for(JAMBA), JAMBA.max_new_tokens, arrivals_per_step=1)
     assert_token_identical(JAMBA, output)
     assert output.figures.num_preemptions >= 1
+    assert output.figures.max_requests_per_step >= 2  # batched, not one by one
     with pytest.raises(ConfigError, match="no initial state"):
         generator(JAMBA).generate(prompts_for(JAMBA), JAMBA.max_new_tokens)
 

@@ -22,6 +22,7 @@ def test_token_identical_through_the_latent_cache(name: str) -> None:
     assert_token_identical(case, output)
     assert output.figures.num_hit_tokens >= case.prefix_tokens // 2
     assert output.figures.num_preemptions >= 1
+    assert output.figures.max_requests_per_step >= 2  # batched, not one by one
 
 
 def test_the_cache_holds_one_latent_row_per_token() -> None:

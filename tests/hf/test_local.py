@@ -34,6 +34,7 @@ def test_token_identical_with_hits_preemption_and_window_frees(name: str) -> Non
     figures = output.figures
     assert figures.num_hit_tokens >= case.prefix_tokens // 2
     assert figures.num_preemptions >= 1
+    assert figures.max_requests_per_step >= 2  # batched, not one by one
     assert figures.num_window_null_blocks >= 1  # blocks behind the window were released
 
 

@@ -15,7 +15,8 @@ class CacheFigures(NamedTuple):
     """``num_hit_tokens``: prompt tokens served by the prefix cache over all admissions;
     ``num_window_null_blocks``: the most null entries seen in one request's table of a
     sliding-window or chunked group (blocks freed as the window moved, or skipped);
-    ``max_blocks_used``: the most blocks held at once (the null block excluded)."""
+    ``max_blocks_used``: the most blocks held at once (the null block excluded);
+    ``max_requests_per_step``: the most requests one step ran together."""
 
     num_blocks: int
     max_blocks_used: int
@@ -25,6 +26,7 @@ class CacheFigures(NamedTuple):
     num_hit_tokens: int
     num_preemptions: int
     num_window_null_blocks: int
+    max_requests_per_step: int
 
     def as_dict(self) -> dict[str, int]:
         return self._asdict()
@@ -53,10 +55,12 @@ class FigureCounter:
         ]
         self.num_prompt_tokens = sum(len(p) for p in prompts)
         self.max_blocks_used = self.num_steps = self.num_computed = self.max_nulls = 0
+        self.max_requests = 0
 
     def record_step(self, chunks: Sequence[ScheduledChunk]) -> None:
         self.num_steps += 1
         self.num_computed += sum(c.num_new_tokens for c in chunks)
+        self.max_requests = max(self.max_requests, len(chunks))
         used = self.num_blocks - 1 - self.manager.num_free_blocks
         self.max_blocks_used = max(self.max_blocks_used, used)
         for chunk in chunks:
@@ -74,4 +78,5 @@ class FigureCounter:
             scheduler.num_hit_tokens,
             scheduler.num_preemptions,
             self.max_nulls,
+            self.max_requests,
         )
