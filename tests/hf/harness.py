@@ -61,3 +61,18 @@ def run(case: Case) -> GenerationOutput:
 def assert_token_identical(case: Case, output: GenerationOutput) -> None:
     mismatch = first_mismatch(tiny(case), prompts_for(case), output.token_ids, case.max_new_tokens)
     assert mismatch is None, mismatch.describe()
+
+
+def assert_continuous_batching(
+    case: Case, output: GenerationOutput, *, min_hit_tokens: int | None = None
+) -> None:
+    """Token-identical to ``generate()``, with prefix hits (at least ``min_hit_tokens``,
+    default half the shared prefix; 0 skips), a preemption, several requests per step and
+    never more blocks than the cache has."""
+    assert_token_identical(case, output)
+    figures = output.figures
+    wanted = case.prefix_tokens // 2 if min_hit_tokens is None else min_hit_tokens
+    assert figures.num_hit_tokens >= wanted  # later requests hit the shared prefix
+    assert figures.num_preemptions >= 1
+    assert figures.max_requests_per_step >= 2  # batched, not one by one
+    assert figures.max_blocks_used <= figures.num_blocks - 1

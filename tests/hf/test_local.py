@@ -11,7 +11,7 @@ so 80-token requests move past them; the rest of the layer pattern is the real c
 from __future__ import annotations
 
 import pytest
-from tests.hf.harness import Case, assert_token_identical, generator, run, tiny
+from tests.hf.harness import Case, assert_continuous_batching, generator, run, tiny
 
 WINDOW = (("sliding_window", 32),)
 CASES = {
@@ -30,12 +30,8 @@ CASES = {
 def test_token_identical_with_hits_preemption_and_window_frees(name: str) -> None:
     case = CASES[name]
     output = run(case)
-    assert_token_identical(case, output)
-    figures = output.figures
-    assert figures.num_hit_tokens >= case.prefix_tokens // 2
-    assert figures.num_preemptions >= 1
-    assert figures.max_requests_per_step >= 2  # batched, not one by one
-    assert figures.num_window_null_blocks >= 1  # blocks behind the window were released
+    assert_continuous_batching(case, output)
+    assert output.figures.num_window_null_blocks >= 1  # blocks behind the window were freed
 
 
 def test_the_tiny_configs_keep_their_layer_patterns() -> None:
