@@ -68,7 +68,17 @@ def layer_index(layer_name: str) -> int:
 
 
 def views_by_layer(views: Mapping[str, LayerView]) -> dict[int, LayerView]:
-    return {layer_index(name): view for name, view in views.items()}
+    """Each decoder layer's one cache view, by layer index."""
+    by_index: dict[int, LayerView] = {}
+    for name, view in views.items():
+        index = layer_index(name)
+        other = by_index.setdefault(index, view)
+        if other is not view:
+            raise HFIntegrationError(
+                f"decoder layer {index} has two cache layers ({other.layer_name!r}, {name!r}); "
+                "pagedkv.hf maps one per layer (sparse-attention indexer keys are not wired)"
+            )
+    return by_index
 
 
 def current_step() -> PagedStep:

@@ -22,9 +22,12 @@ def transformers_config(model: str | Path) -> Any:
     model_type = raw.pop("model_type", None)
     try:
         return AutoConfig.for_model(model_type, **raw)
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError):
+        import transformers
+
         raise ModelConfigError(
-            f"{source.name}: transformers has no config class for model_type {model_type!r} ({exc})"
+            f"{source.name}: transformers {transformers.__version__} has no config class "
+            f"for model_type {model_type!r}"
         ) from None
 
 

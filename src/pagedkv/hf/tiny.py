@@ -39,13 +39,6 @@ _AT_MOST: dict[str, int] = {
     "num_experts_per_token": 2,
     "top_k_experts": 2,
 }
-_LAYER_LISTS = (
-    "layer_types",
-    "no_rope_layers",
-    "moe_layers",
-    "layers_block_type",
-    "mlp_only_layers",
-)
 
 
 def _layer_kinds(config: Any) -> list[str]:
@@ -149,9 +142,8 @@ def tiny_changes(config: Any, *, num_layers: int | None = None) -> dict[str, Any
     _shrink_mamba_heads(fields, changes)
     original = int(config.num_hidden_layers)
     changes["num_hidden_layers"] = layers
-    for name in _LAYER_LISTS:
-        value = fields.get(name)
-        if isinstance(value, list) and len(value) == original:
+    for name, value in fields.items():  # per-layer lists (layer_types, mlp_layer_types...)
+        if isinstance(value, list) and len(value) == original and name not in changes:
             changes[name] = value[:layers]
     return changes
 
@@ -194,10 +186,10 @@ def seeded_model(config: Any, seed: int = 0, init_std: float = 0.5) -> Any:
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError):
         raise ModelConfigError(
-            f"transformers cannot build a causal LM for model_type "
-            f"{getattr(config, 'model_type', '?')!r}: {exc}"
+            f"transformers has no causal LM for model_type "
+            f"{getattr(config, 'model_type', '?')!r} (pagedkv.hf runs decoder-only models)"
         ) from None
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
