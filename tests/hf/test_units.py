@@ -74,3 +74,19 @@ def test_tiny_config_of_llama() -> None:
     assert config.dtype == torch.float32
     full = tiny_config(transformers_config("Llama-3.1-8B"))
     assert full.vocab_size == 128256 and full.eos_token_id is not None
+
+
+def test_two_cache_layers_in_one_decoder_layer_are_refused() -> None:
+    import pytest
+
+    from pagedkv.hf.attention import HFIntegrationError, views_by_layer
+    from pagedkv.tensors import LayerView
+
+    views = {
+        name: LayerView(name, 0, None, "NHD", ())  # type: ignore[arg-type]
+        for name in ("model.layers.0.self_attn", "model.layers.0.self_attn.indexer")
+    }
+    with pytest.raises(HFIntegrationError, match="two cache layers"):
+        views_by_layer(views)
+    with pytest.raises(HFIntegrationError, match="has no 'layers"):
+        views_by_layer({"decoder.attn": LayerView("decoder.attn", 0, None, "NHD", ())})  # type: ignore[arg-type]
