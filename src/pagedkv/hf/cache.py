@@ -12,12 +12,15 @@ from typing import Any
 
 import torch
 
-from pagedkv.hf.attention import current_step
+from pagedkv.hf.attention import HFIntegrationError, current_step
 from pagedkv.hf.latent import latent_update
 from pagedkv.hf.state import StateIO
 
 
 class PagedCache:
+    """The ``cache`` argument of a forward pass on a pagedkv step (``states``: the
+    Mamba states of the one request in the pass, if the model has Mamba layers)."""
+
     is_compileable = False
 
     def __init__(self, states: StateIO | None = None) -> None:
@@ -42,18 +45,21 @@ class PagedCache:
     def is_recording_past(self, layer_idx: int) -> bool:
         return False
 
-    def _states(self) -> StateIO:
+    def _states(self, state_idx: int = 0) -> StateIO:
         if self.states is None:
-            from pagedkv.hf.attention import HFIntegrationError
-
             raise HFIntegrationError("a Mamba mixer ran in a pass without state blocks")
+        if state_idx:
+            raise HFIntegrationError(
+                f"a mixer asked for state {state_idx}; pagedkv.hf maps one conv and one "
+                "recurrent state per layer"
+            )
         return self.states
 
     def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
-        return self._states().conv_state(layer_idx)
+        return self._states(state_idx).conv_state(layer_idx)
 
     def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor | None:
-        return self._states().recurrent_state(layer_idx)
+        return self._states(state_idx).recurrent_state(layer_idx)
 
     def update_conv_state(
         self,
@@ -63,9 +69,9 @@ class PagedCache:
         conv_kernel_size: int | None = None,
         **kwargs: Any,
     ) -> torch.Tensor:
-        return self._states().update_conv(conv_states, layer_idx, conv_kernel_size)
+        return self._states(state_idx).update_conv(conv_states, layer_idx, conv_kernel_size)
 
     def update_recurrent_state(
         self, recurrent_states: torch.Tensor, layer_idx: int, state_idx: int = 0, **kwargs: Any
     ) -> torch.Tensor:
-        return self._states().update_recurrent(recurrent_states, layer_idx)
+        return self._states(state_idx).update_recurrent(recurrent_states, layer_idx)
