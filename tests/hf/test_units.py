@@ -3,8 +3,12 @@ counts, special tokens of a shrunk vocabulary."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
 
 from pagedkv.hf.state import state_pieces
 from pagedkv.hf.text import ByteCodec
