@@ -38,10 +38,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "models": BOTTOM | {"registry", "specs"},
     "tensors": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "distributed"},
     "distributed": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "tensors"},
-    "sim": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "models"},
+    # Extension above the core: eviction policies and the host tier (the core never imports it).
+    "policies": BOTTOM | {"registry", "specs", "planning.types", "runtime"},
+    "sim": BOTTOM
+    | {"registry", "specs", "platforms", "planning", "runtime", "models", "policies"},
     "cli": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}
-    | {"distributed", "sim", "bootstrap", "pagedkv"},
+    | {"distributed", "sim", "bootstrap", "pagedkv", "policies"},
     # the package root is the public facade: it may re-export every layer.
     "pagedkv": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}
