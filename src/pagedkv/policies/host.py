@@ -1,0 +1,153 @@
+"""The host tier: a second pool of KV cache blocks in host memory, indexed by block key.
+
+Blocks evicted from the device pool are stored here (their key, and with tensors their
+bytes in a pinned host buffer); a later lookup that misses on the device can load them
+back. The interface follows vLLM's offloading manager: ``lookup`` counts the leading
+keys present, ``prepare_load`` / ``complete_load`` pin and release blocks being copied to
+the device, ``prepare_store`` / ``complete_store`` reserve and publish blocks being
+written, and ``take_events`` reports what was stored or removed with medium ``CPU``.
+Which stored block is dropped when the host pool is full is the tier's own eviction
+policy (any registered name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from pagedkv.errors import ConfigError
+from pagedkv.policies.base import EvictionPolicy
+from pagedkv.policies.registry import get_policy
+from pagedkv.runtime.events import BlockRemoved, BlockStored, KVCacheEvent
+
+HOST_MEDIUM = "CPU"
+
+
+class StorePlan(NamedTuple):
+    """What ``prepare_store`` reserved: the keys to write, the host block each goes to,
+    and the keys evicted from the host to make room."""
+
+    keys: list[Any]
+    host_blocks: list[int]
+    evicted_keys: list[Any]
+
+
+class HostTier:
+    """``num_blocks`` host blocks (ids ``0 .. num_blocks - 1``); keys are the device pool's
+    ``(block hash, group id)`` pairs."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        policy: str = "lru",
+        *,
+        block_size: int = 16,
+        enable_events: bool = False,
+    ) -> None:
+        if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
+            raise ConfigError(f"HostTier.num_blocks must be a positive integer, got {num_blocks!r}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.policy: EvictionPolicy = get_policy(policy)(num_blocks)
+        self.block_of: dict[Any, int] = {}
+        self.key_of: list[Any] = [None] * num_blocks
+        self.pins = [0] * num_blocks
+        self._unused = list(range(num_blocks - 1, -1, -1))  # never written, 0 popped first
+        self._events: list[KVCacheEvent] | None = [] if enable_events else None
+        self.num_stored = self.num_loaded = self.num_evicted = 0
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self.block_of)
+
+    def lookup(self, keys: Sequence[Any]) -> int:
+        """How many of ``keys``, from the first, the host holds."""
+        block_of = self.block_of
+        for i, key in enumerate(keys):
+            if key not in block_of:
+                return i
+        return len(keys)
+
+    def prepare_load(self, keys: Sequence[Any]) -> list[int]:
+        """Host blocks of ``keys`` (all present: see ``lookup``), pinned until
+        ``complete_load``."""
+        blocks = [self.block_of[key] for key in keys]
+        for block in blocks:
+            self._pin(block)
+        return blocks
+
+    def complete_load(self, keys: Sequence[Any]) -> None:
+        """The copies to the device are done: release the pins; each load counts as a hit."""
+        for key in keys:
+            block = self.block_of[key]
+            self.policy.hit(block)
+            self._unpin(block, key)
+        self.num_loaded += len(keys)
+
+    def prepare_store(self, keys: Sequence[Any]) -> StorePlan:
+        """Reserve host blocks for the keys not yet stored (best effort: fewer when every
+        host block is pinned). Reserved blocks stay pinned until ``complete_store``."""
+        plan = StorePlan([], [], [])
+        for key in keys:
+            if key in self.block_of:
+                continue
+            block = self._take_block(plan.evicted_keys)
+            if block is None:
+                break
+            self.key_of[block] = key
+            self.block_of[key] = block
+            self.pins[block] = 1
+            plan.keys.append(key)
+            plan.host_blocks.append(block)
+        self.num_stored += len(plan.keys)
+        return plan
+
+    def complete_store(self, keys: Sequence[Any]) -> None:
+        """The copies to the host are done: the blocks become loadable and evictable."""
+        for key in keys:
+            block = self.block_of[key]
+            self._unpin(block, key)
+            if self._events is not None:
+                h, gid = key
+                self._events.append(
+                    BlockStored([h], None, [], self.block_size, None, HOST_MEDIUM, group_idx=gid)
+                )
+
+    def store(self, keys: Sequence[Any]) -> StorePlan:
+        """``prepare_store`` and ``complete_store`` at once (no copy in flight)."""
+        plan = self.prepare_store(keys)
+        self.complete_store(plan.keys)
+        return plan
+
+    def take_events(self) -> list[KVCacheEvent]:
+        events = self._events
+        if not events:
+            return []
+        self._events = []
+        return events
+
+    # ---------------------------------------------------------------- internal
+    def _pin(self, block: int) -> None:
+        if self.pins[block] == 0:
+            self.policy.remove(block)
+        self.pins[block] += 1
+
+    def _unpin(self, block: int, key: Any) -> None:
+        self.pins[block] -= 1
+        if self.pins[block] == 0:
+            self.policy.push(block, 0, key)
+
+    def _take_block(self, evicted_keys: list[Any]) -> int | None:
+        if self._unused:
+            return self._unused.pop()
+        if not len(self.policy):
+            return None
+        block, _ = self.policy.pop()
+        key = self.key_of[block]
+        del self.block_of[key]
+        self.key_of[block] = None
+        evicted_keys.append(key)
+        self.num_evicted += 1
+        if self._events is not None:
+            self._events.append(BlockRemoved([key[0]], HOST_MEDIUM, group_idx=key[1]))
+        return block
