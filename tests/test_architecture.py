@@ -40,8 +40,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "distributed": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "tensors"},
     # Extension above the core: eviction policies and the host tier (the core never imports it).
     "policies": BOTTOM | {"registry", "specs", "planning.types", "runtime"},
-    "sim": BOTTOM
-    | {"registry", "specs", "platforms", "planning", "runtime", "models", "policies"},
+    "sim": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "models", "policies"},
     "cli": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}
     | {"distributed", "sim", "bootstrap", "pagedkv", "policies"},

@@ -14,7 +14,7 @@ from pagedkv.errors import ConfigError
 from pagedkv.policies import EvictionPolicy, get_policy, policy_names, register_policy
 
 NUM_BLOCKS = 24
-POLICIES = ["lru", "lfu", "priority", "s3fifo"]
+POLICIES = ["lfu", "priority", "s3fifo"]
 
 
 def snapshot(policy: EvictionPolicy) -> object:
@@ -131,12 +131,13 @@ def test_registry_names_and_errors() -> None:
         register_policy("lfu")(type("Other", (), {}))
 
 
-def test_priority_evicts_lowest_priority_first_lru_within() -> None:
+def test_priority_evicts_least_important_first_lru_within() -> None:
     policy = get_policy("priority")(10)
     for block, prio in [(1, 5), (2, 1), (3, 5), (4, 1), (5, 9)]:
         policy.push(block, prio)
     policy.push_early(6)
-    assert policy.order() == [6, 2, 4, 1, 3, 5]
+    # vLLM's convention: a larger value is less important, so it goes first
+    assert policy.order() == [6, 5, 1, 3, 2, 4]
 
 
 def test_lfu_keeps_hit_blocks_and_ages() -> None:

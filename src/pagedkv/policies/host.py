@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError
-from pagedkv.policies.base import EvictionPolicy
-from pagedkv.policies.registry import get_policy
+from pagedkv.policies.free_queue import PolicyFreeQueue, make_free_queue
 from pagedkv.runtime.events import BlockRemoved, BlockStored, KVCacheEvent
 
 HOST_MEDIUM = "CPU"
@@ -33,8 +32,9 @@ class StorePlan(NamedTuple):
 
 
 class HostTier:
-    """``num_blocks`` host blocks (ids ``0 .. num_blocks - 1``); keys are the device pool's
-    ``(block hash, group id)`` pairs."""
+    """``num_blocks`` host blocks (ids ``1 .. num_blocks``, in a free queue of the chosen
+    policy, like the device pool's); keys are the device pool's ``(block hash, group id)``
+    pairs."""
 
     def __init__(
         self,
@@ -48,11 +48,12 @@ class HostTier:
             raise ConfigError(f"HostTier.num_blocks must be a positive integer, got {num_blocks!r}")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.policy: EvictionPolicy = get_policy(policy)(num_blocks)
         self.block_of: dict[Any, int] = {}
-        self.key_of: list[Any] = [None] * num_blocks
-        self.pins = [0] * num_blocks
-        self._unused = list(range(num_blocks - 1, -1, -1))  # never written, 0 popped first
+        self.key_of: list[Any] = [None] * (num_blocks + 1)
+        self.pins = [0] * (num_blocks + 1)
+        self.queue = make_free_queue(policy, num_blocks + 1)
+        if isinstance(self.queue, PolicyFreeQueue):
+            self.queue.key_of = self.key_of.__getitem__
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
         self.num_stored = self.num_loaded = self.num_evicted = 0
 
@@ -78,10 +79,12 @@ class HostTier:
 
     def complete_load(self, keys: Sequence[Any]) -> None:
         """The copies to the device are done: release the pins; each load counts as a hit."""
+        queue = self.queue
         for key in keys:
             block = self.block_of[key]
-            self.policy.hit(block)
-            self._unpin(block, key)
+            if queue.wants_hits:
+                queue.hit(block)
+            self._unpin(block)
         self.num_loaded += len(keys)
 
     def prepare_store(self, keys: Sequence[Any]) -> StorePlan:
@@ -105,8 +108,7 @@ class HostTier:
     def complete_store(self, keys: Sequence[Any]) -> None:
         """The copies to the host are done: the blocks become loadable and evictable."""
         for key in keys:
-            block = self.block_of[key]
-            self._unpin(block, key)
+            self._unpin(self.block_of[key])
             if self._events is not None:
                 h, gid = key
                 self._events.append(
@@ -129,21 +131,21 @@ class HostTier:
     # ---------------------------------------------------------------- internal
     def _pin(self, block: int) -> None:
         if self.pins[block] == 0:
-            self.policy.remove(block)
+            self.queue.remove(block)
         self.pins[block] += 1
 
-    def _unpin(self, block: int, key: Any) -> None:
+    def _unpin(self, block: int) -> None:
         self.pins[block] -= 1
         if self.pins[block] == 0:
-            self.policy.push(block, 0, key)
+            self.queue.push_cached([block], 0)
 
     def _take_block(self, evicted_keys: list[Any]) -> int | None:
-        if self._unused:
-            return self._unused.pop()
-        if not len(self.policy):
+        if not len(self.queue):
             return None
-        block, _ = self.policy.pop()
+        block = self.queue.pop(1)[0][0]
         key = self.key_of[block]
+        if key is None:
+            return block  # never written
         del self.block_of[key]
         self.key_of[block] = None
         evicted_keys.append(key)

@@ -1,8 +1,9 @@
-"""``priority``: the blocks of lower-priority requests are evicted first, least recently
+"""``priority``: the blocks of less important requests are evicted first, least recently
 freed first within a priority (TensorRT-LLM's retention priorities).
 
-A block carries the priority of the request that freed it last. Higher values are kept
-longer. O(log n) per operation.
+A block carries the priority of the request that freed it last, in vLLM's convention
+(``Request.priority``: lower value = more important), so the largest value goes first.
+O(log n) per operation.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class PriorityPolicy(EvictionPolicy):
 
     def push(self, block: int, priority: int = 0, key: Any = None) -> None:
         self._seq += 1
-        self._heap.push(block, (priority, self._seq))
+        self._heap.push(block, (-priority, self._seq))
 
     def push_early(self, block: int, key: Any = None) -> None:
         self._seq += 1

@@ -33,10 +33,11 @@ def register_policy(name: str) -> Callable[[P], P]:
 def get_policy(name: str) -> type:
     """The policy class registered as ``name``; ConfigError naming the known ones if none."""
     cls = _POLICIES.get(name)
-    if cls is None:
+    if cls is None:  # "lru" too: it is the runtime's LRUFreeQueue, not a policy class
         raise ConfigError(f"unknown eviction policy {name!r}; known: {', '.join(policy_names())}")
     return cls
 
 
 def policy_names() -> list[str]:
-    return sorted(_POLICIES)
+    """Every selectable name: ``lru`` (the runtime's own order) and the registered ones."""
+    return sorted({"lru", *_POLICIES})

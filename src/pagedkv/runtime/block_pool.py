@@ -217,6 +217,8 @@ class BlockPool(PrefixCacheIndex):
             elif kind == "touch":
                 for block, token in reversed(entry[1]):
                     ref[block] -= 1
+                    if self._queue_hits:
+                        queue.unhit(block)
                     if token is not None:
                         queue.reinsert(block, token)
             else:  # "cache"

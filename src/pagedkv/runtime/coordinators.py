@@ -11,6 +11,7 @@ from pagedkv.errors import RegistryError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime.block_pool import BlockPool
+from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.managers.base import SingleTypeKVCacheManager, cdiv
 from pagedkv.specs.base import KVCacheSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
@@ -53,12 +54,17 @@ class KVCacheCoordinator(ABC):
         alignment_tokens: int,
         enable_events: bool = False,
         in_flight_tokens: int | None = None,
+        free_queue: FreeQueue | None = None,
     ) -> None:
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
         self.alignment_tokens = alignment_tokens
         self.block_pool = BlockPool(
-            kv_cache_config.num_blocks, enable_caching, hash_block_size, enable_events
+            kv_cache_config.num_blocks,
+            enable_caching,
+            hash_block_size,
+            enable_events,
+            free_queue=free_queue,
         )
         self.managers: list[SingleTypeKVCacheManager] = []
         for gid, group in enumerate(kv_cache_config.kv_cache_groups):

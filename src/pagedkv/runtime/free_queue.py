@@ -70,6 +70,9 @@ class FreeQueue(ABC):
     def hit(self, block: int) -> None:  # noqa: B027 - optional hook
         """A cache hit on ``block`` (free or in use); called only if ``wants_hits``."""
 
+    def unhit(self, block: int) -> None:  # noqa: B027 - optional hook
+        """Undo of ``hit`` (a rolled-back allocation); called only if ``wants_hits``."""
+
     @abstractmethod
     def order(self) -> list[int]:
         """Every free block, head (next handed out) first."""

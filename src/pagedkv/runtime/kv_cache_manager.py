@@ -11,6 +11,7 @@ from pagedkv.runtime.allocation import SlotAllocator
 from pagedkv.runtime.blocks import KVCacheBlocks
 from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator
 from pagedkv.runtime.events import BlockStored, KVCacheEvent
+from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import DEFAULT_CHAIN_SEED, BlockHasher
 from pagedkv.runtime.managers.base import SingleTypeKVCacheManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
@@ -36,11 +37,23 @@ def _resolve_caching(
     return enable_caching
 
 
+def _default_queue(config: EngineConfig, free_queue: FreeQueue | None) -> FreeQueue | None:
+    policy = config.cache.eviction_policy
+    if free_queue is None and policy != "lru":
+        raise ConfigError(
+            f"CacheConfig.eviction_policy={policy!r} is an extension: build the manager with "
+            "pagedkv.policies.make_kv_cache_manager (or pass free_queue=)"
+        )
+    return free_queue
+
+
 class KVCacheManager(SlotAllocator):
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
 
     ``get_computed_blocks`` finds a new request's cache hit, ``allocate_slots`` gives it
     (or a running request) the blocks for its next tokens, ``free`` releases them.
+    ``free_queue``: the pool's eviction order (default vLLM's LRU; other policies are
+    built by ``pagedkv.policies``).
     """
 
     def __init__(
@@ -53,6 +66,7 @@ class KVCacheManager(SlotAllocator):
         enable_events: bool = False,
         watermark: float = 0.0,
         hash_seed: str = DEFAULT_CHAIN_SEED,
+        free_queue: FreeQueue | None = None,
     ) -> None:
         if not 0.0 <= watermark < 1.0:
             raise ConfigError(f"KVCacheManager watermark must be in [0, 1), got {watermark!r}")
@@ -78,6 +92,7 @@ class KVCacheManager(SlotAllocator):
             alignment_tokens=self.scheduler_block_size,
             enable_events=enable_events,
             in_flight_tokens=config.max_in_flight_tokens,
+            free_queue=_default_queue(config, free_queue),
         )
         self.block_pool = self.coordinator.block_pool
         self.managers = self.coordinator.managers
