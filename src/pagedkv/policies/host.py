@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from pagedkv.errors import ConfigError
+from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.policies.free_queue import PolicyFreeQueue, make_free_queue
 from pagedkv.runtime.events import BlockRemoved, BlockStored, KVCacheEvent
 
@@ -135,6 +135,10 @@ class HostTier:
         self.pins[block] += 1
 
     def _unpin(self, block: int) -> None:
+        if self.pins[block] <= 0:
+            raise KVCacheRuntimeError(
+                f"host block {block} completed a load or store it never prepared"
+            )
         self.pins[block] -= 1
         if self.pins[block] == 0:
             self.queue.push_cached([block], 0)
