@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import typer
@@ -17,6 +20,12 @@ from pagedkv.cli.common import (
     format_int,
     stderr_console,
     stdout_console,
+)
+from pagedkv.cli.simulate_tiers import (
+    parse_tier_options,
+    run_tier_sweep,
+    single_engine,
+    tier_rows,
 )
 from pagedkv.errors import ConfigError
 
@@ -65,7 +74,14 @@ def _progress(total: int, enabled: bool) -> Any:
     )
 
 
-def _summary(result: Any) -> None:
+@contextmanager
+def _bar(total: int, description: str, show: bool) -> Iterator[Callable[[int], None]]:
+    with _progress(total, show) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda done: bar.update(task, completed=done)
+
+
+def _summary(result: Any, extra_rows: Sequence[tuple[str, str]] = ()) -> None:
     from rich.table import Table
 
     data = result.to_dict()
@@ -98,6 +114,7 @@ def _summary(result: Any) -> None:
     ]
     if result.evictions is not None:
         rows.insert(7, ("evictions", format_int(result.evictions)))
+    rows[7:7] = extra_rows
     for name, value in rows:
         table.add_row(name, value)
     stdout_console().print(table)
@@ -165,6 +182,20 @@ def simulate_command(
     skip_bad_lines: bool = typer.Option(
         False, "--skip-bad-lines", help="Skip and count malformed trace lines."
     ),
+    policy: str = typer.Option(
+        "lru",
+        "--policy",
+        help="Device eviction policy: lru, lfu, s3fifo, priority (comma-separated with --sweep).",
+    ),
+    host_cache_gib: str = typer.Option(
+        "0",
+        "--host-cache-gib",
+        help="Host-memory tier per worker in GiB (0: none; comma-separated with --sweep).",
+    ),
+    host_policy: str = typer.Option("lru", "--host-policy", help="Host tier eviction policy."),
+    pcie_gbps: float = typer.Option(
+        25.0, "--pcie-gbps", help="Host-to-device GB/s of the TTFT cost model."
+    ),
 ) -> None:
     """Replay a request trace through the KV cache manager: hit rates, preemptions, usage."""
     import dataclasses
@@ -192,6 +223,13 @@ def simulate_command(
     }
     engine = dataclasses.replace(_engine(model, gpu, num_blocks, opts), hash_algo=hash_algo)
     show = sys.stderr.isatty()
+    tiers = parse_tier_options(policy, host_cache_gib, host_policy, pcie_gbps, gpu or DEFAULT_GPU)
+    if sweep and tiers.active:
+        progress = functools.partial(_bar, show=show)
+        run_tier_sweep(engine, loaded, settings, tiers, plot, json_output, progress)
+        return
+    if tiers.active:
+        engine = single_engine(engine, tiers)
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show)
         return
@@ -206,12 +244,13 @@ def simulate_command(
             steps_path=steps_csv,
             progress=lambda done: bar.update(task, completed=done),
         )
+    extra_rows, extra = tier_rows(result, engine, tiers) if tiers.active else ([], {})
     if json_output:
-        data = result.to_dict()
+        data = result.to_dict() | extra
         data["skipped_lines"] = loaded.num_skipped_lines
         print(json.dumps(data, indent=1))
     else:
-        _summary(result)
+        _summary(result, extra_rows)
         if loaded.num_skipped_lines:
             stderr_console().print(f"skipped {loaded.num_skipped_lines} malformed trace lines")
 

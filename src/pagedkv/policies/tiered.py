@@ -81,12 +81,16 @@ class TieredKVCacheManager:
         blocks, num_device = self.manager.get_computed_blocks(request)
         bs = self.block_size
         first = num_device // bs
-        count = max((request.num_tokens - 1) // bs - first, 0)
+        end = max((request.num_tokens - 1) // bs, first)
         hashes = request.block_hashes
-        for gid in self.group_ids:
-            if not count:
-                break
-            count = self.host.lookup([(hashes[i], gid) for i in range(first, first + count)])
+        stored = self.host.block_of
+        count = 0
+        for gid in self.group_ids:  # each group must hold every block; stop at a miss
+            i = first
+            while i < end and (hashes[i], gid) in stored:
+                i += 1
+            end = i
+            count = end - first
         if count:
             self._pending[request.request_id] = (first, count)
         else:
@@ -100,14 +104,19 @@ class TieredKVCacheManager:
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
         new_computed_blocks: KVCacheBlocks | None = None,
-        *args: Any,
-        **kwargs: Any,
+        num_lookahead_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
+        *,
+        full_sequence_must_fit: bool = False,
+        has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
         """As ``KVCacheManager.allocate_slots``; a new request's host hit (from its latest
         lookup, included in ``num_new_computed_tokens``) gets device blocks to load into."""
         pending = self._pending.pop(request.request_id, None)
         num_host = 0
-        if pending is not None and num_new_computed_tokens == (sum(pending)) * self.block_size:
+        keys: dict[int, list[Any]] = {}
+        if pending is not None and num_new_computed_tokens == sum(pending) * self.block_size:
             first, count = pending
             keys = self._keys(request, first, count)
             if any(self.host.lookup(k) < count for k in keys.values()):
@@ -118,10 +127,13 @@ class TieredKVCacheManager:
             num_new_tokens + num_host,
             num_new_computed_tokens - num_host,
             new_computed_blocks,
-            *args,
-            **kwargs,
+            num_lookahead_tokens,
+            delay_cache_blocks,
+            num_encoder_tokens,
+            full_sequence_must_fit=full_sequence_must_fit,
+            has_scheduled_reqs=has_scheduled_reqs,
         )
-        if blocks is not None and num_host and pending is not None:
+        if blocks is not None and pending is not None and num_host:
             self._queue_loads(request, pending, keys)
         self._store_evicted()
         return blocks

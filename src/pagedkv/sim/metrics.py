@@ -53,6 +53,10 @@ class SimResult:
     wall_seconds: float
     settings: dict[str, Any] = field(default_factory=dict)
     bound_hit_tokens: int | None = None
+    # Part of hit_tokens served by the host tier (loaded, not recomputed).
+    host_hit_tokens: int = 0
+    # Bound of one cache holding device and host capacity together (with a host tier).
+    tiered_bound_hit_tokens: int | None = None
 
     @property
     def usable_blocks(self) -> int:
@@ -102,6 +106,12 @@ class SimResult:
         )
         if self.bound_hit_tokens is not None:
             data["bound_hit_rate"] = round(self.bound_hit_rate or 0.0, 6)
+        if self.prompt_tokens:
+            data["host_hit_rate"] = round(self.host_hit_tokens / self.prompt_tokens, 6)
+            if self.tiered_bound_hit_tokens is not None:
+                data["tiered_bound_hit_rate"] = round(
+                    self.tiered_bound_hit_tokens / self.prompt_tokens, 6
+                )
         for key in ("manager_seconds", "request_seconds", "wall_seconds", "mean_used_blocks"):
             data[key] = round(data[key], 4)
         return data
