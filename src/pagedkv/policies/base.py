@@ -9,15 +9,20 @@ back in the state it was in, provided undos run newest first (as the pool's jour
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 EARLY_PRIORITY = -(2**62)  # below every request priority: freed "evict early" blocks
+# Heap policies pack (level, sequence number) into one int: level << SEQ_BITS | sequence.
+SEQ_BITS = 48
+SEQ_MASK = (1 << SEQ_BITS) - 1
 
 
 class EvictionPolicy(ABC):
     """Orders the free cached blocks of one pool; block ids are ``0 .. num_blocks - 1``."""
 
     name: ClassVar[str] = ""
+    uses_keys: ClassVar[bool] = False  # push needs each block's key (a ghost list)
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
@@ -31,6 +36,11 @@ class EvictionPolicy(ABC):
         """``block`` (cached, content ``key``) became free; the freeing request had
         ``priority`` (higher is kept longer)."""
 
+    def push_blocks(self, blocks: Sequence[int], priority: int, keys: Sequence[Any]) -> None:
+        """``push`` each block in order (``keys`` empty unless ``uses_keys``)."""
+        for i, block in enumerate(blocks):
+            self.push(block, priority, keys[i] if keys else None)
+
     @abstractmethod
     def push_early(self, block: int, key: Any = None) -> None:
         """``block`` became free and should be evicted before the other cached blocks."""
@@ -38,6 +48,16 @@ class EvictionPolicy(ABC):
     @abstractmethod
     def pop(self) -> tuple[int, Any]:
         """Remove and return the victim and an undo token; IndexError if empty."""
+
+    def pop_blocks(self, count: int) -> tuple[list[int], list[Any]]:
+        """``count`` pops: the victims in order and their undo tokens."""
+        blocks = []
+        tokens = []
+        for _ in range(count):
+            block, token = self.pop()
+            blocks.append(block)
+            tokens.append(token)
+        return blocks, tokens
 
     @abstractmethod
     def unpop(self, block: int, token: Any) -> None:

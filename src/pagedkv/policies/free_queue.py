@@ -29,6 +29,7 @@ class PolicyFreeQueue(FreeQueue):
         self._next_fresh = 1  # block 0 is the null block
         cls = type(policy)
         self.wants_hits = cls.hit is not EvictionPolicy.hit  # type: ignore[misc]
+        self._uses_keys = cls.uses_keys
 
     def __len__(self) -> int:
         return len(self._stack) + self.num_blocks - self._next_fresh + len(self.policy)
@@ -49,12 +50,10 @@ class PolicyFreeQueue(FreeQueue):
             blocks.extend(range(self._next_fresh, self._next_fresh + fresh))
             self._next_fresh += fresh
             rest -= fresh
-        pop = self.policy.pop
-        tokens = []
-        for _ in range(rest):
-            block, token = pop()
-            blocks.append(block)
-            tokens.append(token)
+        tokens: list[Any] = []
+        if rest:
+            victims, tokens = self.policy.pop_blocks(rest)
+            blocks.extend(victims)
         return blocks, (from_stack, fresh, tokens)
 
     def unpop(self, blocks: list[int], token: Any) -> None:
@@ -72,14 +71,13 @@ class PolicyFreeQueue(FreeQueue):
         self._stack.extend(reversed(blocks))
 
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
-        key_of = self.key_of
+        key_of = self.key_of if self._uses_keys else None
         policy = self.policy
         if evict_first:
             for block in reversed(blocks):
                 policy.push_early(block, key_of(block) if key_of else None)
         else:
-            for block in blocks:
-                policy.push(block, priority, key_of(block) if key_of else None)
+            policy.push_blocks(blocks, priority, [key_of(b) for b in blocks] if key_of else ())
 
     def remove(self, block: int) -> Any:
         return self.policy.remove(block)

@@ -38,6 +38,29 @@ class KeyedHeap:
                 return block, key
         raise IndexError("pop from an empty KeyedHeap")
 
+    def push_many(self, items: list[tuple[Any, int]]) -> None:
+        """Push ``(key, block)`` pairs."""
+        keys = self.keys
+        heap = self._heap
+        push = heapq.heappush
+        for item in items:
+            keys[item[1]] = item[0]
+            push(heap, item)
+
+    def pop_many(self, count: int) -> list[tuple[Any, int]]:
+        """The ``count`` smallest ``(key, block)`` pairs, smallest first."""
+        heap = self._heap
+        keys = self.keys
+        pop = heapq.heappop
+        out: list[tuple[Any, int]] = []
+        while len(out) < count:
+            item = pop(heap)
+            block = item[1]
+            if keys.get(block, _MISSING) == item[0]:
+                del keys[block]
+                out.append(item)
+        return out
+
     def remove(self, block: int) -> Any:
         """Drop ``block`` and return its key; its heap entry goes stale."""
         key = self.keys.pop(block)

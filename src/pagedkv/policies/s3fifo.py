@@ -25,6 +25,7 @@ SMALL, MAIN = 0, 1
 @register_policy("s3fifo")
 class S3FIFOPolicy(EvictionPolicy):
     small_fraction = 0.1
+    uses_keys = True
 
     def __init__(self, num_blocks: int, ghost_size: int | None = None) -> None:
         super().__init__(num_blocks)
