@@ -139,3 +139,10 @@ def test_random_traffic_keeps_both_tiers_consistent(
             b: k for b, k in enumerate(host.key_of) if k is not None
         }
         assert len(host.queue) == host.num_blocks  # nothing pinned between steps
+
+
+def test_no_host_hit_without_prefix_caching() -> None:
+    manager = tiered(8, 4, enable_caching=False)
+    req = Request("a", list(range(30)))
+    hit = manager.get_computed_blocks(req)
+    assert (hit.num_computed_tokens, hit.num_host_tokens) == (0, 0)

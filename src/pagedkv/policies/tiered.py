@@ -81,8 +81,8 @@ class TieredKVCacheManager:
         blocks, num_device = self.manager.get_computed_blocks(request)
         bs = self.block_size
         first = num_device // bs
-        end = max((request.num_tokens - 1) // bs, first)
         hashes = request.block_hashes
+        end = max(min((request.num_tokens - 1) // bs, len(hashes)), first)
         stored = self.host.block_of
         count = 0
         for gid in self.group_ids:  # each group must hold every block; stop at a miss
