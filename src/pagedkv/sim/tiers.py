@@ -178,19 +178,31 @@ def plot_tier_sweep(points: Sequence[TierPoint], path: str, *, title: str) -> No
     except ImportError:
         raise ConfigError("--plot needs matplotlib: pip install 'pagedkv[plot]'") from None
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=120)
-    lines: dict[tuple[str, int], list[TierPoint]] = {}
+    lines: dict[tuple[int, str], list[TierPoint]] = {}
     for p in points:
-        lines.setdefault((p.policy, p.host_num_blocks), []).append(p)
-    for (policy, host), line in sorted(lines.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        lines.setdefault((p.host_num_blocks, p.policy), []).append(p)
+    markers = "osD^v<>"
+    policies = sorted({p.policy for p in points})
+    for (host, policy), line in sorted(lines.items()):
         line.sort(key=lambda p: p.cache_tokens)
-        label = policy if not host else f"{policy} + host {host} blocks"
-        style = "o-" if not host else "^-"
-        ax.plot(
-            [p.cache_tokens for p in line], [100 * p.hit_rate for p in line], style, label=label
+        label = policy if not host else f"{policy} + host {host:,} blocks"
+        marker = markers[policies.index(policy) % len(markers)]
+        style = f"{marker}-" if not host else f"{marker}:"
+        xs = [p.cache_tokens for p in line]
+        ax.plot(xs, [100 * p.hit_rate for p in line], style, label=label, alpha=0.85)
+    for host, name, style in (
+        (False, "bound, device only", "k--"),
+        (True, "bound, device + host", "k-."),
+    ):
+        bound = sorted(
+            {
+                (p.cache_tokens, p.tiered_bound_hit_rate if host else p.bound_hit_rate)
+                for p in points
+                if bool(p.host_num_blocks) == host and p.policy == policies[0]
+            }
         )
-    bound = sorted({(p.cache_tokens, p.tiered_bound_hit_rate or p.bound_hit_rate) for p in points})
-    if bound and all(b is not None for _, b in bound):
-        ax.plot([t for t, _ in bound], [100 * (b or 0.0) for _, b in bound], "k--", label="bound")
+        if bound and all(b is not None for _, b in bound):
+            ax.plot([t for t, _ in bound], [100 * (b or 0.0) for _, b in bound], style, label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("KV cache, device + host (tokens)")
     ax.set_ylabel("prefix-cache hit rate (% of prompt tokens)")
