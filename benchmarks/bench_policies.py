@@ -6,7 +6,7 @@ replays the same workload; the JSON gives the median seconds over runs, microsec
 per manager call and the ratio to LRU (the runtime's own queue, vLLM's order). Also
 per-operation costs of the queues themselves (push, pop with eviction, revive).
 
-    python benchmarks/bench_policies.py [--requests N] [--runs R]
+    python benchmarks/bench_policies.py [--requests N] [--runs R] [--policies lru,lfu]
 
 Run it with another checkout's ``src`` first on PYTHONPATH to compare LRU across
 branches (the workload does not depend on the branch).
@@ -139,9 +139,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1500)
     parser.add_argument("--blocks", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
     args = parser.parse_args()
     work = _workload(args.requests)
-    policies = POLICIES if make_kv_cache_manager is not None else ["lru"]
+    policies = args.policies.split(",") if make_kv_cache_manager is not None else ["lru"]
     times: dict[str, list[float]] = {p: [] for p in policies}
     meta: dict[str, tuple[int, int]] = {}
     for _ in range(args.runs):  # interleaved, so drift on a shared machine hits all alike
