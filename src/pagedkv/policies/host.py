@@ -79,38 +79,44 @@ class HostTier:
 
     def complete_load(self, keys: Sequence[Any]) -> None:
         """The copies to the device are done: release the pins; each load counts as a hit."""
-        queue = self.queue
-        for key in keys:
-            block = self.block_of[key]
-            if queue.wants_hits:
-                queue.hit(block)
-            self._unpin(block)
+        blocks = [self.block_of[key] for key in keys]
+        if self.queue.wants_hits:
+            for block in blocks:
+                self.queue.hit(block)
+        self._unpin(blocks)
         self.num_loaded += len(keys)
 
     def prepare_store(self, keys: Sequence[Any]) -> StorePlan:
         """Reserve host blocks for the keys not yet stored (best effort: fewer when every
         host block is pinned). Reserved blocks stay pinned until ``complete_store``."""
-        plan = StorePlan([], [], [])
-        for key in keys:
-            if key in self.block_of:
-                continue
-            block = self._take_block(plan.evicted_keys)
-            if block is None:
-                break
-            self.key_of[block] = key
-            self.block_of[key] = block
-            self.pins[block] = 1
-            plan.keys.append(key)
-            plan.host_blocks.append(block)
-        self.num_stored += len(plan.keys)
-        return plan
+        block_of = self.block_of
+        new = [key for key in dict.fromkeys(keys) if key not in block_of]
+        count = min(len(new), len(self.queue))
+        if not count:
+            return StorePlan([], [], [])
+        blocks = self.queue.pop(count)[0]
+        evicted = []
+        key_of, pins = self.key_of, self.pins
+        for key, block in zip(new, blocks):
+            old = key_of[block]
+            if old is not None:  # a stored block makes room
+                del block_of[old]
+                evicted.append(old)
+            key_of[block] = key
+            block_of[key] = block
+            pins[block] = 1
+        self.num_evicted += len(evicted)
+        self.num_stored += count
+        if self._events is not None:
+            for old in evicted:
+                self._events.append(BlockRemoved([old[0]], HOST_MEDIUM, group_idx=old[1]))
+        return StorePlan(new[:count], blocks, evicted)
 
     def complete_store(self, keys: Sequence[Any]) -> None:
         """The copies to the host are done: the blocks become loadable and evictable."""
-        for key in keys:
-            self._unpin(self.block_of[key])
-            if self._events is not None:
-                h, gid = key
+        self._unpin([self.block_of[key] for key in keys])
+        if self._events is not None:
+            for h, gid in keys:
                 self._events.append(
                     BlockStored([h], None, [], self.block_size, None, HOST_MEDIUM, group_idx=gid)
                 )
@@ -134,26 +140,16 @@ class HostTier:
             self.queue.remove(block)
         self.pins[block] += 1
 
-    def _unpin(self, block: int) -> None:
-        if self.pins[block] <= 0:
-            raise KVCacheRuntimeError(
-                f"host block {block} completed a load or store it never prepared"
-            )
-        self.pins[block] -= 1
-        if self.pins[block] == 0:
-            self.queue.push_cached([block], 0)
-
-    def _take_block(self, evicted_keys: list[Any]) -> int | None:
-        if not len(self.queue):
-            return None
-        block = self.queue.pop(1)[0][0]
-        key = self.key_of[block]
-        if key is None:
-            return block  # never written
-        del self.block_of[key]
-        self.key_of[block] = None
-        evicted_keys.append(key)
-        self.num_evicted += 1
-        if self._events is not None:
-            self._events.append(BlockRemoved([key[0]], HOST_MEDIUM, group_idx=key[1]))
-        return block
+    def _unpin(self, blocks: Sequence[int]) -> None:
+        pins = self.pins
+        released = []
+        for block in blocks:
+            if pins[block] <= 0:
+                raise KVCacheRuntimeError(
+                    f"host block {block} completed a load or store it never prepared"
+                )
+            pins[block] -= 1
+            if pins[block] == 0:
+                released.append(block)
+        if released:
+            self.queue.push_cached(released, 0)

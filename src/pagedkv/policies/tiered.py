@@ -154,9 +154,9 @@ class TieredKVCacheManager:
         self.host_hit_tokens += count * self.block_size
 
     def _store_evicted(self) -> None:
-        evicted = self.queue.take_evicted()
-        if not evicted:
+        if not self.queue.evicted:
             return
+        evicted = self.queue.take_evicted()
         by_group: dict[int, list[tuple[int, Any]]] = {}
         for block, key in evicted:
             by_group.setdefault(key[1], []).append((block, key))
