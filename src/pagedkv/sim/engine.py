@@ -8,9 +8,8 @@ from typing import Any
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
-from pagedkv.planning.capacity import full_attention_token_capacity, inner_specs, is_full_attention
-from pagedkv.planning.report import KVCachePlan
-from pagedkv.planning.types import KVCacheConfig
+from pagedkv.planning.sizing import full_attention_token_capacity, inner_specs, is_full_attention
+from pagedkv.planning.types import KVCacheConfig, KVCachePlan
 from pagedkv.sim.planned import PlanInputs, plan_inputs_for, plan_with_num_blocks
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.simulator import Simulator
@@ -71,6 +70,9 @@ class SimEngine:
     model_name: str = "model"
     hash_algo: str | None = None
     plan_inputs: PlanInputs | None = None
+    # what stays cached: "vllm" (vLLM 0.33's sparse retention) or "dense"; None: the
+    # config's ``prefix_cache_retention``
+    retention: str | None = None
     # Device eviction policy and host tier (pagedkv.policies); the defaults are vLLM's.
     eviction_policy: str = "lru"
     host_num_blocks: int = 0
@@ -112,7 +114,12 @@ class SimEngine:
             max_num_seqs=settings.max_num_seqs,
         )
         if self.eviction_policy == "lru" and not self.host_num_blocks:
-            manager: Any = KVCacheManager(self.kv_cache_config, config, hash_algo=self.hash_algo)
+            manager: Any = KVCacheManager(
+                self.kv_cache_config,
+                config,
+                hash_algo=self.hash_algo,
+                retention=self.retention,
+            )
         else:
             from pagedkv.policies import make_kv_cache_manager
 
@@ -123,6 +130,7 @@ class SimEngine:
                 host_num_blocks=self.host_num_blocks,
                 host_policy=self.host_policy,
                 hash_algo=self.hash_algo,
+                retention=self.retention,
             )
         hasher = manager.hasher if manager.enable_caching else None
 
