@@ -38,12 +38,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     "models": BOTTOM | {"registry", "specs"},
     "tensors": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "distributed"},
     "distributed": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "tensors"},
-    "sim": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "models"},
+    # Extension above the core: eviction policies and the host tier (the core never imports it).
+    "policies": BOTTOM | {"registry", "specs", "planning.types", "runtime"},
+    "sim": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "models", "policies"},
     # hf (extension): transformers models running on the plan, blocks and tensors.
     "hf": BOTTOM | {"registry", "specs", "planning", "runtime", "models", "tensors"},
     "cli": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}
-    | {"distributed", "sim", "bootstrap", "pagedkv", "hf"},
+    | {"distributed", "sim", "bootstrap", "pagedkv", "hf", "policies"},
     # `python -m pagedkv` runs the CLI.
     "__main__": frozenset({"cli"}),
     # the package root is the public facade: it may re-export every layer.

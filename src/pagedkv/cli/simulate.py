@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -23,6 +24,12 @@ from pagedkv.cli.options import (
 )
 from pagedkv.cli.progress import phase, progress_enabled, require_matplotlib
 from pagedkv.cli.simulate_render import notes, print_summary, print_sweep
+from pagedkv.cli.simulate_tiers import (
+    parse_tier_options,
+    run_tier_sweep,
+    single_engine,
+    tier_rows,
+)
 from pagedkv.errors import ConfigError
 
 # One full-attention group keeps the default run short (a 31-group hybrid such as
@@ -175,6 +182,20 @@ def simulate_command(
     skip_bad_lines: bool = typer.Option(
         False, "--skip-bad-lines", help="Skip and count malformed trace lines."
     ),
+    policy: str = typer.Option(
+        "lru",
+        "--policy",
+        help="Device eviction policy: lru, lfu, s3fifo, priority (comma-separated with --sweep).",
+    ),
+    host_cache_gib: str = typer.Option(
+        "0",
+        "--host-cache-gib",
+        help="Host-memory tier per worker in GiB (0: none; comma-separated with --sweep).",
+    ),
+    host_policy: str = typer.Option("lru", "--host-policy", help="Host tier eviction policy."),
+    pcie_gbps: float = typer.Option(
+        25.0, "--pcie-gbps", help="Host-to-device GB/s of the TTFT cost model."
+    ),
 ) -> None:
     """Replay a request trace through the KV cache manager: hit rates, preemptions, usage."""
     import dataclasses
@@ -212,9 +233,16 @@ def simulate_command(
         config = config.replace(enable_prefix_caching=enable_prefix_caching)
     engine = dataclasses.replace(engine, hash_algo=hash_algo, config=config, retention=retention)
     _check_fits(engine, loaded, num_blocks)
+    tiers = parse_tier_options(policy, host_cache_gib, host_policy, pcie_gbps, gpu or DEFAULT_GPU)
+    if sweep and tiers.active:
+        progress = functools.partial(_tier_phase, show=show)
+        run_tier_sweep(engine, loaded, settings, tiers, plot, json_output, progress)
+        return
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show)
         return
+    if tiers.active:
+        engine = single_engine(engine, tiers)
     with phase("replaying", len(loaded.requests), show) as bar:
         result = simulate(
             engine,
@@ -225,15 +253,20 @@ def simulate_command(
             progress=bar,
             stage=lambda name: bar.stage(f"computing the {name}"),
         )
+    extra_rows, extra = tier_rows(result, engine, tiers) if tiers.active else ([], {})
     if json_output:
-        data = result.to_dict()
+        data = result.to_dict() | extra
         data["skipped_lines"] = loaded.num_skipped_lines
         data["notes"] = notes(result, loaded)
         print(json.dumps(data, indent=1))
     else:
-        print_summary(result, loaded)
+        print_summary(result, loaded, extra_rows)
         if loaded.num_skipped_lines:
             stderr_console().print(f"skipped {loaded.num_skipped_lines} malformed trace lines")
+
+
+def _tier_phase(total: int, description: str, show: bool) -> Any:
+    return phase(description, total, show)
 
 
 def _run_sweep(

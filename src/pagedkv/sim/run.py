@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError
 from pagedkv.sim.bound import AccessLog, belady_bound
-from pagedkv.sim.engine import SimEngine, bound_geometry
+from pagedkv.sim.engine import SimEngine, bound_geometry, host_block_tokens
 from pagedkv.sim.metrics import SimResult
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.trace import Trace
@@ -44,7 +44,12 @@ def simulate(
     if stage is not None:
         stage("bound")
     found = belady_bound(trace.requests, log, block_size, capacity)
-    return dataclasses.replace(result, bound_hit_tokens=found.hit_tokens)
+    result = dataclasses.replace(result, bound_hit_tokens=found.hit_tokens)
+    if engine.host_num_blocks:  # the bound of one cache as large as both tiers
+        host = engine.host_num_blocks * host_block_tokens(engine) // block_size
+        both = belady_bound(trace.requests, log, block_size, capacity + host)
+        result = dataclasses.replace(result, tiered_bound_hit_tokens=both.hit_tokens)
+    return result
 
 
 class SweepPoint(NamedTuple):
