@@ -38,10 +38,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     "models": BOTTOM | {"registry", "specs"},
     "tensors": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "distributed"},
     "distributed": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "tensors"},
-    "sim": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "models"},
+    # extensions above the core: events may read the runtime's event types, cluster the
+    # events and the runtime's hashing; the core never imports either.
+    "events": BOTTOM | {"runtime"},
+    "cluster": BOTTOM | {"runtime", "events"},
+    "sim": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "models", "cluster"},
     "cli": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}
-    | {"distributed", "sim", "bootstrap", "pagedkv"},
+    | {"distributed", "sim", "bootstrap", "pagedkv", "events", "cluster"},
     # the package root is the public facade: it may re-export every layer.
     "pagedkv": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}
@@ -62,6 +66,10 @@ HEAVY: dict[str, tuple[frozenset[str], bool]] = {
     "numpy": (frozenset({"tensors", "distributed"}), False),
     "transformers": (frozenset({"models"}), True),
     "matplotlib": (frozenset({"sim", "cli"}), True),
+    "zmq": (frozenset({"events", "cluster", "cli"}), False),
+    "starlette": (frozenset({"cluster", "cli"}), True),
+    "uvicorn": (frozenset({"cluster", "cli"}), True),
+    "prometheus_client": (frozenset({"cluster", "cli"}), True),
 }
 LAZY_IN = {"distributed"}  # torch in distributed.py only inside functions / TYPE_CHECKING
 
