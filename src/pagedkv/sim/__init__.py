@@ -7,7 +7,8 @@ from pagedkv.sim.metrics import SimResult
 from pagedkv.sim.planned import PlanInputs, plan_with_num_blocks
 from pagedkv.sim.readers import read_azure, read_mooncake
 from pagedkv.sim.run import SweepPoint, simulate, sweep, sweep_sizes
-from pagedkv.sim.scheduler import SchedulerSettings, SimulationError, Simulator
+from pagedkv.sim.scheduler import SchedulerSettings, SimulationError
+from pagedkv.sim.simulator import Simulator
 from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
 from pagedkv.sim.trace import Segment, Trace, TraceRequest
 

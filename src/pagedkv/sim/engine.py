@@ -12,7 +12,8 @@ from pagedkv.planning.capacity import full_attention_token_capacity, inner_specs
 from pagedkv.planning.report import KVCachePlan
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.sim.planned import PlanInputs, plan_inputs_for, plan_with_num_blocks
-from pagedkv.sim.scheduler import SchedulerSettings, Simulator
+from pagedkv.sim.scheduler import SchedulerSettings
+from pagedkv.sim.simulator import Simulator
 from pagedkv.specs import MambaSpec
 
 
