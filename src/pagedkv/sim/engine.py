@@ -90,8 +90,11 @@ class SimEngine:
         cfg = dataclasses.replace(self.kv_cache_config, num_blocks=num_blocks)
         return dataclasses.replace(self, kv_cache_config=cfg)
 
-    def simulator(self, settings: SchedulerSettings | None = None) -> Simulator:
-        """A simulator over a new, empty ``KVCacheManager``."""
+    def simulator(
+        self, settings: SchedulerSettings | None = None, *, enable_events: bool = False
+    ) -> Simulator:
+        """A simulator over a new, empty ``KVCacheManager`` (publishing KV events with
+        ``enable_events``, for a fleet's router)."""
         from pagedkv.runtime import KVCacheManager, Request
 
         settings = settings or SchedulerSettings()
@@ -103,6 +106,7 @@ class SimEngine:
             self.kv_cache_config,
             config,
             hash_algo=self.hash_algo,
+            enable_events=enable_events,
         )
         hasher = manager.hasher if manager.enable_caching else None
 
