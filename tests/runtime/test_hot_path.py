@@ -6,7 +6,7 @@ import pytest
 
 from pagedkv import KVCacheSpec
 from pagedkv.runtime import KVCacheManager, Request
-from pagedkv.runtime.journal import Savepoint
+from pagedkv.runtime.block_pool import Savepoint
 
 from .helpers import full, make_manager, swa
 

@@ -1,4 +1,8 @@
-"""The ``pagedkv`` command: a typer app whose commands register from their own modules."""
+"""The ``pagedkv`` command: the typer app and the one place its commands are registered.
+
+Each command is a plain function in its own module; those modules never import this one.
+Adding a command is one ``app.command(NAME)(function)`` line below.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,10 @@ from collections.abc import Sequence
 
 import typer
 
+from pagedkv.cli.catalog import gpus_command, models_command
 from pagedkv.cli.common import stderr_console
+from pagedkv.cli.plan import plan_command
+from pagedkv.cli.simulate import simulate_command
 from pagedkv.errors import PagedKVError
 
 app = typer.Typer(
@@ -28,8 +35,10 @@ def _root(
     """Plan and inspect the paged KV cache of LLM inference engines."""
 
 
-# Command modules register themselves on ``app`` when imported.
-from pagedkv.cli import catalog, plan, simulate  # noqa: E402, F401
+app.command("plan")(plan_command)
+app.command("simulate")(simulate_command)
+app.command("models")(models_command)
+app.command("gpus")(gpus_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,12 +8,10 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from pagedkv.cli.app import app
 from pagedkv.cli.common import format_bytes, stdout_console
 from pagedkv.models import describe_model, list_bundled_models, list_gpus
 
 
-@app.command("models")
 def models_command(
     json_output: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
@@ -44,7 +42,6 @@ def models_command(
     stdout_console().print(table)
 
 
-@app.command("gpus")
 def gpus_command(
     json_output: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 
-from pagedkv.cli.app import app
 from pagedkv.cli.common import (
     BLOCK_SIZE_OPTION,
     DEFAULT_GPU,
@@ -161,7 +160,6 @@ PLOT_OPTION = typer.Option(
 )
 
 
-@app.command("plan")
 def plan_command(
     model: str = typer.Argument(
         DEFAULT_MODEL, help="Bundled model name, model directory or config.json."

@@ -8,7 +8,6 @@ from typing import Any
 
 import typer
 
-from pagedkv.cli.app import app
 from pagedkv.cli.common import (
     BLOCK_SIZE_OPTION,
     DEFAULT_GPU,
@@ -122,7 +121,6 @@ def _sweep_table(points: list[Any], block_size: int) -> None:
     stdout_console().print(table)
 
 
-@app.command("simulate")
 def simulate_command(
     model: str = typer.Argument(DEFAULT_MODEL, help="Bundled model name, directory or config."),
     trace: str = typer.Option(

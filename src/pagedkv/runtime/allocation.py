@@ -27,7 +27,6 @@ class SlotAllocator(RunningAllocator):
     _first_tables: dict[str, list[int]]
     _single: SingleTypeKVCacheManager | None
     _same_block_size: SingleTypeKVCacheManager | None
-    _unwritten: dict[str, list[int]]
     _skipping: list[SingleTypeKVCacheManager]
     _skip_sets: list[tuple[SingleTypeKVCacheManager, list[SingleTypeKVCacheManager]]]
     _cross: list[bool]
@@ -74,8 +73,6 @@ class SlotAllocator(RunningAllocator):
             num_slots = max_len  # lookahead (draft) slots are capped
         request_id = request.request_id
         if request_id in self._first_tables:
-            if self._unwritten:
-                self.block_pool.mark_written(request_id)  # its previous step has run
             if new_computed_blocks is not None and not new_computed_blocks.is_empty():
                 raise KVCacheRuntimeError(
                     f"request {request_id!r} is running; only a new request can adopt cached blocks"

@@ -84,7 +84,6 @@ class KVCacheManager(SlotAllocator):
         self.num_groups = len(self.managers)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         self._skipping = [m for m in self.managers if m.skips_tokens]
-        self._unwritten = self.block_pool._unwritten_by_request  # non-empty: track writes
         sets: dict[tuple[type, object], list[SingleTypeKVCacheManager]] = {}
         for m in self._skipping:
             sets.setdefault((type(m), m.kv_cache_spec), []).append(m)
@@ -189,11 +188,12 @@ class KVCacheManager(SlotAllocator):
     # ---------------------------------------------------------------- freeing
     def free(self, request: Request | str) -> None:
         """Release every block of the request, last blocks first (evicted first)."""
-        request_id = request if isinstance(request, str) else request.request_id
-        if self._unwritten:
-            self.block_pool.mark_written(request_id)
+        if isinstance(request, str):
+            request_id, priority = request, 0
+        else:
+            request_id, priority = request.request_id, request.priority
         for m in self.managers:
-            m.free(request_id)
+            m.free(request_id, priority)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Free blocks that fell out of the request's window (nulls in its table)."""
@@ -214,7 +214,8 @@ class KVCacheManager(SlotAllocator):
 
     def new_step_starts(self) -> None:
         """Call once per engine step: checkpoints cached in earlier steps become usable."""
-        self.block_pool.clear_unwritten()
+        for m in self.managers:
+            m.new_step_starts()
 
     def take_events(self) -> list[KVCacheEvent]:
         """KV cache events since the last call, BlockStored annotated with the group kind."""

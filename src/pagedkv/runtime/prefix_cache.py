@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime.events import BlockRemoved, BlockStored, KVCacheEvent
-from pagedkv.runtime.journal import Journal
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
@@ -28,12 +27,10 @@ class PrefixCacheIndex:
     medium: str
     block_hash: list[Any]
     block_group: list[int]
-    unwritten_blocks: dict[int, str]
-    _unwritten_by_request: dict[str, list[int]]
     _maps: list[dict[Any, int]]
     _dups: list[dict[Any, list[int]]]
     _events: list[KVCacheEvent] | None
-    _journal: Journal | None
+    _journal: list[tuple[Any, ...]] | None
     num_evictions: int
 
     def hash_map(self, group_id: int) -> dict[Any, int]:
@@ -58,27 +55,6 @@ class PrefixCacheIndex:
                 return None
             out.append(block)
         return out
-
-    def mark_unwritten(self, request_id: str, blocks: Iterable[int]) -> None:
-        """``blocks`` were cached for ``request_id`` and are written by the current step."""
-        mine = self._unwritten_by_request.setdefault(request_id, [])
-        for block in blocks:
-            if block:
-                self.unwritten_blocks[block] = request_id
-                mine.append(block)
-
-    def mark_written(self, request_id: str) -> None:
-        """The step that computed ``request_id``'s last allocation has run."""
-        blocks = self._unwritten_by_request.pop(request_id, None)
-        if blocks:
-            unwritten = self.unwritten_blocks
-            for block in blocks:
-                if unwritten.get(block) == request_id:
-                    del unwritten[block]
-
-    def clear_unwritten(self) -> None:
-        self.unwritten_blocks.clear()
-        self._unwritten_by_request.clear()
 
     def cached_blocks(self) -> dict[tuple[Any, int], list[int]]:
         """Every ``(block hash, group id)`` key with its blocks, first-inserted first."""
@@ -154,11 +130,14 @@ class PrefixCacheIndex:
             group_idx=group_id,
         )
 
-    def _drop_key(self, block: int, h: Any, gid: int) -> None:
+    def _drop_key(self, block: int, h: Any, gid: int) -> int:
+        """Remove ``block`` from its key; returns its index among the key's blocks
+        (0: the one lookups return), for ``_restore_key``."""
         self.block_hash[block] = None
         m = self._maps[gid]
         dups = self._dups[gid]
         others = dups.get(h)
+        index = 0
         if m.get(h) == block:
             if others:
                 m[h] = others.pop(0)
@@ -167,20 +146,28 @@ class PrefixCacheIndex:
             else:
                 del m[h]
         elif others is not None:
-            others.remove(block)
+            index = others.index(block) + 1
+            del others[index - 1]
             if not others:
                 del dups[h]
         if self._events is not None:
             self._events.append(BlockRemoved(block_hashes=[h], medium=self.medium, group_idx=gid))
+        return index
 
-    def _restore_key(self, block: int, h: Any, gid: int) -> None:
-        """Make ``block`` the first cached block of its key again (used by rollback)."""
+    def _restore_key(self, block: int, h: Any, gid: int, index: int) -> None:
+        """Undo of ``_drop_key``: ``block`` back at ``index`` among the key's blocks."""
         self.block_hash[block] = h
         self.block_group[block] = gid
         m = self.hash_map(gid)
-        if h in m:
-            self._dups[gid].setdefault(h, []).insert(0, m[h])
-        m[h] = block
+        if h not in m:
+            m[h] = block
+            return
+        dups = self._dups[gid].setdefault(h, [])
+        if index == 0:
+            dups.insert(0, m[h])
+            m[h] = block
+        else:
+            dups.insert(index - 1, block)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the hash of each block (in use or not); the blocks stay where they are."""

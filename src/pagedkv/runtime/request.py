@@ -28,6 +28,7 @@ class Request:
         "num_computed_tokens",
         "num_preemptions",
         "num_prompt_tokens",
+        "priority",
         "request_id",
         "shared_prefix_boundary",
     )
@@ -41,6 +42,7 @@ class Request:
         cache_salt: str | None = None,
         mm_features: Iterable[MultiModalFeature] = (),
         hasher: BlockHasher | None = None,
+        priority: int = 0,
     ) -> None:
         if not prompt_token_ids:
             raise KVCacheRuntimeError(f"request {request_id!r}: prompt_token_ids is empty")
@@ -49,6 +51,7 @@ class Request:
         self.num_prompt_tokens = len(self.all_token_ids)
         self.lora_name = lora_name
         self.cache_salt = cache_salt
+        self.priority = priority  # as vLLM's: lower is more important; given to the free queue
         self.mm_features: tuple[MultiModalFeature, ...] = tuple(
             sorted((MultiModalFeature(*f) for f in mm_features), key=lambda f: f.offset)
         )

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pagedkv.runtime.block_pool import BlockPool
+from pagedkv.runtime.block_pool import BlockPool, Savepoint
 from pagedkv.runtime.blocks import KVCacheBlocks
 from pagedkv.runtime.hashing import BlockHasher
-from pagedkv.runtime.journal import Savepoint
 from pagedkv.runtime.managers.base import SingleTypeKVCacheManager
 from pagedkv.runtime.request import Request
 

@@ -159,7 +159,7 @@ class SingleTypeKVCacheManager(ABC):
             self.num_cached_block[request_id] = num_full
 
     # ----------------------------------------------------------------- freeing
-    def free(self, request_id: str) -> None:
+    def free(self, request_id: str, priority: int = 0) -> None:
         """Release the request's blocks, last first (the tail is evicted first).
 
         Kinds that skip tokens give their blocks the same priorities as when they leave
@@ -172,7 +172,7 @@ class SingleTypeKVCacheManager(ABC):
             return
         if not (self.skips_tokens and self.enable_caching):
             table.reverse()
-            self.block_pool.free_blocks(table)
+            self.block_pool.free_blocks(table, priority)
             return
         early: list[int] = []
         kept: list[int] = []
@@ -183,7 +183,7 @@ class SingleTypeKVCacheManager(ABC):
                     kept.append(block)
                 else:
                     early.append(block)
-        self._free_by_priority(early, kept)
+        self._free_by_priority(early, kept, priority)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Replace blocks this kind no longer needs by the null block and free them.
@@ -214,13 +214,13 @@ class SingleTypeKVCacheManager(ABC):
                 early.append(block)
         self._free_by_priority(early, kept)
 
-    def _free_by_priority(self, early: list[int], kept: list[int]) -> None:
+    def _free_by_priority(self, early: list[int], kept: list[int], priority: int = 0) -> None:
         """Free ``early`` ahead of every other cached block, ``kept`` at the LRU tail."""
         pool = self.block_pool
         if early:
-            pool.free_blocks(early, evict_early=True)
+            pool.free_blocks(early, priority, evict_first=True)
         if kept:
-            pool.free_blocks(kept)
+            pool.free_blocks(kept, priority)
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         """Block indices a cache hit of ``num_tokens`` tokens needs (empty by default)."""
@@ -255,6 +255,9 @@ class SingleTypeKVCacheManager(ABC):
         if table is None:
             return None
         return len(table), self.num_cached_block.get(request_id, 0)
+
+    def new_step_starts(self) -> None:  # noqa: B027 - optional hook
+        """A new engine step begins (kinds that track per-step state reset it)."""
 
     def get_blocks(self, request_id: str) -> list[int]:
         return self.req_to_blocks.get(request_id, [])

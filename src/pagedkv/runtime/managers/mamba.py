@@ -63,6 +63,10 @@ class MambaManager(SingleTypeKVCacheManager):
         end = (num_tokens - num_tokens % self.alignment_tokens) // self.block_size
         return max(end - 1, 0), end
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cached_this_step: set[Any] = set()  # hashes cached in the current step
+
     def get_num_blocks_to_allocate(
         self,
         request_id: str,
@@ -70,12 +74,10 @@ class MambaManager(SingleTypeKVCacheManager):
         new_computed_blocks: Sequence[int],
         total_computed_tokens: int,
     ) -> int:
-        unwritten = self.block_pool.unwritten_blocks
         if (
-            unwritten
-            and new_computed_blocks
-            and new_computed_blocks[-1] in unwritten
-            and request_id not in self.req_to_blocks
+            new_computed_blocks
+            and self._cached_this_step
+            and self.block_pool.block_hash[new_computed_blocks[-1]] in self._cached_this_step
         ):
             return self.block_pool.num_blocks + 1  # the state is written this step
         return super().get_num_blocks_to_allocate(
@@ -87,5 +89,10 @@ class MambaManager(SingleTypeKVCacheManager):
         first = self.num_cached_block[request.request_id]
         super().cache_blocks(request, num_tokens)
         last = self.num_cached_block[request.request_id]
-        if last > first:
-            self.block_pool.mark_unwritten(request.request_id, table[first:last])
+        hashes = self.block_pool.block_hash
+        for block in table[first:last]:
+            if block and hashes[block] is not None:
+                self._cached_this_step.add(hashes[block])
+
+    def new_step_starts(self) -> None:
+        self._cached_this_step.clear()

@@ -1,0 +1,174 @@
+"""The free queue: the order in which the block pool hands out (and evicts) free blocks.
+
+``FreeQueue`` is the narrow interface an eviction order implements; ``LRUFreeQueue`` is
+vLLM 0.33's order and the default. The pool calls, and only these:
+
+* ``pop(n)``: hand out ``n`` blocks from the head (the caller checked ``len``), with an
+  undo token;
+* ``push_uncached(blocks, priority)``: freed blocks without a hash (no reuse value),
+  ``blocks[0]`` first out; vLLM puts them at the head (LIFO reuse, warm memory);
+* ``push_cached(blocks, priority, evict_first=False)``: freed blocks that keep a hash,
+  ``blocks[0]`` evicted first; vLLM appends them (least recently used first).
+  ``priority`` is the freeing request's (vLLM: lower value = more important);
+  ``evict_first`` asks to evict them before every other cached block (the opt-in dense
+  retention's out-of-window blocks);
+* ``remove(block)``: a cache hit revives a free cached block; returns a position token;
+* ``hit(block)``: a cache hit on any block, called only if ``wants_hits`` (LRU does not
+  pay for it on the hot path);
+* ``order()``: every free block, head first (tests and tools).
+
+Undo: while an allocation is open the pool journals each ``pop`` and ``remove``. A
+rollback replays the journal newest first: ``unpop(blocks, token)`` puts popped blocks
+back at the head in their order, ``reinsert(block, token)`` puts a removed block back
+where ``remove`` found it. Undone in reverse, every call sees the queue exactly as it was right
+after the call it undoes, so ``order()`` ends identical to what it was before.
+Frees never happen inside an allocation's transaction, so pushes need no undo.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+
+class FreeQueue(ABC):
+    """Eviction order of the free blocks of one pool (block 0, the null block, is never in
+    it). Built with every usable block free, in id order."""
+
+    wants_hits: ClassVar[bool] = False
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def pop(self, num_blocks: int) -> tuple[list[int], Any]:
+        """Take ``num_blocks`` blocks from the head (``num_blocks <= len(self)``); returns
+        them, head first, and a token for ``unpop``."""
+
+    @abstractmethod
+    def unpop(self, blocks: list[int], token: Any) -> None:
+        """Undo of ``pop``: ``blocks`` back at the head, ``blocks[0]`` first."""
+
+    @abstractmethod
+    def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
+        """Freed blocks without a hash, ``blocks[0]`` handed out first among them."""
+
+    @abstractmethod
+    def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
+        """Freed blocks that keep their hash, ``blocks[0]`` evicted first among them."""
+
+    @abstractmethod
+    def remove(self, block: int) -> Any:
+        """Take a free block out of the queue (a cache hit); returns a position token."""
+
+    @abstractmethod
+    def reinsert(self, block: int, token: Any) -> None:
+        """Undo of ``remove``: ``block`` back at the position ``token`` records."""
+
+    def hit(self, block: int) -> None:  # noqa: B027 - optional hook
+        """A cache hit on ``block`` (free or in use); called only if ``wants_hits``."""
+
+    @abstractmethod
+    def order(self) -> list[int]:
+        """Every free block, head (next handed out) first."""
+
+
+class LRUFreeQueue(FreeQueue):
+    """vLLM's order: one list, freed uncached blocks at the head (LIFO), freed cached ones
+    at the tail (LRU). Kept in three parts that concatenate to that list:
+
+    1. ``_stack``: pushed (or unpopped) blocks, head at the end of the Python list;
+    2. the fresh range ``[_next_fresh, num_blocks)``: never-used blocks in id order;
+    3. ``_lru``: cached blocks, block -> sequence number, in increasing sequence order
+       (O(1) removal from the middle on a cache hit).
+
+    A fresh pool costs nothing per block. ``reinsert`` is O(1) at either end of the LRU
+    part and O(n) in the middle; only the undo of a failed allocation calls it.
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self._stack: list[int] = []
+        self._next_fresh = 1  # block 0 is the null block
+        self._lru: OrderedDict[int, int] = OrderedDict()
+        self._seq = 0  # next tail sequence number
+        self._front_seq = 0  # sequence numbers below every other (evict_first)
+
+    def __len__(self) -> int:
+        return len(self._stack) + self.num_blocks - self._next_fresh + len(self._lru)
+
+    def pop(self, num_blocks: int) -> tuple[list[int], Any]:
+        stack = self._stack
+        if num_blocks <= len(stack):  # token None: all from the stack
+            if num_blocks == 1:
+                return [stack.pop()], None
+            blocks = stack[len(stack) - num_blocks :]
+            del stack[len(stack) - num_blocks :]
+            blocks.reverse()
+            return blocks, None
+        blocks = stack[::-1]
+        stack.clear()
+        rest = num_blocks - len(blocks)
+        fresh = min(rest, self.num_blocks - self._next_fresh)
+        if fresh:
+            blocks.extend(range(self._next_fresh, self._next_fresh + fresh))
+            self._next_fresh += fresh
+            rest -= fresh
+        popitem = self._lru.popitem
+        seqs = []
+        for _ in range(rest):
+            block, seq = popitem(last=False)
+            blocks.append(block)
+            seqs.append(seq)
+        return blocks, (fresh, seqs)
+
+    def unpop(self, blocks: list[int], token: Any) -> None:
+        if token is None:
+            self._stack.extend(reversed(blocks))
+            return
+        fresh, seqs = token
+        lru = self._lru
+        tail = len(blocks) - len(seqs)
+        for block, seq in zip(reversed(blocks[tail:]), reversed(seqs)):
+            lru[block] = seq
+            lru.move_to_end(block, last=False)
+        self._next_fresh -= fresh
+        self._stack.extend(reversed(blocks[: tail - fresh]))
+
+    def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
+        self._stack.extend(reversed(blocks))
+
+    def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
+        lru = self._lru
+        if not evict_first:
+            seq = self._seq
+            for block in blocks:
+                lru[block] = seq
+                seq += 1
+            self._seq = seq
+            return
+        move = lru.move_to_end
+        for block in reversed(blocks):
+            self._front_seq -= 1
+            lru[block] = self._front_seq
+            move(block, last=False)
+
+    def remove(self, block: int) -> Any:
+        return self._lru.pop(block)  # only cached blocks are hit; they are in the LRU part
+
+    def reinsert(self, block: int, token: Any) -> None:
+        lru = self._lru
+        if not lru or next(reversed(lru.values())) < token:
+            lru[block] = token
+            return
+        lru[block] = token
+        if next(iter(lru.values())) > token:
+            lru.move_to_end(block, last=False)
+            return
+        for later in [b for b, seq in lru.items() if seq > token]:
+            lru.move_to_end(later)
+
+    def order(self) -> list[int]:
+        return [*reversed(self._stack), *range(self._next_fresh, self.num_blocks), *self._lru]

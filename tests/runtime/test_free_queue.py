@@ -1,0 +1,139 @@
+"""The free queue interface: vLLM's LRU order, exact undo, and a pool built on another order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pagedkv.errors import NoFreeBlocksError
+from pagedkv.runtime import BlockPool, Request
+from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
+from pagedkv.runtime.hashing import BlockHasher
+
+
+def test_lru_queue_starts_in_id_order_without_the_null_block() -> None:
+    queue = LRUFreeQueue(6)
+    assert queue.order() == [1, 2, 3, 4, 5] and len(queue) == 5
+
+
+def test_uncached_go_to_the_head_cached_to_the_tail() -> None:
+    queue = LRUFreeQueue(10)
+    (a, b, c, d), _ = queue.pop(4)
+    queue.push_cached([c, d], priority=0)
+    queue.push_uncached([a, b], priority=0)
+    assert queue.order() == [a, b, 5, 6, 7, 8, 9, c, d]
+    assert queue.pop(2)[0] == [a, b]
+
+
+def test_evict_first_goes_before_every_other_cached_block() -> None:
+    queue = LRUFreeQueue(6)
+    blocks, _ = queue.pop(5)
+    queue.push_cached(blocks[:2], 0)
+    queue.push_cached(blocks[2:4], 0, evict_first=True)
+    assert queue.order() == [blocks[2], blocks[3], blocks[0], blocks[1]]
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=40), st.data())
+def test_remove_and_pop_undone_in_reverse_restore_the_exact_order(
+    ops: list[int], data: st.DataObject
+) -> None:
+    queue = LRUFreeQueue(12)
+    taken, _ = queue.pop(11)
+    queue.push_cached(taken[:6], 0)
+    queue.push_uncached(taken[6:9], 0)
+    queue.push_cached(taken[9:], 0, evict_first=True)
+    held = []
+    before = queue.order()
+    undo: list[tuple[str, Any]] = []
+    for op in ops:
+        free = queue.order()
+        if op == 0 and free:
+            n = data.draw(st.integers(1, len(free)))
+            blocks, token = queue.pop(n)
+            assert blocks == free[:n]
+            undo.append(("pop", (blocks, token)))
+            held += blocks
+        elif op == 1 and queue._lru:
+            block = data.draw(st.sampled_from(list(queue._lru)))
+            undo.append(("remove", (block, queue.remove(block))))
+    for kind, arg in reversed(undo):
+        if kind == "pop":
+            queue.unpop(*arg)
+        else:
+            queue.reinsert(*arg)
+    assert queue.order() == before
+
+
+class FIFOQueue(FreeQueue):
+    """A deliberately different order: every freed block to the tail."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.blocks = list(range(1, num_blocks))
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def pop(self, num_blocks: int) -> tuple[list[int], Any]:
+        out = self.blocks[:num_blocks]
+        del self.blocks[:num_blocks]
+        return out, None
+
+    def unpop(self, blocks: list[int], token: Any) -> None:
+        self.blocks[:0] = blocks
+
+    def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
+        self.blocks.extend(blocks)
+
+    def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
+        self.blocks.extend(blocks)
+
+    def remove(self, block: int) -> Any:
+        index = self.blocks.index(block)
+        del self.blocks[index]
+        return index
+
+    def reinsert(self, block: int, token: Any) -> None:
+        self.blocks.insert(token, block)
+
+    def order(self) -> list[int]:
+        return list(self.blocks)
+
+
+def test_pool_uses_the_given_queue_and_rolls_it_back() -> None:
+    pool = BlockPool(6, hash_block_size=4, free_queue=FIFOQueue(6))
+    a, b = pool.get_new_blocks(2)
+    pool.free_blocks([b, a])
+    assert pool.free_queue() == [3, 4, 5, b, a]
+    before = pool.free_queue()
+    savepoint = pool.begin()
+    pool.get_new_blocks(4)
+    pool.rollback(savepoint)
+    assert pool.free_queue() == before
+
+
+def test_pool_rejects_a_queue_of_the_wrong_size() -> None:
+    with pytest.raises(Exception, match="free queue holds"):
+        BlockPool(6, free_queue=FIFOQueue(4))
+
+
+def test_rollback_restores_a_free_block_whose_hash_was_evicted() -> None:
+    # The leak of issue 10: a cached free block whose hash evict_blocks dropped still sits
+    # in the cached part; an allocation that pops it and then fails must put it back.
+    pool = BlockPool(6, hash_block_size=4)
+    blocks = pool.get_new_blocks(5)
+    req = Request("r", list(range(20)), hasher=BlockHasher(4))
+    pool.cache_full_blocks(req, blocks, 0, 5, 4, 0)
+    pool.free_blocks(blocks)
+    pool.evict_blocks([blocks[0]])
+    before = (pool.free_queue(), pool.cached_blocks(), list(pool.ref_cnt))
+    savepoint = pool.begin()
+    pool.touch([blocks[3]])
+    pool.get_new_blocks(4)
+    pool.rollback(savepoint)
+    assert (pool.free_queue(), pool.cached_blocks(), list(pool.ref_cnt)) == before
+    with pytest.raises(NoFreeBlocksError):
+        pool.get_new_blocks(6)
