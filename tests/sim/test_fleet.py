@@ -94,3 +94,34 @@ def test_bound_of_one_larger_cache_and_bad_input() -> None:
         simulate_fleet(_engine(), TRACE, 2, "random")
     with pytest.raises(ConfigError, match="replicas"):
         simulate_fleet(_engine(), TRACE, 0)
+
+
+def test_sweep_results_do_not_depend_on_what_runs_them() -> None:
+    from pagedkv.sim.fleet_sweep import fleet_sweep
+
+    small = TRACE.head(60)
+    here = fleet_sweep(_engine(), small, [1, 2], ["round-robin", "prefix"], SETTINGS, workers=1)
+    pool = fleet_sweep(_engine(), small, [1, 2], ["round-robin", "prefix"], SETTINGS, workers=2)
+    strip = [{k: v for k, v in r.to_dict().items() if k != "wall_seconds"} for r in here]
+    assert strip == [{k: v for k, v in r.to_dict().items() if k != "wall_seconds"} for r in pool]
+    assert [(r.num_replicas, r.router) for r in here] == [
+        (1, "round-robin"), (1, "prefix"), (2, "round-robin"), (2, "prefix")
+    ]  # fmt: skip
+    assert all(r.bound_hit_rate is not None for r in here)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sweep_on_a_local_ray_instance_gives_the_same_results() -> None:
+    ray = pytest.importorskip("ray")
+    from pagedkv.sim.fleet_sweep import fleet_sweep
+
+    small = TRACE.head(40)
+    args = (_engine(), small, [2], ["prefix"], SETTINGS)
+    here = fleet_sweep(*args, workers=1, bound=False)
+    try:
+        remote = fleet_sweep(*args, ray_address="local", bound=False)
+    finally:
+        ray.shutdown()
+    assert [r.hit_rate for r in remote] == [r.hit_rate for r in here]
+    assert [r.replicas for r in remote] == [r.replicas for r in here]

@@ -18,6 +18,13 @@ from pagedkv.cli.common import (
     stderr_console,
     stdout_console,
 )
+from pagedkv.cli.simulate_fleet import (
+    RAY_OPTION,
+    REPLICAS_OPTION,
+    ROUTER_OPTION,
+    WORKERS_OPTION,
+    run_fleet,
+)
 from pagedkv.errors import ConfigError
 
 # One full-attention group keeps the default run short (a 31-group hybrid such as
@@ -165,6 +172,10 @@ def simulate_command(
     skip_bad_lines: bool = typer.Option(
         False, "--skip-bad-lines", help="Skip and count malformed trace lines."
     ),
+    replicas: int = REPLICAS_OPTION,
+    router: str = ROUTER_OPTION,
+    workers: int | None = WORKERS_OPTION,
+    ray_address: str | None = RAY_OPTION,
 ) -> None:
     """Replay a request trace through the KV cache manager: hit rates, preemptions, usage."""
     import dataclasses
@@ -192,6 +203,13 @@ def simulate_command(
     }
     engine = dataclasses.replace(_engine(model, gpu, num_blocks, opts), hash_algo=hash_algo)
     show = sys.stderr.isatty()
+    if replicas > 1 or router != "round-robin":
+        run_fleet(
+            engine, loaded, settings, replicas=replicas, router=router, sweep=sweep,
+            bound=bound or sweep, plot=plot, json_output=json_output, workers=workers,
+            ray_address=ray_address,
+        )  # fmt: skip
+        return
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show)
         return

@@ -121,7 +121,9 @@ class _Replica:
         sched = self.loop.scheduler
         used = self.usable_blocks - self.mgr.num_free_blocks
         return EngineLoad(
-            len(sched.running), len(sched.waiting) + len(self.loop.pending), used / self.usable_blocks
+            len(sched.running),
+            len(sched.waiting) + len(self.loop.pending),
+            used / self.usable_blocks,
         )
 
     def step(self) -> None:
@@ -242,7 +244,9 @@ class _Routing:
                 cached = [self._exact_hit_blocks(r, req) for r in self.replicas]
             else:
                 assert self.index is not None
-                cached = self.index.prefix_blocks([external_block_hash(h) for h in req.block_hashes])
+                cached = self.index.prefix_blocks(
+                    [external_block_hash(h) for h in req.block_hashes]
+                )
         choice = self.replicas[self.policy.choose(cached, loads, num_blocks)]
         choice.loop.submit(trace_index, request)
         if choice.loop.pending and choice.loop.pending[-1].index == trace_index:

@@ -59,9 +59,7 @@ def _run_ray(
     try:
         import ray  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
-        raise ConfigError(
-            "--ray needs the ray package: pip install 'pagedkv[ray]'"
-        ) from None
+        raise ConfigError("--ray needs the ray package: pip install 'pagedkv[ray]'") from None
     ray.init(address=None if address == "local" else address, ignore_reinit_error=True)
     remote = ray.remote(_call)
     refs = [remote.remote(fn, args) for fn, args in jobs]
