@@ -66,6 +66,7 @@ class EventSubscriber:
         self.num_batches = self.num_gaps = self.num_recovered = self.num_lost = 0
         self.num_restarts = self.num_duplicates = self.num_decode_errors = 0
         self.num_replay_timeouts = 0
+        self.num_replayed = 0  # batches delivered from replay (gaps and tails)
 
     @property
     def next_seq(self) -> int | None:
@@ -121,6 +122,7 @@ class EventSubscriber:
             if self._next is not None and seq > self._next:
                 self._lose(seq - self._next)
             self._deliver(seq, payload, out)
+            self.num_replayed += 1
         return out
 
     def close(self) -> None:
@@ -152,6 +154,7 @@ class EventSubscriber:
                 self._lose(seq - self._next)
             self._deliver(seq, payload, out)
             self.num_recovered += 1
+            self.num_replayed += 1
         if self._next < live_seq:
             self._lose(live_seq - self._next)
             self._next = live_seq
