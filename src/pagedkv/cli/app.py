@@ -14,6 +14,7 @@ import typer
 from pagedkv.cli.catalog import gpus_command, models_command
 from pagedkv.cli.common import stderr_console
 from pagedkv.cli.plan import plan_command
+from pagedkv.cli.route import route_app
 from pagedkv.cli.simulate import simulate_command
 from pagedkv.errors import PagedKVError
 
@@ -39,6 +40,7 @@ app.command("plan")(plan_command)
 app.command("simulate")(simulate_command)
 app.command("models")(models_command)
 app.command("gpus")(gpus_command)
+app.add_typer(route_app, name="route")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
