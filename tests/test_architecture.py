@@ -68,9 +68,10 @@ HEAVY: dict[str, tuple[frozenset[str], bool]] = {
     "transformers": (frozenset({"models"}), True),
     "matplotlib": (frozenset({"sim", "cli"}), True),
     "zmq": (frozenset({"events", "cluster", "cli"}), False),
-    "starlette": (frozenset({"cluster", "cli"}), True),
-    "uvicorn": (frozenset({"cluster", "cli"}), True),
-    "prometheus_client": (frozenset({"cluster", "cli"}), True),
+    # the route service (cluster/service.py, imported only by the route command)
+    "starlette": (frozenset({"cluster"}), False),
+    "prometheus_client": (frozenset({"cluster"}), False),
+    "uvicorn": (frozenset({"cli"}), True),
 }
 LAZY_IN = {"distributed"}  # torch in distributed.py only inside functions / TYPE_CHECKING
 
