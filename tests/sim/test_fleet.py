@@ -125,3 +125,12 @@ def test_sweep_on_a_local_ray_instance_gives_the_same_results() -> None:
         ray.shutdown()
     assert [r.hit_rate for r in remote] == [r.hit_rate for r in here]
     assert [r.replicas for r in remote] == [r.replicas for r in here]
+
+
+def test_single_engine_sweep_in_worker_processes_matches_in_process() -> None:
+    from pagedkv.sim.run import sweep
+
+    small = TRACE.head(40)
+    here = sweep(_engine(), small, [40, 80], SETTINGS, workers=1)
+    pool = sweep(_engine(), small, [40, 80], SETTINGS, workers=2)
+    assert here == pool and [p.num_blocks for p in here] == [40, 80]

@@ -188,6 +188,8 @@ def simulate_command(
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
     if plot is not None and not sweep:
         raise ConfigError("--plot draws the --sweep; add --sweep")
+    if (workers is not None or ray_address is not None) and not sweep:
+        raise ConfigError("--workers and --ray run --sweep points; add --sweep")
     settings = SchedulerSettings(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -211,7 +213,7 @@ def simulate_command(
         )  # fmt: skip
         return
     if sweep:
-        _run_sweep(engine, loaded, settings, plot, json_output, show)
+        _run_sweep(engine, loaded, settings, plot, json_output, show, workers, ray_address)
         return
     total = len(loaded.requests)
     with _progress(total, show) as bar:
@@ -235,7 +237,14 @@ def simulate_command(
 
 
 def _run_sweep(
-    engine: Any, loaded: Any, settings: Any, plot: str | None, json_output: bool, show: bool
+    engine: Any,
+    loaded: Any,
+    settings: Any,
+    plot: str | None,
+    json_output: bool,
+    show: bool,
+    workers: int | None = None,
+    ray_address: str | None = None,
 ) -> None:
     from pagedkv.sim.engine import bound_geometry
     from pagedkv.sim.run import sweep as run_sweep
@@ -253,6 +262,8 @@ def _run_sweep(
             settings,
             bound=geometry is not None,
             progress=lambda done: bar.update(task, completed=done),
+            workers=workers,
+            ray_address=ray_address,
         )
     if plot is not None:
         from pagedkv.sim.plot import plot_sweep

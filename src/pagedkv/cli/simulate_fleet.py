@@ -8,7 +8,6 @@ from typing import Any
 import typer
 
 from pagedkv.cli.common import stderr_console, stdout_console
-from pagedkv.errors import ConfigError
 
 REPLICAS_OPTION = typer.Option(
     1,
@@ -22,7 +21,7 @@ ROUTER_OPTION = typer.Option(
     help="round-robin, least-loaded, prefix, cost, or oracle (sees every cache exactly).",
 )
 WORKERS_OPTION = typer.Option(
-    None, "--workers", min=1, help="Sweep points in N local processes (default: one per CPU)."
+    None, "--workers", min=1, help="--sweep points in N local processes [one per CPU]."
 )
 RAY_OPTION = typer.Option(
     None, "--ray", help="Run sweep points on this Ray cluster (address, or 'local'; ray extra)."
@@ -61,8 +60,6 @@ def run_fleet(
             workers=workers, ray_address=ray_address,
         )  # fmt: skip
     else:
-        if ray_address is not None or workers is not None:
-            raise ConfigError("--workers and --ray run --sweep points; add --sweep")
         results = [simulate_fleet(engine, trace, replicas, router, settings, bound=bound)]
     if plot is not None:
         from pagedkv.sim.fleet_plot import plot_fleet_sweep
