@@ -76,6 +76,9 @@ class CacheConfig:
     kv_cache_memory_bytes: int | None = None
     mamba_cache_mode: MambaCacheMode | None = None
     hash_algo: str = "sha256_cbor"
+    # What stays cached: "vllm" (vLLM 0.33's sparse retention) or "dense" (pagedkv's opt-in:
+    # every full block, window blocks evicted first). See docs/runtime.md.
+    prefix_cache_retention: str = "vllm"
     enable_hybrid_kv_cache: bool = True
     kv_cache_layout: str | None = None
     # Most KV cache groups the default grouping search may choose (None: its default).
@@ -101,6 +104,11 @@ class CacheConfig:
             raise ConfigError(
                 "CacheConfig.mamba_cache_mode must be 'none' or 'align', "
                 f"got {self.mamba_cache_mode!r}"
+            )
+        if self.prefix_cache_retention not in ("vllm", "dense"):
+            raise ConfigError(
+                "CacheConfig.prefix_cache_retention must be 'vllm' or 'dense', "
+                f"got {self.prefix_cache_retention!r}"
             )
         if self.cache_dtype != "auto":
             object.__setattr__(self, "cache_dtype", canonical_dtype_name(self.cache_dtype))

@@ -86,22 +86,27 @@ def test_malformed_frames_are_rejected() -> None:
 def test_events_per_kind_match_the_documented_table() -> None:
     from .helpers import chunked, cross, mamba
 
-    # Sliding window: blocks stay cached when they leave the window (no event).
+    # Sliding window (vLLM retention): only the window a hit at the prompt end (token 23,
+    # so a hit of 20 tokens) needs is cached, block 4; a call caching nothing still stores
+    # an event with its token range (as vLLM does). Leaving the window emits nothing.
     manager = make_manager([swa(4)], num_blocks=32, enable_events=True)
     req = Request("a", list(range(24)))
     manager.allocate_slots(req, 16)
     req.num_computed_tokens = 16
-    manager.take_events()
-    manager.allocate_slots(req, 8)  # blocks 0-2 leave the window; blocks 4, 5 get cached
+    (first,) = manager.take_events()
+    assert isinstance(first, BlockStored) and first.block_hashes == []
+    assert first.token_ids == list(range(16))
+    manager.allocate_slots(req, 8)  # blocks 0-2 leave the window; block 4 gets cached
     events = manager.take_events()
     assert [type(e) for e in events] == [BlockStored]
-    assert isinstance(events[0], BlockStored) and len(events[0].block_hashes) == 2
-    # Mamba (align): one checkpoint stored per full block; chunked local: every full block.
-    for spec in (mamba(), chunked(8)):
+    assert isinstance(events[0], BlockStored) and len(events[0].block_hashes) == 1
+    # Mamba (align): the state at the prompt end (a null position here: nothing stored);
+    # chunked local: every full block.
+    for spec, num_stored in ((mamba(), 0), (chunked(8), 3)):
         m = make_manager([spec], num_blocks=32, enable_events=True)
         m.allocate_slots(Request("b", list(range(13))), 13)
         (stored,) = m.take_events()
-        assert isinstance(stored, BlockStored) and len(stored.block_hashes) == 3
+        assert isinstance(stored, BlockStored) and len(stored.block_hashes) == num_stored
         assert stored.kv_cache_spec_kind == spec.kind
     # Cross attention: never cached, so never stored.
     m = make_manager([full(), cross()], num_blocks=32, enable_events=True)

@@ -37,19 +37,31 @@ def test_hashes_are_computed_incrementally_as_tokens_arrive() -> None:
     assert req.block_hashes == hash_token_blocks(list(range(1, 10)), 4)
 
 
-def test_sha256_cbor_is_identical_across_processes() -> None:
+def _child_hash(algo: str, env: dict[str, str]) -> str:
     code = (
         "from pagedkv.runtime import hash_token_blocks;"
-        "print(hash_token_blocks(list(range(8)), 4)[1].hex())"
+        f"print(hash_token_blocks(list(range(8)), 4, {algo!r})[1].hex())"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONHASHSEED": "123"},
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
-    assert out.stdout.strip() == hash_token_blocks(list(range(8)), 4)[1].hex()
+    return out.stdout.strip()
+
+
+def test_none_hash_follows_vllms_seed_rule() -> None:
+    import os
+
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    fixed = BlockHasher(4, "sha256_cbor", seed="vllm-none-hash")
+    expected = Request("r", list(range(8)), hasher=fixed).block_hashes[1].hex()
+    # Cryptographic: the fixed seed without PYTHONHASHSEED, identical across processes.
+    assert _child_hash("sha256_cbor", base) == _child_hash("sha256_cbor", base) == expected
+    # PYTHONHASHSEED, when set, is the seed.
+    seeded = BlockHasher(4, "sha256_cbor", seed="123")
+    with_seed = Request("r", list(range(8)), hasher=seeded).block_hashes[1].hex()
+    assert _child_hash("sha256_cbor", {**base, "PYTHONHASHSEED": "123"}) == with_seed
+    # xxhash without PYTHONHASHSEED: a random seed per process.
+    assert _child_hash("xxhash", base) != _child_hash("xxhash", base)
 
 
 def test_sha256_cbor_is_sha256_of_canonical_cbor() -> None:
@@ -77,9 +89,16 @@ def test_cache_salt_changes_only_the_first_blocks_own_key() -> None:
     assert plain[0] != salted[0] and plain[1] != salted[1]  # via the chain
 
 
-def test_lora_name_is_a_key_of_every_block() -> None:
-    req = Request("r", list(range(8)), lora_name="adapter")
-    assert block_extra_keys(req, 4, 8, 0)[0] == (("lora", "adapter"),)
+def test_lora_name_and_path_are_a_key_of_every_block() -> None:
+    from pagedkv.runtime import LoRA
+
+    req = Request("r", list(range(8)), lora=LoRA("adapter", 3, "/w/a"), cache_salt="s")
+    assert block_extra_keys(req, 4, 8, 0)[0] == (("lora", "adapter", "/w/a"),)
+    assert block_extra_keys(req, 0, 4, 0)[0] == (("lora", "adapter", "/w/a"), ("cache_salt", "s"))
+    same_name = Request("q", list(range(8)), lora=LoRA("adapter", 3, "/w/b"), hasher=BlockHasher(4))
+    req.set_hasher(BlockHasher(4))
+    assert same_name.block_hashes[0] != req.block_hashes[0]  # other weights, other blocks
+    assert Request("n", [1], lora_name="x").lora == LoRA("x")
     assert hashes(list(range(8)), lora_name="a") != hashes(list(range(8)), lora_name="b")
 
 

@@ -32,7 +32,7 @@ def test_hybrid_hit_is_bounded_by_every_group_and_aligned_to_the_lcm() -> None:
 
 
 def test_hybrid_sliding_window_miss_shortens_the_full_attention_hit() -> None:
-    manager = make_manager([full(), swa(8)], num_blocks=64)
+    manager = make_manager([full(), swa(8)], num_blocks=64, retention="dense")
     req = run(manager, "a", list(range(24)))
     sw_table = manager.get_block_ids("a")[1]
     manager.free(req)
@@ -45,14 +45,19 @@ def test_hybrid_sliding_window_miss_shortens_the_full_attention_hit() -> None:
 
 def test_hybrid_with_mamba_hit_lands_on_a_checkpoint() -> None:
     manager = make_manager([full(), swa(8), mamba()], num_blocks=96)
-    manager.free(run(manager, "a", list(range(26))))
+    a = Request("a", list(range(26)))
+    manager.allocate_slots(a, 24)  # a chunk ending on the block boundary before the prompt end
+    a.num_computed_tokens = 24
+    manager.allocate_slots(a, 2)
+    manager.free(a)
+    manager.new_step_starts()
     blocks, num_hit = manager.get_computed_blocks(Request("b", list(range(26))))
     assert num_hit == 24
     assert blocks.blocks[2] == [0] * 5 + [blocks.blocks[2][5]] and blocks.blocks[2][5] != 0
 
 
 def test_identical_groups_are_looked_up_together_full_attention_first() -> None:
-    manager = make_manager([swa(8), full(), swa(8)], num_blocks=64)
+    manager = make_manager([swa(8), full(), swa(8)], num_blocks=64, retention="dense")
     coordinator = manager.coordinator
     assert isinstance(coordinator, HybridCoordinator)
     assert [sg.group_ids for sg in coordinator.spec_groups] == [(1,), (0, 2)]

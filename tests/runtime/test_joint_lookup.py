@@ -9,6 +9,7 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from pagedkv.runtime import BlockPool, FullAttentionManager, SlidingWindowManager
+from pagedkv.runtime.managers.base import HitQuery
 
 from .helpers import full, swa
 
@@ -76,13 +77,15 @@ def test_joint_sliding_window_hit_is_the_last_aligned_full_window(
         prefix -= prefix % align_blocks
         expected = (_expected_blocks(pool, hashes, 0, prefix), prefix * block_size)
     got = SlidingWindowManager.find_longest_cache_hit(
-        hashes,
-        max_length,
-        list(range(len(contents))),
-        pool,
-        swa(window, block_size),
-        align_blocks * block_size,
-        block_size,
+        HitQuery(
+            hashes,
+            max_length,
+            tuple(range(len(contents))),
+            pool,
+            swa(window, block_size),
+            align_blocks * block_size,
+            block_size,
+        )
     )
     assert got == expected
 
@@ -101,12 +104,14 @@ def test_joint_full_attention_hit_is_the_all_hit_prefix(
         prefix += 1
     prefix -= prefix % align_blocks
     got = FullAttentionManager.find_longest_cache_hit(
-        hashes,
-        max_length,
-        list(range(len(contents))),
-        pool,
-        full(block_size),
-        align_blocks * block_size,
-        block_size,
+        HitQuery(
+            hashes,
+            max_length,
+            tuple(range(len(contents))),
+            pool,
+            full(block_size),
+            align_blocks * block_size,
+            block_size,
+        )
     )
     assert got == (_expected_blocks(pool, hashes, 0, prefix), prefix * block_size)

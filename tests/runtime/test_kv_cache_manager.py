@@ -29,11 +29,11 @@ def test_free_cached_hits_count_against_free_blocks_in_use_hits_do_not() -> None
     hit, num_hit = manager.get_computed_blocks(b)
     m = manager.managers[0]
     assert num_hit == 16
-    assert m.get_num_blocks_to_allocate("b", 17, hit.blocks[0], 16) == 1 + 4
+    assert m.get_num_blocks_to_allocate("b", 17, hit.blocks[0], 16, 17) == 1 + 4
     manager.allocate_slots(b, 1, num_hit, hit)
     c = Request("c", list(range(17)))
     hit, _ = manager.get_computed_blocks(c)
-    assert m.get_num_blocks_to_allocate("c", 17, hit.blocks[0], 16) == 1  # hits held by b
+    assert m.get_num_blocks_to_allocate("c", 17, hit.blocks[0], 16, 17) == 1  # hits held by b
 
 
 def test_running_request_cannot_adopt_cached_blocks() -> None:
@@ -212,9 +212,11 @@ class _CountingFullManager(FullAttentionManager):
 
     calls = 0
 
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[int]:
+    def allocate_new_blocks(
+        self, request_id: str, num_tokens: int, num_tokens_main_model: int
+    ) -> list[int]:
         type(self).calls += 1
-        return super().allocate_new_blocks(request_id, num_tokens)
+        return super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
 
 
 def test_a_manager_that_allocates_its_own_way_is_called_for_running_requests() -> None:

@@ -43,7 +43,7 @@ def test_full_attention_hit_stops_at_the_first_miss() -> None:
 
 def test_sliding_window_hit_needs_only_the_window_blocks() -> None:
     # window 8, block 4: a hit needs cdiv(7, 4) = 2 contiguous blocks ending at the hit.
-    manager = make_manager([swa(8)])
+    manager = make_manager([swa(8)], retention="dense")
     req = run_prompt(manager, "a", list(range(24)))
     table = manager.get_block_ids("a")[0]
     manager.free(req)
@@ -62,7 +62,7 @@ def test_sliding_window_run_from_block_zero_shorter_than_window_is_a_hit() -> No
 
 
 def test_sliding_window_gap_inside_window_is_a_miss() -> None:
-    manager = make_manager([swa(8)])
+    manager = make_manager([swa(8)], retention="dense")
     req = run_prompt(manager, "a", list(range(16)))
     table = manager.get_block_ids("a")[0]
     manager.free(req)
@@ -115,8 +115,9 @@ def test_chunked_local_hit_extends_within_the_current_chunk() -> None:
 
 
 def test_chunked_local_null_only_hit_ends_on_a_chunk_boundary() -> None:
-    # Chunk 12, block 8: block 1 covers tokens 8..15, straddling the chunk start 12;
-    # tokens 8..11 attend to tokens 0..7, so a cold cache may not "hit" 8 tokens.
+    # Chunk 12, block 8 (a layout vLLM never plans; its search would claim 8 null tokens):
+    # block 1 covers tokens 8..15, straddling the chunk start 12; tokens 8..11 attend to
+    # tokens 0..7, so a cold cache may not "hit" 8 tokens.
     manager = make_manager([chunked(12, 8)])
     blocks, num_hit = manager.get_computed_blocks(Request("a", list(range(14))))
     assert num_hit == 0 and blocks.blocks == ([],)
@@ -129,24 +130,30 @@ def test_chunked_local_null_only_hit_ends_on_a_chunk_boundary() -> None:
     assert num_hit == 16 and blocks.blocks[0][0] == 0 and blocks.blocks[0][1] != 0
 
 
-def test_mamba_hit_is_one_checkpoint_block_preceded_by_nulls() -> None:
+def test_mamba_align_table_holds_nulls_and_one_state_per_step() -> None:
     manager = make_manager([mamba()])
-    req = run_prompt(manager, "a", list(range(14)))
+    req = Request("a", list(range(14)))
+    new = manager.allocate_slots(req, 12)  # a chunk ending on a block boundary
+    assert new is not None and new.blocks[0][:2] == [0, 0] and new.blocks[0][2] != 0
+    state12 = new.blocks[0][2]
+    req.num_computed_tokens = 12
+    new = manager.allocate_slots(req, 2)
+    assert new is not None and new.blocks[0][0] != 0 and len(new.blocks[0]) == 1
+    req.num_computed_tokens = 14
     req.append_output_token_ids(99)
     manager.allocate_slots(req, 1)
-    # 14 tokens computed: the state after token 13 lives in block 3; blocks 0-2 go.
+    # 14 tokens computed: the state the last step read (after token 12) is freed.
     assert manager.get_block_ids("a")[0][:3] == [0, 0, 0]
     manager.free(req)
     blocks, num_hit = manager.get_computed_blocks(Request("b", list(range(14))))
-    assert num_hit == 12
-    assert blocks.blocks[0][:2] == [0, 0] and blocks.blocks[0][2] != 0
-    assert len(blocks.blocks[0]) == 3
+    assert num_hit == 12  # the state at the prompt end (token 13 -> block 2) stayed cached
+    assert blocks.blocks[0] == [0, 0, state12]
 
 
 def test_mamba_checkpoint_cached_this_step_is_refused_until_written() -> None:
     manager = make_manager([mamba()])
-    a = Request("a", list(range(12)))
-    manager.allocate_slots(a, 12)  # caches checkpoints the forward pass writes now
+    a = Request("a", list(range(13)))
+    manager.allocate_slots(a, 12)  # caches the state at token 12, written this step
     b = Request("b", list(range(13)))
     hit, num_hit = manager.get_computed_blocks(b)
     assert num_hit == 12
@@ -159,13 +166,13 @@ def test_mamba_checkpoint_waits_for_the_next_step_as_in_vllm() -> None:
     # vLLM 0.33 forgets "cached this step" only at new_step_starts: neither the caching
     # request's next allocation nor its free makes the state usable earlier.
     manager = make_manager([mamba()])
-    a = Request("a", list(range(12)))
+    a = Request("a", list(range(13)))
     manager.allocate_slots(a, 12)
     a.num_computed_tokens = 12
-    a.append_output_token_ids(1)
     manager.allocate_slots(a, 1)
     b = Request("b", list(range(13)))
     hit, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 12
     assert manager.allocate_slots(b, 1, num_hit, hit) is None
     manager.free(a)
     assert manager.allocate_slots(b, 1, num_hit, hit) is None
@@ -201,12 +208,13 @@ def test_admission_cap_applies_only_when_the_full_sequence_must_fit() -> None:
     )
 
 
-def test_mamba_admission_counts_only_the_blocks_it_holds_at_once() -> None:
-    # in-flight 64 tokens, block 4: at most 16 + 1 state blocks per request
-    manager = make_manager([mamba()], num_blocks=20)
-    assert manager.managers[0].max_admission_blocks() == 17
-    req = Request("a", list(range(200)))  # 50 blocks of tokens, but never 50 held
+def test_mamba_align_admission_needs_one_block_per_step() -> None:
+    # vLLM caps no Mamba group: an align-mode step holds one new state block.
+    manager = make_manager([mamba()], num_blocks=3)
+    assert manager.managers[0].max_admission_blocks() is None
+    req = Request("a", list(range(200)))  # 50 blocks of tokens, never more than 2 held
     assert manager.allocate_slots(req, 16, full_sequence_must_fit=True) is not None
+    assert manager.get_block_ids("a")[0][:3] == [0, 0, 0]
 
 
 @given(

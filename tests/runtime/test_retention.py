@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pagedkv import BlockPool
-from pagedkv.runtime import Request
+from pagedkv.runtime import KVCacheManager, Request
 from pagedkv.runtime.hashing import BlockHasher
 
 from .helpers import check_invariants, cross, full, make_manager, mamba, swa
@@ -20,7 +22,7 @@ def test_evict_early_puts_cached_blocks_at_the_front_of_the_cached_part() -> Non
 
 
 def test_out_of_window_blocks_are_evicted_before_other_cached_blocks() -> None:
-    manager = make_manager([swa(8)], num_blocks=40)
+    manager = make_manager([swa(8)], num_blocks=40, retention="dense")
     req = Request("a", list(range(40)))
     manager.allocate_slots(req, 32)
     req.num_computed_tokens = 32
@@ -35,7 +37,7 @@ def test_out_of_window_blocks_are_evicted_before_other_cached_blocks() -> None:
 
 
 def test_window_before_prompt_end_and_shared_junction_keeps_normal_priority() -> None:
-    manager = make_manager([swa(8)], num_blocks=64)
+    manager = make_manager([swa(8)], num_blocks=64, retention="dense")
     req = Request("a", list(range(24)))  # replay boundary 23 -> hit of 20 needs blocks 3, 4
     manager.allocate_slots(req, 24)
     req.num_computed_tokens = 24
@@ -55,7 +57,7 @@ def test_window_before_prompt_end_and_shared_junction_keeps_normal_priority() ->
 
 
 def test_hybrid_records_the_shared_prefix_junction() -> None:
-    manager = make_manager([full(), swa(8)], num_blocks=64)
+    manager = make_manager([full(), swa(8)], num_blocks=64, retention="dense")
     a = Request("a", list(range(40)))
     manager.allocate_slots(a, 40)
     a.num_computed_tokens = 40
@@ -70,7 +72,7 @@ def test_hybrid_records_the_shared_prefix_junction() -> None:
 
 
 def test_cross_attention_is_sized_once_from_encoder_tokens_and_never_cached() -> None:
-    manager = make_manager([full(), cross()], num_blocks=32)
+    manager = make_manager([full(), cross()], num_blocks=32, retention="dense")
     assert manager.enable_caching is False
     req = Request("a", list(range(6)))
     new = manager.allocate_slots(req, 6, num_encoder_tokens=10)
@@ -84,22 +86,25 @@ def test_cross_attention_is_sized_once_from_encoder_tokens_and_never_cached() ->
 
 
 def test_mamba_superseded_checkpoints_are_evicted_early_except_at_the_prompt_end() -> None:
-    manager = make_manager([mamba()], num_blocks=64)
+    manager = make_manager([mamba()], num_blocks=64, retention="dense")
     req = Request("a", list(range(21)))
-    manager.allocate_slots(req, 21)
-    table = manager.get_block_ids("a")[0]
-    req.num_computed_tokens = 21
+    states = []
+    for chunk in (8, 8, 4, 1):  # block-aligned chunks, as vLLM's scheduler splits them
+        new = manager.allocate_slots(req, chunk)
+        assert new is not None
+        states.append(new.blocks[0][-1])
+        req.num_computed_tokens += chunk
     req.append_output_token_ids(1)
-    manager.allocate_slots(req, 1)  # 20 skipped: blocks 0-4 freed
+    manager.allocate_slots(req, 1)  # 21 computed: the states up to token 20 are freed
     lru = list(manager.block_pool.queue._lru)
-    # prompt end 20 -> the checkpoint after token 20 (block 4) keeps normal priority
-    assert lru[-1] == table[4] and set(lru[:-1]) == set(table[:4])
+    # prompt end 20 -> the state after token 20 (states[2]) keeps normal priority
+    assert lru == [states[1], states[0], states[2]]
 
 
 def test_adopted_hit_keeps_normal_priority_when_it_leaves_the_window() -> None:
-    manager = make_manager([mamba()], num_blocks=64)
-    a = Request("a", list(range(20)))
-    manager.allocate_slots(a, 20)
+    manager = make_manager([mamba()], num_blocks=64, retention="dense")
+    a = Request("a", list(range(16)))
+    manager.allocate_slots(a, 16)
     manager.free(a)
     manager.new_step_starts()
     b = Request("b", [*range(16), 50, 51, 52, 53, 54, 55, 56, 57, 58])  # shares 16 tokens
@@ -114,7 +119,7 @@ def test_adopted_hit_keeps_normal_priority_when_it_leaves_the_window() -> None:
 
 
 def test_freed_window_blocks_outside_retained_points_are_evicted_first() -> None:
-    manager = make_manager([full(), swa(8)], num_blocks=64)
+    manager = make_manager([full(), swa(8)], num_blocks=64, retention="dense")
     req = Request("a", list(range(12)))  # prompt end 11 -> hit of 8 needs window blocks 0, 1
     manager.allocate_slots(req, 12)
     prompt_window = manager.get_block_ids("a")[1][:2]
@@ -128,3 +133,31 @@ def test_freed_window_blocks_outside_retained_points_are_evicted_first() -> None
     early = {b for b in window_table[2:] if b}
     assert set(lru[: len(early)]) == early  # blocks no retained point needs go first
     assert set(prompt_window) <= set(lru[len(early) :])  # the prompt-end window stays
+
+
+def test_retention_is_chosen_by_name_on_the_engine_config_or_the_manager() -> None:
+    from pagedkv import EngineConfig
+    from pagedkv.errors import ConfigError
+
+    from .helpers import kv_config
+
+    kv = kv_config([full(), swa(8)], 64)
+    default = KVCacheManager(kv, EngineConfig.create(max_model_len=256))
+    dense = KVCacheManager(
+        kv, EngineConfig.create(max_model_len=256, prefix_cache_retention="dense")
+    )
+    assert default.retention == "vllm" and dense.retention == "dense"
+    assert (
+        KVCacheManager(kv, EngineConfig.create(max_model_len=256), retention="dense").retention
+        == "dense"
+    )
+    with pytest.raises(ConfigError, match="prefix_cache_retention"):
+        EngineConfig.create(prefix_cache_retention="sparse")
+    with pytest.raises(ConfigError, match="retention"):
+        KVCacheManager(kv, EngineConfig.create(max_model_len=256), retention="lru")
+    # Dense caches every window block; vLLM's only the window a prompt-end hit needs.
+    for manager, num_cached in ((default, 2), (dense, 6)):
+        req = Request("a", list(range(25)))
+        manager.allocate_slots(req, 24)
+        window = manager.get_block_ids("a")[1]
+        assert sum(manager.block_pool.block_hash[b] is not None for b in window) == num_cached

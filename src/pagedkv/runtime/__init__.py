@@ -21,12 +21,16 @@ from pagedkv.runtime.events import (
 )
 from pagedkv.runtime.hashing import (
     BlockHasher,
+    LoRA,
     MultiModalFeature,
     builtin,
     get_hash_fn,
     hash_token_blocks,
+    sha256,
     sha256_cbor,
+    xxhash,
     xxhash128,
+    xxhash_cbor,
 )
 from pagedkv.runtime.kv_cache_manager import KVCacheManager
 from pagedkv.runtime.managers import (
@@ -56,6 +60,7 @@ __all__ = [
     "KVCacheCoordinator",
     "KVCacheEvent",
     "KVCacheManager",
+    "LoRA",
     "MambaManager",
     "MultiModalFeature",
     "NoPrefixCacheCoordinator",
@@ -71,6 +76,9 @@ __all__ = [
     "hash_token_blocks",
     "make_coordinator",
     "register_builtin_kv_cache_specs",
+    "sha256",
     "sha256_cbor",
+    "xxhash",
     "xxhash128",
+    "xxhash_cbor",
 ]

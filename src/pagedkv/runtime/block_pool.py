@@ -9,14 +9,15 @@ The order of free blocks is the ``FreeQueue``'s (free_queue.py; vLLM's LRU by de
 Which cached block holds which hash is kept by ``PrefixCacheIndex`` (prefix_cache.py).
 
 Transactions: between ``begin`` and ``commit`` the pool journals every change
-(``("pop", blocks, evicted, token)``, ``("touch", [(block, token)])``, ``("cache", blocks)``);
+(``("pop", blocks, evicted, token)``, ``("touch", [(block, token)])``, ``("cache", blocks)``
+and the managers' ``("call", undo, args)``, see ``record``);
 ``rollback`` undoes them newest first, so the free blocks, their order, the reference
 counts and the hash map are exactly as at ``begin``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
@@ -71,6 +72,7 @@ class BlockPool(PrefixCacheIndex):
         self._maps: list[dict[Any, int]] = []
         self._dups: list[dict[Any, list[int]]] = []
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
+        self.event_token_ids = True  # False: BlockStored events carry no token ids
         self._journal: list[tuple[Any, ...]] | None = None
         # Cached blocks whose hash was dropped to reuse them (or by evict_blocks): one
         # BlockRemoved event each when events are on.
@@ -197,6 +199,12 @@ class BlockPool(PrefixCacheIndex):
     def commit(self) -> None:
         self._journal = None
 
+    def record(self, undo: Callable[..., object], *args: Any) -> None:
+        """Inside a transaction: call ``undo(*args)`` on rollback (managers journal their
+        table changes here, so one rollback restores pool and tables together)."""
+        if self._journal is not None:
+            self._journal.append(("call", undo, args))
+
     def rollback(self, savepoint: Savepoint) -> None:
         """Undo everything since ``begin``, newest first: popped blocks go back to the
         head of the queue with their hash and map position, touched ones are released
@@ -219,6 +227,8 @@ class BlockPool(PrefixCacheIndex):
                     ref[block] -= 1
                     if token is not None:
                         queue.reinsert(block, token)
+            elif kind == "call":
+                entry[1](*entry[2])
             else:  # "cache"
                 for block in reversed(entry[1]):
                     self._drop_key(block, self.block_hash[block], self.block_group[block])

@@ -11,8 +11,9 @@ from pagedkv.errors import RegistryError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime.block_pool import BlockPool
-from pagedkv.runtime.managers.base import SingleTypeKVCacheManager, cdiv
-from pagedkv.specs.base import KVCacheSpec
+from pagedkv.runtime.free_queue import FreeQueue
+from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
+from pagedkv.specs.base import KVCacheSpec, cdiv
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
 
@@ -53,12 +54,18 @@ class KVCacheCoordinator(ABC):
         alignment_tokens: int,
         enable_events: bool = False,
         in_flight_tokens: int | None = None,
+        retention: str = "vllm",
+        free_queue: FreeQueue | None = None,
     ) -> None:
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
         self.alignment_tokens = alignment_tokens
         self.block_pool = BlockPool(
-            kv_cache_config.num_blocks, enable_caching, hash_block_size, enable_events
+            kv_cache_config.num_blocks,
+            enable_caching,
+            hash_block_size,
+            enable_events,
+            free_queue=free_queue,
         )
         self.managers: list[SingleTypeKVCacheManager] = []
         for gid, group in enumerate(kv_cache_config.kv_cache_groups):
@@ -73,6 +80,7 @@ class KVCacheCoordinator(ABC):
                     alignment_tokens=alignment_tokens,
                     max_model_len=max_model_len,
                     in_flight_tokens=in_flight_tokens,
+                    retention=retention,
                 )
             )
 
@@ -101,13 +109,15 @@ class UnitaryCoordinator(KVCacheCoordinator):
     ) -> tuple[list[list[int]], int, int]:
         manager = self.managers[0]
         lists, hit = type(manager).find_longest_cache_hit(
-            block_hashes,
-            max_length,
-            (0,),
-            self.block_pool,
-            manager.kv_cache_spec,
-            self.alignment_tokens,
-            self.hash_block_size,
+            HitQuery(
+                block_hashes,
+                max_length,
+                (0,),
+                self.block_pool,
+                manager.kv_cache_spec,
+                self.alignment_tokens,
+                self.hash_block_size,
+            )
         )
         return lists, hit, hit
 
@@ -136,6 +146,10 @@ class HybridCoordinator(KVCacheCoordinator):
         groups = [SpecGroup(spec, tuple(ids), cls) for (spec, cls), ids in by_key.items()]
         # Stable sort: downward-closed kinds first, otherwise in group order.
         self.spec_groups = sorted(groups, key=lambda g: not g.manager_cls.downward_closed_hits)
+        # One downward-closed kind plus one other: one pass settles the hit (as in vLLM).
+        self._one_pass = (
+            len(self.spec_groups) == 2 and self.spec_groups[0].manager_cls.downward_closed_hits
+        )
 
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
@@ -145,6 +159,9 @@ class HybridCoordinator(KVCacheCoordinator):
         longest = 0
         searched_once: dict[int, int] = {}
         pool, align, hash_bs = self.block_pool, self.alignment_tokens, self.hash_block_size
+        query = HitQuery(
+            block_hashes, max_length, (), pool, self.managers[0].kv_cache_spec, align, hash_bs
+        )
         while True:
             current = candidate
             for index, sg in enumerate(self.spec_groups):
@@ -152,7 +169,7 @@ class HybridCoordinator(KVCacheCoordinator):
                     current = min(current, searched_once[index])
                     continue
                 found, hit = sg.manager_cls.find_longest_cache_hit(
-                    block_hashes, current, sg.group_ids, pool, sg.spec, align, hash_bs
+                    query._replace(max_length=current, group_ids=sg.group_ids, spec=sg.spec)
                 )
                 for gid, blocks in zip(sg.group_ids, found):
                     lists[gid] = blocks
@@ -164,6 +181,8 @@ class HybridCoordinator(KVCacheCoordinator):
             if current >= candidate:
                 break
             candidate = current
+            if self._one_pass:
+                break
         for index in searched_once:
             sg = self.spec_groups[index]
             keep = cdiv(candidate, sg.spec.block_size)

@@ -1,14 +1,23 @@
-"""Chained block hashing: each block's hash covers its tokens, extra keys and the whole prefix.
+"""Chained block hashing, byte-identical to vLLM 0.33's for the same algorithm.
 
-A block hash is ``hash_fn((parent_hash, token_ids, extra_keys))`` where ``parent_hash`` is the
-previous block's hash (the chain seed for the first block), ``token_ids`` a tuple of ints and
-``extra_keys`` a tuple of tagged tuples or None. Hashes are computed incrementally by a
-``BlockHasher`` as tokens arrive; only full hash blocks are hashed.
+A block hash is ``hash_fn((parent_hash, token_ids, extra_keys))`` where ``parent_hash`` is
+the previous block's hash (``NONE_HASH`` for the first block), ``token_ids`` a tuple of
+ints and ``extra_keys`` None or a tuple of, in this order: ``("lora", name, path)`` on
+every block of a LoRA request, ``("mm", identifier, offset - block_start)`` per
+multimodal item overlapping the block, ``("cache_salt", salt)`` on block 0 only and
+``("prompt_embeds", sha256 of the block's embedding bytes)``.
+
+``NONE_HASH = hash_fn(seed)``: the seed is ``PYTHONHASHSEED`` when set; otherwise
+``"vllm-none-hash"`` for the cryptographic algorithms (and ``builtin``), and 32 random
+bytes (hex) per process for the xxhash ones, as vLLM does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import pickle
+import sys
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -19,12 +28,10 @@ from pagedkv.errors import ConfigError
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 
-BlockHash = Hashable  # bytes for sha256_cbor / xxhash128, int for builtin
+BlockHash = Hashable  # bytes, or int for builtin
 HashFn = Callable[[Any], Any]
 
-# Chain seed of the first block. Same value in every process, so sha256_cbor and
-# xxhash128 hashes can be compared across processes and machines.
-DEFAULT_CHAIN_SEED = "pagedkv-chain-seed-v1"
+DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
 
 
 class MultiModalFeature(NamedTuple):
@@ -35,28 +42,57 @@ class MultiModalFeature(NamedTuple):
     length: int
 
 
+class LoRA(NamedTuple):
+    """A LoRA adapter as the block hash sees it (vLLM's ``LoRARequest`` fields)."""
+
+    name: str
+    id: int = 0
+    path: str = ""
+
+
+def sha256(obj: Any) -> bytes:
+    """SHA-256 of the pickle (highest protocol): vLLM's default ``sha256``."""
+    return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+
 def sha256_cbor(obj: Any) -> bytes:
     """SHA-256 of the canonical CBOR encoding: identical on every machine and language."""
     return hashlib.sha256(cbor2.dumps(obj, canonical=True)).digest()
 
 
-def xxhash128(obj: Any) -> bytes:
-    """xxh3-128 of the canonical CBOR encoding: faster, not collision-resistant against attacks."""
-    import xxhash
+def xxhash(obj: Any) -> bytes:
+    """xxh3-128 of the pickle: fast, not collision-resistant against attacks."""
+    import xxhash as xx
 
-    return xxhash.xxh3_128_digest(cbor2.dumps(obj, canonical=True))
+    return xx.xxh3_128_digest(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def xxhash_cbor(obj: Any) -> bytes:
+    """xxh3-128 of the canonical CBOR encoding."""
+    import xxhash as xx
+
+    return xx.xxh3_128_digest(cbor2.dumps(obj, canonical=True))
+
+
+xxhash128 = xxhash_cbor  # pagedkv's earlier name
 
 
 def builtin(obj: Any) -> int:
-    """Python's ``hash``: fastest; string keys (LoRA, salt) vary with PYTHONHASHSEED."""
+    """Python's ``hash`` (pagedkv only, for simulation): fastest; strings vary with
+    PYTHONHASHSEED."""
     return hash(obj)
 
 
 HASH_FUNCTIONS: dict[str, HashFn] = {
+    "sha256": sha256,
     "sha256_cbor": sha256_cbor,
-    "xxhash128": xxhash128,
+    "xxhash": xxhash,
+    "xxhash_cbor": xxhash_cbor,
+    "xxhash128": xxhash_cbor,  # pagedkv's earlier name for xxhash_cbor
     "builtin": builtin,
 }
+_NON_CRYPTO = {"xxhash", "xxhash_cbor", "xxhash128"}
+_random_seed: str | None = None
 
 
 def get_hash_fn(name: str) -> HashFn:
@@ -68,17 +104,35 @@ def get_hash_fn(name: str) -> HashFn:
         raise ConfigError(f"unknown hash_algo {name!r}; known: {known}") from None
 
 
+def none_hash_seed(hash_algo: str) -> str:
+    """vLLM's NONE_HASH seed rule (module docstring)."""
+    global _random_seed
+    seed = os.environ.get("PYTHONHASHSEED")
+    if seed is not None:
+        return seed
+    if hash_algo not in _NON_CRYPTO:
+        return DEFAULT_NONE_HASH_SEED
+    if _random_seed is None:
+        _random_seed = os.urandom(32).hex()  # one per process, like vLLM's NONE_HASH
+    return _random_seed
+
+
+def _embeds_bytes(embeds: Any) -> bytes:
+    """Raw bytes of an embedding slice (numpy array, torch tensor or bytes-like)."""
+    torch = sys.modules.get("torch")  # a tensor means torch is imported already
+    if torch is not None and isinstance(embeds, torch.Tensor):
+        return bytes(embeds.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    return bytes(memoryview(embeds))
+
+
 def block_extra_keys(
     request: Request, start: int, end: int, mm_index: int
 ) -> tuple[tuple[Any, ...] | None, int]:
-    """Extra keys of the block ``[start, end)`` and the next multimodal item index to look at.
-
-    LoRA name on every block, multimodal items overlapping the block (offset relative to
-    the block start, may be negative), cache salt on the first block only.
-    """
+    """Extra keys of the block ``[start, end)`` and the next multimodal item index to look at."""
     keys: list[tuple[Any, ...]] = []
-    if request.lora_name is not None:
-        keys.append(("lora", request.lora_name))
+    lora = request.lora
+    if lora is not None:
+        keys.append(("lora", lora.name, lora.path))
     features = request.mm_features
     i = mm_index
     while i < len(features) and features[i].offset + features[i].length <= start:
@@ -87,8 +141,11 @@ def block_extra_keys(
     while i < len(features) and features[i].offset < end:
         keys.append(("mm", features[i].identifier, features[i].offset - start))
         i += 1
-    if start == 0 and request.cache_salt is not None:
+    if start == 0 and request.cache_salt:
         keys.append(("cache_salt", request.cache_salt))
+    if request.prompt_embeds is not None and start < request.num_prompt_tokens:
+        data = _embeds_bytes(request.prompt_embeds[start:end])
+        keys.append(("prompt_embeds", hashlib.sha256(data).digest()))
     return (tuple(keys) if keys else None), next_index
 
 
@@ -98,14 +155,14 @@ class BlockHasher:
     __slots__ = ("block_size", "hash_algo", "hash_fn", "none_hash")
 
     def __init__(
-        self, block_size: int, hash_algo: str = "sha256_cbor", seed: str = DEFAULT_CHAIN_SEED
+        self, block_size: int, hash_algo: str = "sha256_cbor", seed: str | None = None
     ) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ConfigError(f"hash block_size must be a positive integer, got {block_size!r}")
         self.block_size = block_size
         self.hash_algo = hash_algo
         self.hash_fn = get_hash_fn(hash_algo)
-        self.none_hash = self.hash_fn(seed)
+        self.none_hash = self.hash_fn(none_hash_seed(hash_algo) if seed is None else seed)
 
     def __call__(self, request: Request) -> list[Any]:
         """Hashes of the full blocks after ``len(request.block_hashes)``."""
@@ -118,7 +175,7 @@ class BlockHasher:
             return []
         fn = self.hash_fn
         parent = hashes[-1] if hashes else self.none_hash
-        plain = request.lora_name is None and request.cache_salt is None and not request.mm_features
+        plain = request.plain
         mm_index = 0
         new: list[Any] = []
         while start + bs <= end:

@@ -7,12 +7,12 @@ import math
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.planning.types import KVCacheConfig
-from pagedkv.runtime.allocation import SlotAllocator
 from pagedkv.runtime.blocks import KVCacheBlocks
 from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator
 from pagedkv.runtime.events import BlockStored, KVCacheEvent
-from pagedkv.runtime.hashing import DEFAULT_CHAIN_SEED, BlockHasher
-from pagedkv.runtime.managers.base import SingleTypeKVCacheManager
+from pagedkv.runtime.free_queue import FreeQueue
+from pagedkv.runtime.hashing import BlockHasher
+from pagedkv.runtime.managers.base import RETENTION_POLICIES, SingleTypeKVCacheManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
@@ -36,11 +36,17 @@ def _resolve_caching(
     return enable_caching
 
 
-class KVCacheManager(SlotAllocator):
+class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
 
     ``get_computed_blocks`` finds a new request's cache hit, ``allocate_slots`` gives it
     (or a running request) the blocks for its next tokens, ``free`` releases them.
+
+    ``retention``: ``"vllm"`` (default; vLLM 0.33's sparse retention) or ``"dense"``
+    (pagedkv's opt-in, see ``managers/base.py``); None takes the engine config's
+    ``cache.prefix_cache_retention``. ``free_queue``: the pool's eviction order (default
+    vLLM's LRU), built for ``kv_cache_config.num_blocks``. ``event_token_ids=False``
+    leaves the token ids out of BlockStored events.
     """
 
     def __init__(
@@ -52,10 +58,20 @@ class KVCacheManager(SlotAllocator):
         hash_algo: str | None = None,
         enable_events: bool = False,
         watermark: float = 0.0,
-        hash_seed: str = DEFAULT_CHAIN_SEED,
+        hash_seed: str | None = None,
+        retention: str | None = None,
+        free_queue: FreeQueue | None = None,
+        event_token_ids: bool = True,
     ) -> None:
         if not 0.0 <= watermark < 1.0:
             raise ConfigError(f"KVCacheManager watermark must be in [0, 1), got {watermark!r}")
+        retention = retention or config.cache.prefix_cache_retention
+        if retention not in RETENTION_POLICIES:
+            raise ConfigError(
+                f"KVCacheManager retention must be one of {', '.join(RETENTION_POLICIES)}, "
+                f"got {retention!r}"
+            )
+        self.retention = retention
         groups = kv_cache_config.kv_cache_groups
         planned_len = kv_cache_config.max_model_len
         self.max_model_len = (
@@ -78,29 +94,37 @@ class KVCacheManager(SlotAllocator):
             alignment_tokens=self.scheduler_block_size,
             enable_events=enable_events,
             in_flight_tokens=config.max_in_flight_tokens,
+            retention=retention,
+            free_queue=free_queue,
         )
         self.block_pool = self.coordinator.block_pool
+        self.block_pool.event_token_ids = event_token_ids
         self.managers = self.coordinator.managers
         self.num_groups = len(self.managers)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         self._skipping = [m for m in self.managers if m.skips_tokens]
-        sets: dict[tuple[type, object], list[SingleTypeKVCacheManager]] = {}
-        for m in self._skipping:
-            sets.setdefault((type(m), m.kv_cache_spec), []).append(m)
-        self._skip_sets = [(group[0], group) for group in sets.values()]
+        self._caching = [m for m in self.managers if m.enable_caching]
         self._cross = [isinstance(m, CrossAttentionManager) for m in self.managers]
+        # If every kind grows a running request's table plainly: what the fast path of
+        # allocate_slots reads per group.
+        base = SingleTypeKVCacheManager
+        plain = all(
+            type(m).allocate_new_blocks is base.allocate_new_blocks
+            and type(m).get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
+            for m in self.managers
+        )
+        self._growth = None
+        if plain:
+            self._growth = [
+                (m.block_size, m.req_to_blocks, m.num_cached_block, cross)
+                for m, cross in zip(self.managers, self._cross)
+            ]
         # Tables of group 0: membership says whether a request is running.
         self._first_tables: dict[str, list[int]] = (
             self.managers[0].req_to_blocks if self.managers else {}
         )
-        self._single = self.managers[0] if self.num_groups == 1 and not self._cross[0] else None
-        distinct_sizes = {m.block_size for m in self.managers}
-        self._same_block_size = (
-            self.managers[0] if len(distinct_sizes) == 1 and not any(self._cross) else None
-        )
-        # One pool allocation can serve every group unless a manager allocates its own way.
-        base_allocate = SingleTypeKVCacheManager.allocate_new_blocks
-        self._lockstep = all(type(m).allocate_new_blocks is base_allocate for m in self.managers)
+        # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule).
+        self._cache_step = self.scheduler_block_size if self.num_groups > 1 else 1
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in self.managers)
         self._empty = KVCacheBlocks(tuple([] for _ in self.managers))
         self._group_meta = [
@@ -185,6 +209,207 @@ class KVCacheManager(SlotAllocator):
             )
         request.set_hasher(self.hasher)
 
+    # ------------------------------------------------------------- allocation
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
+        *,
+        full_sequence_must_fit: bool = False,
+        has_scheduled_reqs: bool = True,
+    ) -> KVCacheBlocks | None:
+        """Blocks for ``num_new_tokens`` more tokens (plus lookahead slots), or None if they
+        do not fit. Blocks the request no longer needs (out of its window) are released
+        first, as vLLM does, even when the allocation then does not fit.
+
+        A new request adopts ``new_computed_blocks`` (from ``get_computed_blocks``) covering
+        ``num_new_computed_tokens`` tokens. Full blocks are cached unless
+        ``delay_cache_blocks``; lookahead (draft) slots are never cached. With
+        ``full_sequence_must_fit`` (an admission) the whole sequence must fit (windows
+        capped at their admission bound). If anything raises midway, every change after
+        the release is undone before the exception propagates.
+        """
+        if num_new_tokens <= 0 or num_lookahead_tokens < 0:
+            self._check_counts(
+                request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens
+            )
+        request_id = request.request_id
+        running = request_id in self._first_tables
+        hits = self._no_hits
+        if new_computed_blocks is not None:
+            hits = new_computed_blocks.blocks
+            if len(hits) != self.num_groups:
+                raise KVCacheRuntimeError(
+                    f"new_computed_blocks has {len(hits)} groups, the model has {self.num_groups}"
+                )
+            if running and any(hits):
+                raise KVCacheRuntimeError(
+                    f"request {request_id!r} is running; only a new request can adopt cached blocks"
+                )
+        total_computed = request.num_computed_tokens + num_new_computed_tokens
+        if num_new_computed_tokens and not (
+            0 < total_computed <= request.num_tokens and num_new_computed_tokens > 0
+        ):
+            raise KVCacheRuntimeError(
+                f"request {request_id!r} adopts {num_new_computed_tokens} computed tokens "
+                f"after {request.num_computed_tokens}, but it has {request.num_tokens} tokens"
+            )
+        max_len = self.max_model_len
+        num_main = total_computed + num_new_tokens
+        if num_main > max_len:
+            raise KVCacheRuntimeError(
+                f"request {request_id!r} needs slots for {num_main} tokens, more than "
+                f"max_model_len={max_len}"
+            )
+        num_slots = num_main + num_lookahead_tokens
+        if num_slots > max_len:
+            num_slots = max_len
+        pool = self.block_pool
+        if full_sequence_must_fit:
+            num_tokens = min(request.num_tokens, max_len)
+            needed = self._num_blocks_needed(
+                request_id, num_tokens, num_tokens, hits, total_computed, num_encoder_tokens, True
+            )
+            if needed + self._reserve(running, has_scheduled_reqs) > pool.num_free_blocks:
+                return None
+        if running:
+            for m in self._skipping:
+                m.remove_skipped_blocks(request_id, total_computed)
+            if self._growth is not None:
+                # Fast path (bench_hot_path: most decode steps change nothing): every kind
+                # grows plainly, by cdiv(tokens, block_size) - len(table) blocks.
+                cache = self.enable_caching and not delay_cache_blocks
+                cache_tokens = len(request.all_token_ids) if cache else 0
+                if num_main < cache_tokens:
+                    cache_tokens = num_main
+                if self._cache_step > 1:
+                    cache_tokens -= cache_tokens % self._cache_step
+                needed = 0
+                work = False
+                for block_size, tables, num_cached, cross in self._growth:
+                    tokens = num_encoder_tokens if cross else num_slots
+                    num_new = -(-tokens // block_size) - len(tables[request_id])
+                    if num_new > 0:
+                        needed += num_new
+                        work = True
+                    elif cache_tokens // block_size > num_cached[request_id]:
+                        work = True
+                if not work:
+                    return self._empty
+                if needed > pool.num_free_blocks:
+                    return None
+                return self._transaction(
+                    request, None, 0, num_slots, num_main, num_encoder_tokens, cache
+                )
+        needed = self._num_blocks_needed(
+            request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
+        )
+        if needed + self._reserve(running, has_scheduled_reqs) > pool.num_free_blocks:
+            return None
+        if self.enable_caching and request.hasher is not self.hasher:
+            self._attach_hasher(request)
+        return self._transaction(
+            request,
+            None if running else hits,
+            total_computed,
+            num_slots,
+            num_main,
+            num_encoder_tokens,
+            self.enable_caching and not delay_cache_blocks,
+        )
+
+    def _reserve(self, running: bool, has_scheduled_reqs: bool) -> int:
+        """The watermark: kept free when admitting a request while others are scheduled."""
+        return self.watermark_blocks if has_scheduled_reqs and not running else 0
+
+    def _num_blocks_needed(
+        self,
+        request_id: str,
+        num_tokens: int,
+        num_main: int,
+        hits: tuple[list[int], ...],
+        total_computed: int,
+        num_encoder_tokens: int,
+        cap: bool,
+    ) -> int:
+        needed = 0
+        cross = self._cross
+        for gid, m in enumerate(self.managers):
+            if cross[gid]:
+                if cap:
+                    continue
+                needed += m.get_num_blocks_to_allocate(
+                    request_id, num_encoder_tokens, hits[gid], 0, num_encoder_tokens
+                )
+            else:
+                needed += m.get_num_blocks_to_allocate(
+                    request_id, num_tokens, hits[gid], total_computed, num_main, cap
+                )
+        return needed
+
+    def _transaction(
+        self,
+        request: Request,
+        hits: tuple[list[int], ...] | None,
+        total_computed: int,
+        num_slots: int,
+        num_main: int,
+        num_encoder_tokens: int,
+        cache: bool,
+    ) -> KVCacheBlocks:
+        """Adopt hits (new requests), allocate, cache: all or nothing (the pool's journal
+        holds the pool's and the managers' changes)."""
+        request_id = request.request_id
+        managers = self.managers
+        pool = self.block_pool
+        savepoint = pool.begin()
+        try:
+            if hits is not None:
+                # Every group adopts its hits before any group allocates, so an
+                # allocation can never evict another group's hit blocks.
+                for gid, m in enumerate(managers):
+                    m.add_local_computed_blocks(request_id, hits[gid], total_computed)
+            cross = self._cross
+            new_blocks = tuple(
+                m.allocate_new_blocks(
+                    request_id, num_encoder_tokens if cross[gid] else num_slots, num_main
+                )
+                for gid, m in enumerate(managers)
+            )
+            if cache:
+                num_cacheable = min(num_main, request.num_tokens)
+                num_cacheable -= num_cacheable % self._cache_step
+                for m in self._caching:
+                    m.cache_blocks(request, num_cacheable)
+        except BaseException:
+            pool.rollback(savepoint)
+            raise
+        pool.commit()
+        return KVCacheBlocks(new_blocks) if any(new_blocks) else self._empty
+
+    @staticmethod
+    def _check_counts(
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int,
+        num_lookahead_tokens: int,
+    ) -> None:
+        if num_lookahead_tokens < 0:
+            raise KVCacheRuntimeError(
+                f"request {request.request_id!r}: num_lookahead_tokens must be >= 0, "
+                f"got {num_lookahead_tokens}"
+            )
+        if num_new_tokens < 0 or (num_new_tokens == 0 and num_new_computed_tokens == 0):
+            raise KVCacheRuntimeError(
+                f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
+                f"no computed tokens to adopt, got {num_new_tokens}"
+            )
+
     # ---------------------------------------------------------------- freeing
     def free(self, request: Request | str) -> None:
         """Release every block of the request, last blocks first (evicted first)."""
@@ -198,7 +423,8 @@ class KVCacheManager(SlotAllocator):
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Free blocks that fell out of the request's window (nulls in its table)."""
         if request_id in self._first_tables:
-            self._remove_skipped(request_id, num_computed_tokens)
+            for m in self._skipping:
+                m.remove_skipped_blocks(request_id, num_computed_tokens)
 
     def evict_blocks(self, block_ids: list[int]) -> None:
         """Drop the cached hashes of the given blocks (they stay allocated if in use)."""
@@ -231,9 +457,8 @@ class KVCacheManager(SlotAllocator):
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Cache the request's full blocks up to ``num_computed_tokens`` (after a delayed
         allocation)."""
-        if self.enable_caching:
-            for m in self.managers:
-                m.cache_blocks(request, num_computed_tokens)
+        for m in self._caching:
+            m.cache_blocks(request, num_computed_tokens)
 
     def __repr__(self) -> str:
         kinds = ", ".join(kind for kind, _ in self._group_meta)

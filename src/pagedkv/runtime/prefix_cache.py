@@ -32,6 +32,7 @@ class PrefixCacheIndex:
     _events: list[KVCacheEvent] | None
     _journal: list[tuple[Any, ...]] | None
     num_evictions: int
+    event_token_ids: bool
 
     def hash_map(self, group_id: int) -> dict[Any, int]:
         """The ``block hash -> first cached block id`` map of one group."""
@@ -74,8 +75,10 @@ class PrefixCacheIndex:
         num_full_blocks: int,
         block_size: int,
         group_id: int,
+        keep: set[int] | None = None,
     ) -> None:
-        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hash (skipping null blocks).
+        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hash, skipping null
+        blocks and, if ``keep`` is given, every index not in it.
 
         Block ``i``'s hash is the request's chain hash at token ``(i + 1) * block_size``.
         """
@@ -90,6 +93,8 @@ class PrefixCacheIndex:
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
             if block == NULL_BLOCK or block_hash[block] is not None:
+                continue
+            if keep is not None and i not in keep:
                 continue
             h = hashes[i] if scale == 1 else hashes[(i + 1) * scale - 1]
             block_hash[block] = h
@@ -122,9 +127,13 @@ class PrefixCacheIndex:
         return BlockStored(
             block_hashes=[self.block_hash[b] for b in stored],
             parent_block_hash=parent,
-            token_ids=request.all_token_ids[first * block_size : end * block_size],
+            token_ids=(
+                request.all_token_ids[first * block_size : end * block_size]
+                if self.event_token_ids
+                else []
+            ),
             block_size=block_size,
-            lora_id=None,
+            lora_id=None if request.lora is None else request.lora.id,
             medium=self.medium,
             lora_name=request.lora_name,
             group_idx=group_id,

@@ -6,12 +6,16 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pagedkv.errors import KVCacheRuntimeError
-from pagedkv.runtime.hashing import BlockHasher, MultiModalFeature
+from pagedkv.runtime.hashing import BlockHasher, LoRA, MultiModalFeature
 
 
 class Request:
-    """Token ids (prompt then outputs), LoRA name, cache salt, multimodal items and the
-    chained block hashes, extended as output tokens are appended.
+    """Token ids (prompt then outputs), LoRA adapter, cache salt, multimodal items, prompt
+    embeddings and the chained block hashes, extended as output tokens are appended.
+
+    ``lora``: a ``LoRA(name, id, path)`` (or any object with ``lora_name``, ``lora_int_id``
+    and ``lora_path``, like vLLM's ``LoRARequest``); ``lora_name`` alone is a LoRA with no
+    path. ``prompt_embeds``: per-token embeddings (numpy array, torch tensor), hashed.
 
     ``num_computed_tokens`` is owned by the scheduler. ``hasher=None`` lets the
     ``KVCacheManager`` attach its own hasher the first time it sees the request.
@@ -22,13 +26,15 @@ class Request:
         "block_hashes",
         "cache_salt",
         "hasher",
-        "lora_name",
+        "lora",
         "mm_features",
         "num_cached_tokens",
         "num_computed_tokens",
         "num_preemptions",
         "num_prompt_tokens",
+        "plain",
         "priority",
+        "prompt_embeds",
         "request_id",
         "shared_prefix_boundary",
     )
@@ -38,9 +44,11 @@ class Request:
         request_id: str,
         prompt_token_ids: Sequence[int],
         *,
+        lora: Any = None,
         lora_name: str | None = None,
         cache_salt: str | None = None,
         mm_features: Iterable[MultiModalFeature] = (),
+        prompt_embeds: Any = None,
         hasher: BlockHasher | None = None,
         priority: int = 0,
     ) -> None:
@@ -49,11 +57,17 @@ class Request:
         self.request_id = request_id
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.all_token_ids)
-        self.lora_name = lora_name
+        if lora is not None and not isinstance(lora, LoRA):
+            lora = LoRA(lora.lora_name, lora.lora_int_id, lora.lora_path)
+        self.lora: LoRA | None = lora if lora is not None or lora_name is None else LoRA(lora_name)
+        self.prompt_embeds = prompt_embeds
         self.cache_salt = cache_salt
         self.priority = priority  # as vLLM's: lower is more important; given to the free queue
         self.mm_features: tuple[MultiModalFeature, ...] = tuple(
             sorted((MultiModalFeature(*f) for f in mm_features), key=lambda f: f.offset)
+        )
+        self.plain = (
+            self.lora is None and not cache_salt and not self.mm_features and prompt_embeds is None
         )
         self.num_computed_tokens = 0
         # Prefix-cache hit of the latest admission (-1 before the first lookup).
@@ -65,6 +79,10 @@ class Request:
         self.hasher: BlockHasher | None = None
         if hasher is not None:
             self.set_hasher(hasher)
+
+    @property
+    def lora_name(self) -> str | None:
+        return None if self.lora is None else self.lora.name
 
     @property
     def prompt_token_ids(self) -> list[int]:

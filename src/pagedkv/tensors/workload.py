@@ -71,6 +71,27 @@ class MiniScheduler:
     num_hit_tokens: int = 0
     num_finished: int = 0
     _next: int = 0
+    # Mamba "align" groups: prefill chunks end on block boundaries (as vLLM's scheduler
+    # clips them), so states at those boundaries exist to be cached; 0 = no clipping.
+    _state_block_size: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        if any(getattr(m, "align", False) for m in self.manager.managers):
+            self._state_block_size = self.manager.scheduler_block_size
+
+    def _split(self, request: Request, start: int, num_new: int) -> int:
+        """Clip a prefill chunk to a block boundary (and to the last cacheable one)."""
+        block = self._state_block_size
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        if not block or start >= prefill_end:
+            return num_new
+        end = start + num_new
+        if end < prefill_end and end // block * block > start:
+            end = end // block * block
+        last_cacheable = (request.num_tokens - 1) // block * block
+        if start < last_cacheable < end:
+            end = last_cacheable
+        return end - start
 
     @property
     def done(self) -> bool:
@@ -98,6 +119,7 @@ class MiniScheduler:
         while i < len(self.running) and budget > 0:
             request = self.running[i]
             num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            num_new = self._split(request, request.num_computed_tokens, num_new)
             while self.manager.allocate_slots(request, num_new) is None:
                 preempted = True
                 if self._preempt() is request:
@@ -113,7 +135,7 @@ class MiniScheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
             blocks, num_hit = self.manager.get_computed_blocks(request)
-            num_new = min(request.num_tokens - num_hit, budget)
+            num_new = self._split(request, num_hit, min(request.num_tokens - num_hit, budget))
             if self.manager.allocate_slots(request, num_new, num_hit, blocks) is None:
                 if not self.running:
                     raise NoFreeBlocksError(

@@ -3,14 +3,22 @@
 A manager owns one KV cache group's block tables: ``req_to_blocks[request_id]`` is a
 positional list (entry ``i`` covers tokens ``[i * block_size, (i + 1) * block_size)``;
 the null block 0 marks positions the kind no longer needs). Blocks come from the
-``BlockPool`` shared by all groups.
+``BlockPool`` shared by all groups. Every change a manager makes inside an allocation is
+journaled in the pool (``BlockPool.record``), so a failed allocation is undone exactly.
+
+Retention (what stays cached): ``"vllm"`` (vLLM 0.33's default, retention interval 0):
+kinds with ``sparse_retention`` (sliding window, Mamba) cache only the blocks a hit at the
+prompt's replay boundary or at the shared-prefix junction needs; freed blocks go back as
+the pool's free queue orders them. ``"dense"`` (pagedkv's opt-in): every full block is
+cached, and blocks leaving a window are evicted before every other cached block, except
+those such a hit needs.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
 from pagedkv.specs.base import cdiv
@@ -19,15 +27,25 @@ if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
     from pagedkv.specs.base import KVCacheSpec
 
+RETENTION_POLICIES = ("vllm", "dense")
 
-def hashes_at_block_size(
-    block_hashes: list[Any], hash_block_size: int, block_size: int
-) -> list[Any]:
-    """The chain hashes at ``block_size`` granularity: the last fine hash inside each block."""
-    if block_size == hash_block_size:
-        return block_hashes
-    scale = block_size // hash_block_size
-    return block_hashes[scale - 1 :: scale]
+
+class HitQuery(NamedTuple):
+    """One cache-hit search: the request's chain hashes (at ``hash_block_size``), the most
+    tokens a hit may cover, the groups that must all hit, and where to look."""
+
+    block_hashes: list[Any]
+    max_length: int
+    group_ids: tuple[int, ...]
+    block_pool: BlockPool
+    spec: KVCacheSpec
+    alignment_tokens: int
+    hash_block_size: int
+
+    def hashes(self) -> list[Any]:
+        """The chain hashes at the spec's block size (the last fine hash of each block)."""
+        scale = self.spec.block_size // self.hash_block_size
+        return self.block_hashes if scale == 1 else self.block_hashes[scale - 1 :: scale]
 
 
 class SingleTypeKVCacheManager(ABC):
@@ -41,6 +59,8 @@ class SingleTypeKVCacheManager(ABC):
     skips_tokens: ClassVar[bool] = False
     # Whether a hit of n tokens implies a hit of every shorter prefix (looked up once).
     downward_closed_hits: ClassVar[bool] = False
+    # Whether vLLM's retention caches only the blocks a boundary hit needs.
+    sparse_retention: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -53,6 +73,7 @@ class SingleTypeKVCacheManager(ABC):
         alignment_tokens: int | None = None,
         max_model_len: int | None = None,
         in_flight_tokens: int | None = None,
+        retention: str = "vllm",
     ) -> None:
         self.kv_cache_spec = kv_cache_spec
         self.block_size = kv_cache_spec.block_size
@@ -63,26 +84,18 @@ class SingleTypeKVCacheManager(ABC):
         self.alignment_tokens = alignment_tokens or self.block_size
         self.max_model_len = max_model_len
         self.in_flight_tokens = in_flight_tokens
+        self.dense = retention == "dense" and self.skips_tokens
         self.req_to_blocks: dict[str, list[int]] = {}
         self.num_cached_block: dict[str, int] = {}
-        # Block indices, per request, freed with normal priority when skipped.
+        # Dense retention: block indices, per request, freed at the LRU tail when skipped.
         self._retained: dict[str, set[int]] = {}
 
     # ------------------------------------------------------------------ lookup
     @classmethod
     @abstractmethod
-    def find_longest_cache_hit(
-        cls,
-        block_hashes: list[Any],
-        max_length: int,
-        kv_cache_group_ids: Sequence[int],
-        block_pool: BlockPool,
-        kv_cache_spec: KVCacheSpec,
-        alignment_tokens: int,
-        hash_block_size: int,
-    ) -> tuple[list[list[int]], int]:
-        """Longest cached prefix of at most ``max_length`` tokens, a multiple of
-        ``alignment_tokens``, hit in every group of ``kv_cache_group_ids``.
+    def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
+        """Longest cached prefix of at most ``query.max_length`` tokens, a multiple of
+        ``query.alignment_tokens``, hit in every group of ``query.group_ids``.
 
         Returns one block list per group id (nulls where the kind needs no block)
         and the hit length in tokens. Touches nothing.
@@ -96,6 +109,10 @@ class SingleTypeKVCacheManager(ABC):
         """The most blocks a request of this kind holds at once (None: unbounded)."""
         return None
 
+    def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
+        """Block indices a cache hit of ``num_tokens`` tokens needs (empty by default)."""
+        return 0, 0
+
     # -------------------------------------------------------------- allocation
     def get_num_blocks_to_allocate(
         self,
@@ -103,10 +120,16 @@ class SingleTypeKVCacheManager(ABC):
         num_tokens: int,
         new_computed_blocks: Sequence[int],
         total_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
     ) -> int:
         """Free-queue blocks an allocation up to ``num_tokens`` would consume, counting
         cached hit blocks that must leave the free queue."""
         required = cdiv(num_tokens, self.block_size)
+        if apply_admission_cap:
+            cap = self.max_admission_blocks()
+            if cap is not None and cap < required:
+                required = cap
         table = self.req_to_blocks.get(request_id)
         if table is not None:
             return max(required - len(table), 0)
@@ -130,134 +153,134 @@ class SingleTypeKVCacheManager(ABC):
         table = [NULL_BLOCK] * skipped + kept if skipped else kept
         self.req_to_blocks[request_id] = table
         self.num_cached_block[request_id] = len(table)
+        self.block_pool.record(self._forget, request_id)
 
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[int]:
+    def allocate_new_blocks(
+        self, request_id: str, num_tokens: int, num_tokens_main_model: int
+    ) -> list[int]:
         """Extend the table to cover ``num_tokens`` tokens; returns the new block ids."""
         table = self.req_to_blocks[request_id]
         num_new = cdiv(num_tokens, self.block_size) - len(table)
         if num_new <= 0:
             return []
         new = self.block_pool.get_new_blocks(num_new)
+        self.block_pool.record(self._truncate, table, len(table))
         table.extend(new)
         return new
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """Cache the full blocks among the first ``num_tokens`` tokens."""
+        """Cache the full blocks among the first ``num_tokens`` tokens (vLLM's retention:
+        sparse kinds only those a hit at ``reachable_boundaries`` needs)."""
         request_id = request.request_id
         num_cached = self.num_cached_block[request_id]
         num_full = min(num_tokens, len(request.block_hashes) * self.hash_block_size)
         num_full //= self.block_size
-        if num_full > num_cached:
-            self.block_pool.cache_full_blocks(
-                request,
-                self.req_to_blocks[request_id],
-                num_cached,
-                num_full,
-                self.block_size,
-                self.kv_cache_group_id,
+        if num_full <= num_cached:
+            return
+        keep = None
+        if self.dense:
+            # Every block is cached; those a boundary hit needs keep LRU order when freed.
+            self._retained[request_id] = self._reachable_blocks(
+                request, 0, num_full, request.num_cached_tokens
             )
-            self.num_cached_block[request_id] = num_full
+        elif self.sparse_retention:
+            keep = self._reachable_blocks(request, num_cached, num_full)
+        pool = self.block_pool
+        pool.cache_full_blocks(
+            request,
+            self.req_to_blocks[request_id],
+            num_cached,
+            num_full,
+            self.block_size,
+            self.kv_cache_group_id,
+            keep,
+        )
+        pool.record(self.num_cached_block.__setitem__, request_id, num_cached)
+        self.num_cached_block[request_id] = num_full
+
+    def _reachable_blocks(
+        self, request: Request, start: int, end: int, *more_boundaries: int
+    ) -> set[int]:
+        """Blocks in ``[start, end)`` that a hit at the prompt's replay boundary (its last
+        token is recomputed) or at the shared-prefix junction needs."""
+        keep: set[int] = set()
+        boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
+        for boundary in (*boundaries, *more_boundaries):
+            if boundary > 0:
+                lo, hi = self.hit_block_range(boundary)
+                keep.update(range(max(lo, start), min(hi, end)))
+        return keep
 
     # ----------------------------------------------------------------- freeing
     def free(self, request_id: str, priority: int = 0) -> None:
-        """Release the request's blocks, last first (the tail is evicted first).
-
-        Kinds that skip tokens give their blocks the same priorities as when they leave
-        the window: early eviction except where a later hit is likely.
-        """
+        """Release the request's blocks, last first (the tail is evicted first)."""
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
-        keep = self._retained.pop(request_id, None)
+        retained = self._retained.pop(request_id, None) if self.dense else None
         if not table:
             return
-        if not (self.skips_tokens and self.enable_caching):
+        if self.dense:
+            indices = range(len(table) - 1, -1, -1)
+            self._free_dense(indices, [table[i] for i in indices], retained, priority)
+        else:
             table.reverse()
             self.block_pool.free_blocks(table, priority)
-            return
-        early: list[int] = []
-        kept: list[int] = []
-        for i in range(len(table) - 1, -1, -1):
-            block = table[i]
-            if block:
-                if keep is not None and i in keep:
-                    kept.append(block)
-                else:
-                    early.append(block)
-        self._free_by_priority(early, kept, priority)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Replace blocks this kind no longer needs by the null block and free them.
-
-        They stay cached but are evicted before other cached blocks, except those a
-        later request is likely to hit (see ``set_retained_boundaries``).
-        """
+        """Replace blocks this kind no longer needs by the null block and free them, the
+        highest position first. The nulled region is a prefix: the walk stops at a null."""
         skipped = self.get_num_skipped_tokens(num_computed_tokens)
         table = self.req_to_blocks.get(request_id)
         if skipped <= 0 or not table:
             return
-        last = skipped // self.block_size
-        if last > len(table):
-            last = len(table)
-        if last <= 0 or table[last - 1] == NULL_BLOCK:
-            return  # the removed region is a prefix: nothing new to remove
-        keep = self._retained.get(request_id)
+        last = min(skipped // self.block_size, len(table))
+        indices = []
+        for i in range(last - 1, -1, -1):
+            if table[i] == NULL_BLOCK:
+                break
+            indices.append(i)
+        if not indices:
+            return
+        blocks = [table[i] for i in indices]
+        for i in indices:
+            table[i] = NULL_BLOCK
+        self._release(request_id, indices, blocks)
+
+    def _release(self, request_id: str, indices: Sequence[int], blocks: list[int]) -> None:
+        """Free blocks a running request no longer needs (``blocks[k]`` was at position
+        ``indices[k]``), first given evicted first."""
+        if self.dense:
+            self._free_dense(indices, blocks, self._retained.get(request_id), 0)
+        else:
+            self.block_pool.free_blocks(blocks)
+
+    def _free_dense(
+        self, indices: Sequence[int], blocks: list[int], retained: set[int] | None, priority: int
+    ) -> None:
+        """Dense retention: blocks a boundary hit needs (``retained`` positions) go to the
+        LRU tail, the others are evicted before every other cached block."""
         early: list[int] = []
         kept: list[int] = []
-        for i in range(last - 1, -1, -1):
-            block = table[i]
-            if block == NULL_BLOCK:
-                break
-            table[i] = NULL_BLOCK
-            if keep is not None and i in keep:
-                kept.append(block)
-            else:
-                early.append(block)
-        self._free_by_priority(early, kept)
-
-    def _free_by_priority(self, early: list[int], kept: list[int], priority: int = 0) -> None:
-        """Free ``early`` ahead of every other cached block, ``kept`` at the LRU tail."""
-        pool = self.block_pool
+        for i, block in zip(indices, blocks):
+            if block:
+                (kept if retained is not None and i in retained else early).append(block)
         if early:
-            pool.free_blocks(early, priority, evict_first=True)
+            self.block_pool.free_blocks(early, priority, evict_first=True)
         if kept:
-            pool.free_blocks(kept, priority)
-
-    def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
-        """Block indices a cache hit of ``num_tokens`` tokens needs (empty by default)."""
-        return 0, 0
-
-    def set_retained_boundaries(self, request_id: str, boundaries: Sequence[int]) -> None:
-        """Token positions where later requests are likely to hit (the prompt end, a prefix
-        other requests share): the blocks such a hit needs keep normal eviction priority
-        when they fall out of this request's window."""
-        keep: set[int] = set()
-        for boundary in boundaries:
-            if boundary > 0:
-                keep.update(range(*self.hit_block_range(boundary)))
-        if keep:
-            self._retained[request_id] = keep
-
-    def rollback(self, request_id: str, saved: tuple[int, int] | None) -> None:
-        """Restore the table length and cached count saved before a failed allocation
-        (``None``: the request was new). Block references are restored by the pool."""
-        if saved is None:
-            self.req_to_blocks.pop(request_id, None)
-            self.num_cached_block.pop(request_id, None)
-            self._retained.pop(request_id, None)
-            return
-        table = self.req_to_blocks.get(request_id)
-        if table is not None:
-            del table[saved[0] :]
-            self.num_cached_block[request_id] = saved[1]
-
-    def save(self, request_id: str) -> tuple[int, int] | None:
-        table = self.req_to_blocks.get(request_id)
-        if table is None:
-            return None
-        return len(table), self.num_cached_block.get(request_id, 0)
+            self.block_pool.free_blocks(kept, priority)
 
     def new_step_starts(self) -> None:  # noqa: B027 - optional hook
         """A new engine step begins (kinds that track per-step state reset it)."""
+
+    # ------------------------------------------------------------------- undo
+    def _forget(self, request_id: str) -> None:
+        self.req_to_blocks.pop(request_id, None)
+        self.num_cached_block.pop(request_id, None)
+        self._retained.pop(request_id, None)
+
+    @staticmethod
+    def _truncate(table: list[int], length: int) -> None:
+        del table[length:]
 
     def get_blocks(self, request_id: str) -> list[int]:
         return self.req_to_blocks.get(request_id, [])

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
-from pagedkv.runtime.managers.base import SingleTypeKVCacheManager, hashes_at_block_size
+from pagedkv.runtime.block_pool import NULL_BLOCK
+from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 
 if TYPE_CHECKING:
     from pagedkv.specs.base import KVCacheSpec
@@ -18,43 +17,36 @@ def _chunk_size(spec: KVCacheSpec) -> int:
 
 
 class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
-    """Blocks of chunks before the current one are null; hits are searched left to right
-    from the start of the chunk that holds ``max_length``. A hit made only of nulls ends
-    on a chunk boundary (and a block boundary)."""
+    """Blocks of chunks before the one holding ``max_length`` are null (nothing attends
+    to them); hits are searched left to right from that chunk's start. Every full block
+    is cached (vLLM keeps no sparse mask for this kind)."""
 
     skips_tokens = True
 
     @classmethod
-    def find_longest_cache_hit(
-        cls,
-        block_hashes: list[Any],
-        max_length: int,
-        kv_cache_group_ids: Sequence[int],
-        block_pool: BlockPool,
-        kv_cache_spec: KVCacheSpec,
-        alignment_tokens: int,
-        hash_block_size: int,
-    ) -> tuple[list[list[int]], int]:
-        block_size = kv_cache_spec.block_size
-        chunk = _chunk_size(kv_cache_spec)
-        hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
-        start = (max_length // chunk) * chunk // block_size
-        lists = [[NULL_BLOCK] * start for _ in kv_cache_group_ids]
-        for i in range(start, min(max_length // block_size, len(hashes))):
-            blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
+    def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
+        block_size = query.spec.block_size
+        chunk = _chunk_size(query.spec)
+        hashes = query.hashes()
+        start = (query.max_length // chunk) * chunk // block_size
+        lists = [[NULL_BLOCK] * start for _ in query.group_ids]
+        get = query.block_pool.get_cached_block
+        for i in range(start, min(query.max_length // block_size, len(hashes))):
+            blocks = get(hashes[i], query.group_ids)
             if blocks is None:
                 break
             for out, block in zip(lists, blocks):
                 out.append(block)
         num_blocks = len(lists[0])
-        num_blocks -= num_blocks % (max(alignment_tokens // block_size, 1))
-        if num_blocks <= start and (num_blocks * block_size) % chunk:
-            # Only nulls: valid only if it ends on a chunk boundary (the next token then
-            # attends to nothing before it); a block straddling the chunk start is needed.
-            step = math.lcm(chunk, block_size, alignment_tokens)
+        if num_blocks == start and (start * block_size) % chunk:
+            # A chunk that is not a multiple of the block size (vLLM never plans one; its
+            # search would return a wrong all-null hit here): the block straddling the
+            # chunk start holds tokens the next ones attend to, so the hit ends at the
+            # last boundary of both chunk and block.
+            step = math.lcm(chunk, block_size)
             num_blocks = (num_blocks * block_size // step) * step // block_size
-        for out in lists:
-            del out[num_blocks:]
+            for out in lists:
+                del out[num_blocks:]
         return lists, num_blocks * block_size
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
-from pagedkv.runtime.block_pool import BlockPool
-from pagedkv.runtime.managers.base import SingleTypeKVCacheManager, hashes_at_block_size
-
-if TYPE_CHECKING:
-    from pagedkv.specs.base import KVCacheSpec
+from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):
@@ -19,30 +15,22 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     downward_closed_hits: ClassVar[bool] = True
 
     @classmethod
-    def find_longest_cache_hit(
-        cls,
-        block_hashes: list[Any],
-        max_length: int,
-        kv_cache_group_ids: Sequence[int],
-        block_pool: BlockPool,
-        kv_cache_spec: KVCacheSpec,
-        alignment_tokens: int,
-        hash_block_size: int,
-    ) -> tuple[list[list[int]], int]:
-        block_size = kv_cache_spec.block_size
-        hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
-        limit = min(max_length // block_size, len(hashes))
+    def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
+        block_size = query.spec.block_size
+        hashes = query.hashes()
+        limit = min(query.max_length // block_size, len(hashes))
         # Identical groups: each group's leading run within the shorter ones so far.
         lists = []
-        for gid in kv_cache_group_ids:
-            hit = _leading_hits(block_pool.hash_map(gid).get, hashes, limit)
+        for gid in query.group_ids:
+            hit = _leading_hits(query.block_pool.hash_map(gid).get, hashes, limit)
             lists.append(hit)
             limit = len(hit)
         for out in lists:
             del out[limit:]
         num_tokens = limit * block_size
-        if alignment_tokens != block_size and num_tokens % alignment_tokens:
-            num_tokens -= num_tokens % alignment_tokens
+        alignment = query.alignment_tokens
+        if alignment != block_size and num_tokens % alignment:
+            num_tokens -= num_tokens % alignment
             for out in lists:
                 del out[num_tokens // block_size :]
         return lists, num_tokens

@@ -2,11 +2,17 @@
 
 Mode "none" (no prefix caching): the request's state lives in its last block; blocks
 behind it are freed (with ``block_size == max_model_len`` that is a single block).
-Mode "align": block ``i`` holds the state after token ``(i + 1) * block_size``: each
-full block is a checkpoint that is cached like an attention block, and a hit is the
-single latest cached checkpoint, preceded by nulls. A checkpoint cached during the
-current step is written by that step's forward pass: a new request whose hit ends on one
-is refused (``allocate_slots`` returns None) until it is written, and gets it then.
+
+Mode "align" (vLLM 0.33): entry ``i`` of a table stands for the state after token
+``(i + 1) * block_size``. A step gets one real block, for the state at the end of its
+chunk; the positions the chunk spans are null placeholders. The previous step's block
+(the state the step starts from) is freed once the step after it is allocated, and the
+block two steps back when the computed tokens pass it. Full blocks are cached like
+attention blocks (with vLLM's retention: only those at the replay boundary and at the
+shared-prefix junction); a hit is the single latest cached state, preceded by nulls. A
+state cached during the current step is written by that step's forward pass: a new
+request whose hit ends on one is refused (``allocate_slots`` returns None) until
+``new_step_starts``.
 """
 
 from __future__ import annotations
@@ -14,58 +20,47 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
-from pagedkv.runtime.managers.base import SingleTypeKVCacheManager, hashes_at_block_size
+from pagedkv.runtime.block_pool import NULL_BLOCK
+from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
+from pagedkv.specs.base import cdiv
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
-    from pagedkv.specs.base import KVCacheSpec
 
 
 class MambaManager(SingleTypeKVCacheManager):
-    """State blocks: only the block holding the latest computed state is kept."""
+    """State blocks: only the latest computed state (and retained checkpoints) is kept."""
 
     skips_tokens = True
+    sparse_retention = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.align = getattr(self.kv_cache_spec, "mamba_cache_mode", "none") == "align"
+        self._cached_this_step: set[Any] = set()  # hashes cached in the current step
+        self._last_state: dict[str, int] = {}  # index of the block the current step reads
+        self._retired: dict[str, int] = {}  # positions below this are all null
+        self._allocated: set[str] = set()  # requests past their first allocation
 
     @classmethod
-    def find_longest_cache_hit(
-        cls,
-        block_hashes: list[Any],
-        max_length: int,
-        kv_cache_group_ids: Sequence[int],
-        block_pool: BlockPool,
-        kv_cache_spec: KVCacheSpec,
-        alignment_tokens: int,
-        hash_block_size: int,
-    ) -> tuple[list[list[int]], int]:
-        block_size = kv_cache_spec.block_size
-        hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
-        for i in range(min(max_length // block_size, len(hashes)) - 1, -1, -1):
-            if ((i + 1) * block_size) % alignment_tokens:
+    def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
+        block_size = query.spec.block_size
+        hashes = query.hashes()
+        get = query.block_pool.get_cached_block
+        for i in range(min(query.max_length // block_size, len(hashes)) - 1, -1, -1):
+            if ((i + 1) * block_size) % query.alignment_tokens:
                 continue
-            blocks = block_pool.get_cached_block(hashes[i], kv_cache_group_ids)
-            if blocks is None:
-                continue
-            return [[NULL_BLOCK] * i + [b] for b in blocks], (i + 1) * block_size
-        return [[] for _ in kv_cache_group_ids], 0
+            blocks = get(hashes[i], query.group_ids)
+            if blocks is not None:
+                return [[NULL_BLOCK] * i + [b] for b in blocks], (i + 1) * block_size
+        return [[] for _ in query.group_ids], 0
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(num_computed_tokens - 1, 0)
 
-    def max_admission_blocks(self) -> int | None:
-        """The live state block plus the blocks of one step's tokens."""
-        if self.max_model_len is None or self.in_flight_tokens is None:
-            return None
-        tokens = min(self.in_flight_tokens, self.max_model_len)
-        return -(-tokens // self.block_size) + 1
-
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         end = (num_tokens - num_tokens % self.alignment_tokens) // self.block_size
         return max(end - 1, 0), end
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._cached_this_step: set[Any] = set()  # hashes cached in the current step
 
     def get_num_blocks_to_allocate(
         self,
@@ -73,26 +68,105 @@ class MambaManager(SingleTypeKVCacheManager):
         num_tokens: int,
         new_computed_blocks: Sequence[int],
         total_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
     ) -> int:
+        pool = self.block_pool
         if (
             new_computed_blocks
-            and self._cached_this_step
-            and self.block_pool.block_hash[new_computed_blocks[-1]] in self._cached_this_step
+            and pool.block_hash[new_computed_blocks[-1]] in self._cached_this_step
         ):
-            return self.block_pool.num_blocks + 1  # the state is written this step
-        return super().get_num_blocks_to_allocate(
-            request_id, num_tokens, new_computed_blocks, total_computed_tokens
+            return pool.num_blocks + 1  # the state is written this step: not yet
+        if not self.align:
+            return super().get_num_blocks_to_allocate(
+                request_id,
+                num_tokens,
+                new_computed_blocks,
+                total_computed_tokens,
+                num_tokens_main_model,
+                apply_admission_cap,
+            )
+        table = self.req_to_blocks.get(request_id, ())
+        num_new = cdiv(num_tokens_main_model, self.block_size)
+        num_new -= len(new_computed_blocks) + len(table)
+        refs = [pool.ref_cnt[b] for b in new_computed_blocks if b]
+        return (min(num_new, 1) if num_new > 0 else 0) + refs.count(0)
+
+    def allocate_new_blocks(
+        self, request_id: str, num_tokens: int, num_tokens_main_model: int
+    ) -> list[int]:
+        if not self.align:
+            return super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
+        table = self.req_to_blocks[request_id]
+        required = cdiv(num_tokens_main_model, self.block_size)
+        pool = self.block_pool
+        allocated = request_id in self._allocated
+        pool.record(
+            self._undo_allocate, request_id, len(table), self._last_state.get(request_id), allocated
         )
+        self._allocated.add(request_id)
+        if required <= len(table):
+            return []
+        start = len(table)
+        if start > 0:
+            self._last_state[request_id] = start - 1  # the block this step reads
+        table.extend([NULL_BLOCK] * (required - 1 - start))
+        table.extend(pool.get_new_blocks(1))
+        return table[start:]
+
+    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+        if not self.align:
+            super().remove_skipped_blocks(request_id, num_computed_tokens)
+            return
+        table = self.req_to_blocks.get(request_id)
+        if not table:
+            return
+        first = self._retired.get(request_id, 0)
+        last = min(self.get_num_skipped_tokens(num_computed_tokens) // self.block_size, len(table))
+        if last > first:
+            # Nulls sit between states: skip them instead of stopping.
+            indices = [i for i in range(last - 1, first - 1, -1) if table[i]]
+            if indices:
+                blocks = [table[i] for i in indices]
+                for i in indices:
+                    table[i] = NULL_BLOCK
+                self._release(request_id, indices, blocks)
+            self._retired[request_id] = last
+        index = self._last_state.get(request_id)
+        if index is not None and index < cdiv(num_computed_tokens, self.block_size) - 1:
+            block = table[index]
+            if block:
+                table[index] = NULL_BLOCK
+                self._release(request_id, [index], [block])
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        table = self.req_to_blocks[request.request_id]
-        first = self.num_cached_block[request.request_id]
+        request_id = request.request_id
+        first = self.num_cached_block[request_id]
         super().cache_blocks(request, num_tokens)
-        last = self.num_cached_block[request.request_id]
+        last = self.num_cached_block[request_id]
         hashes = self.block_pool.block_hash
-        for block in table[first:last]:
+        for block in self.req_to_blocks[request_id][first:last]:
             if block and hashes[block] is not None:
                 self._cached_this_step.add(hashes[block])
 
+    def free(self, request_id: str, priority: int = 0) -> None:
+        self._allocated.discard(request_id)
+        self._last_state.pop(request_id, None)
+        self._retired.pop(request_id, None)
+        super().free(request_id, priority)
+
     def new_step_starts(self) -> None:
         self._cached_this_step.clear()
+
+    def _undo_allocate(
+        self, request_id: str, length: int, last_state: int | None, allocated: bool
+    ) -> None:
+        table = self.req_to_blocks.get(request_id)
+        if table is not None:
+            del table[length:]
+        if last_state is None:
+            self._last_state.pop(request_id, None)
+        else:
+            self._last_state[request_id] = last_state
+        if not allocated:
+            self._allocated.discard(request_id)

@@ -3,11 +3,11 @@ blocks entirely before the window are freed and replaced by the null block."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
-from pagedkv.runtime.managers.base import SingleTypeKVCacheManager, cdiv, hashes_at_block_size
+from pagedkv.runtime.block_pool import NULL_BLOCK
+from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
+from pagedkv.specs.base import cdiv
 
 if TYPE_CHECKING:
     from pagedkv.specs.base import KVCacheSpec
@@ -24,23 +24,16 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     ending at the hit (or a shorter run starting at block 0); found right to left."""
 
     skips_tokens = True
+    sparse_retention = True
 
     @classmethod
-    def find_longest_cache_hit(
-        cls,
-        block_hashes: list[Any],
-        max_length: int,
-        kv_cache_group_ids: Sequence[int],
-        block_pool: BlockPool,
-        kv_cache_spec: KVCacheSpec,
-        alignment_tokens: int,
-        hash_block_size: int,
-    ) -> tuple[list[list[int]], int]:
-        block_size = kv_cache_spec.block_size
-        need = _window_blocks(kv_cache_spec)
-        hashes = hashes_at_block_size(block_hashes, hash_block_size, block_size)
-        limit = min(max_length // block_size, len(hashes))
-        maps = [block_pool.hash_map(g) for g in kv_cache_group_ids]
+    def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
+        block_size = query.spec.block_size
+        alignment_tokens = query.alignment_tokens
+        need = _window_blocks(query.spec)
+        hashes = query.hashes()
+        limit = min(query.max_length // block_size, len(hashes))
+        maps = [query.block_pool.hash_map(g) for g in query.group_ids]
         first = maps[0]
         aligned = alignment_tokens == block_size
         # Scan the first group right to left; on a candidate window every group's blocks
