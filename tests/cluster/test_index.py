@@ -19,6 +19,7 @@ from pagedkv.runtime.events import (
     EventBatch,
     external_block_hash,
 )
+from pagedkv.runtime.hashing import LoRA
 
 ENGINES = ["e0", "e1", "e2"]
 SCOPES = [("GPU", 0), ("GPU", 1), ("CPU", 0)]
@@ -121,6 +122,10 @@ def test_prompt_hasher_matches_the_runtime_with_lora_and_salt() -> None:
         keyed = hasher(tokens, **kwargs)  # type: ignore[arg-type]
         assert keyed == [external_block_hash(h) for h in req.block_hashes]
         assert keyed[0] != plain[0]
+    with_path = Request("r", tokens, lora=LoRA("adapter", 3, "/p"), hasher=hasher.hasher)
+    assert hasher(tokens, lora_name="adapter", lora_path="/p") == [
+        external_block_hash(h) for h in with_path.block_hashes
+    ]
     assert (
         PromptHasher(16, int_block_hashes=False)(tokens)[0]
         == hasher.hasher(Request("r", tokens))[0]

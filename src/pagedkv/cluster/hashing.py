@@ -6,21 +6,21 @@ from collections.abc import Sequence
 
 from pagedkv.config import CacheConfig
 from pagedkv.runtime.events import ExternalBlockHash, external_block_hash
-from pagedkv.runtime.hashing import DEFAULT_CHAIN_SEED, BlockHasher
+from pagedkv.runtime.hashing import BlockHasher, LoRA
 from pagedkv.runtime.request import Request
 
 
 class PromptHasher:
     """External hashes of a prompt's full blocks, computed by the runtime's own hasher (same
-    algorithm, chain seed, LoRA and cache-salt keys as the engines), so they match the
-    hashes in the engines' BlockStored events."""
+    algorithm, seed, LoRA and cache-salt keys as the engines), so they match the hashes in
+    the engines' BlockStored events. ``seed`` None: the runtime's (and vLLM's) default."""
 
     def __init__(
         self,
         block_size: int,
         hash_algo: str | None = None,
         *,
-        seed: str = DEFAULT_CHAIN_SEED,
+        seed: str | None = None,
         int_block_hashes: bool = True,
     ) -> None:
         self.hasher = BlockHasher(block_size, hash_algo or CacheConfig().hash_algo, seed)
@@ -35,11 +35,11 @@ class PromptHasher:
         token_ids: Sequence[int],
         *,
         lora_name: str | None = None,
+        lora_path: str = "",
         cache_salt: str | None = None,
     ) -> list[ExternalBlockHash]:
-        request = Request(
-            "route", token_ids, lora_name=lora_name, cache_salt=cache_salt, hasher=self.hasher
-        )
+        lora = None if lora_name is None else LoRA(lora_name, 0, lora_path)
+        request = Request("route", token_ids, lora=lora, cache_salt=cache_salt, hasher=self.hasher)
         return self.external(request.block_hashes)
 
     def external(self, block_hashes: Sequence[object]) -> list[ExternalBlockHash]:

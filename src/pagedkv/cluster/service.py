@@ -1,7 +1,7 @@
 """The route service: a Starlette app answering "which engine for this prompt?" from a
 KVIndex kept current by an IndexFeed (``route`` extra: starlette, uvicorn, prometheus).
 
-    POST /route                 {"token_ids": [...], "lora_name"?, "cache_salt"?}
+    POST /route                 {"token_ids": [...], "lora_name"?, "lora_path"?, "cache_salt"?}
                                 or {"block_hashes": [...]}  ->  {"engine", "cached_blocks", ...}
     POST /engines/{name}/load   {"running", "waiting", "kv_usage"}  (what the engine reports)
     GET  /healthz               feed state per engine
