@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pagedkv.cluster import EngineLoad, make_router
 from pagedkv.errors import ConfigError
@@ -48,3 +50,28 @@ def test_unknown_router_and_option_are_clear_errors() -> None:
         make_router("random")
     with pytest.raises(ConfigError, match="router 'prefix'"):
         make_router("prefix", weight=1)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 8), st.integers(0, 5), st.integers(0, 5), st.floats(0, 1)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(["round-robin", "least-loaded", "prefix", "cost"]),
+)
+def test_every_router_picks_a_valid_engine_and_prefix_picks_a_best_one(
+    engines: list[tuple[int, int, int, float]], name: str
+) -> None:
+    cached = [e[0] for e in engines]
+    loads = [EngineLoad(e[1], e[2], e[3]) for e in engines]
+    router = make_router(name)
+    for _ in range(3):
+        choice = router.choose(cached, loads, 8)
+        assert 0 <= choice < len(engines)
+        if name == "prefix":
+            assert cached[choice] == max(cached)
+            best = [i for i, c in enumerate(cached) if c == max(cached)]
+            assert loads[choice].requests == min(loads[i].requests for i in best)
+        if name == "least-loaded":
+            assert loads[choice].requests == min(load.requests for load in loads)
