@@ -92,3 +92,55 @@ def serve_command(
         service.feed = feed
         stderr_console().print(f"routing {len(specs)} engines with {router} on http://{listen}")
         uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+
+
+@route_app.command("simulate-engine")
+def simulate_engine_command(
+    endpoint: str = typer.Option("tcp://*:5557", "--endpoint", help="PUB address."),
+    replay_endpoint: str | None = typer.Option(
+        "tcp://*:5558", "--replay-endpoint", help="Replay (ROUTER) address; '' for none."
+    ),
+    model: str = typer.Option("Llama-3.1-8B", "--model", help="Bundled model name."),
+    num_blocks: int = typer.Option(4096, "--num-blocks", min=2, help="KV cache blocks."),
+    trace: str = typer.Option("synthetic:200", "--trace", help="Trace to replay."),
+    step_delay_ms: float = typer.Option(
+        1.0, "--step-delay-ms", min=0.0, help="Wall time between steps."
+    ),
+    wait_s: float = typer.Option(
+        1.0, "--wait", min=0.0, help="Seconds to wait before the first step and before closing."
+    ),
+    topic: str = typer.Option("", "--topic", help="KV event topic."),
+    hash_algo: str | None = typer.Option(None, "--hash-algo", help="Block hash algorithm."),
+) -> None:
+    """A simulated engine: replay a trace through a KVCacheManager and publish its KV events
+    over ZeroMQ in vLLM's wire format (to test a router or a subscriber)."""
+    import dataclasses
+    import time
+
+    from pagedkv.events import KVEventsConfig
+    from pagedkv.sim.bundled import load_trace
+    from pagedkv.sim.engine import engine_from_model
+    from pagedkv.sim.fleet_engine import publish_replay
+
+    config = KVEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint or None, topic=topic)
+    engine = dataclasses.replace(
+        engine_from_model(model, num_blocks=num_blocks), hash_algo=hash_algo
+    )
+    console = stderr_console()
+
+    def started(publisher: object) -> None:
+        console.print(
+            f"publishing on {getattr(publisher, 'endpoint', endpoint)} "
+            f"(replay {getattr(publisher, 'replay_endpoint', None)})"
+        )
+        time.sleep(wait_s)
+
+    run = publish_replay(
+        engine, load_trace(trace), config, step_delay_s=step_delay_ms / 1000,
+        on_started=started, before_close=lambda _: time.sleep(wait_s),
+    )  # fmt: skip
+    console.print(
+        f"{run.num_batches} batches published ({run.num_dropped} dropped), "
+        f"{len(run.cached_hashes)} blocks cached at the end, hit rate "
+        f"{100 * run.result.hit_rate:.2f} %"
+    )
