@@ -68,6 +68,9 @@ def serve_command(
         None, "--hash-algo", help="The engines' hash algorithm [the runtime's default]."
     ),
     topic: str = typer.Option("", "--topic", help="The engines' KV event topic."),
+    max_index_blocks: int | None = typer.Option(
+        None, "--max-index-blocks", min=1, help="Bound the index (entries per medium and group)."
+    ),
 ) -> None:
     """Subscribe to engines and answer POST /route, /healthz and /metrics over HTTP."""
     try:
@@ -83,7 +86,7 @@ def serve_command(
 
     specs = parse_engines(engines, replay_endpoints)
     host, port = parse_listen(listen)
-    index = KVIndex()
+    index = KVIndex(max_blocks=max_index_blocks)
     ends = {s.name: EngineEndpoints(s.endpoint, s.replay_endpoint) for s in specs}
     service = RouteService(
         index, make_router(router), PromptHasher(block_size, hash_algo), [s.name for s in specs]
