@@ -134,3 +134,12 @@ def test_single_engine_sweep_in_worker_processes_matches_in_process() -> None:
     here = sweep(_engine(), small, [40, 80], SETTINGS, workers=1)
     pool = sweep(_engine(), small, [40, 80], SETTINGS, workers=2)
     assert here == pool and [p.num_blocks for p in here] == [40, 80]
+
+
+def test_late_events_cost_hits_and_never_reach_a_blind_index() -> None:
+    fresh = simulate_fleet(_engine(), TRACE, 4, "prefix", SETTINGS)
+    late = simulate_fleet(_engine(), TRACE, 4, "prefix", SETTINGS, event_delay_s=1e9)
+    assert late.index_entries == 0 and late.event_delay_s == 1e9
+    assert late.hit_rate < fresh.hit_rate
+    with pytest.raises(ConfigError, match="event_delay_s"):
+        simulate_fleet(_engine(), TRACE, 2, "prefix", event_delay_s=-1.0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,7 @@ class FleetResult:
     single_cache_hit_rate: float | None = None  # LRU on one N-times cache
     bound_hit_rate: float | None = None  # clairvoyant bound of that cache
     router_options: dict[str, Any] = field(default_factory=dict)
+    event_delay_s: float = 0.0
 
     @property
     def prompt_tokens(self) -> int:
@@ -160,21 +162,26 @@ def simulate_fleet(
     *,
     router_options: dict[str, Any] | None = None,
     bound: bool = False,
+    event_delay_s: float = 0.0,
 ) -> FleetResult:
     """Replay ``trace`` on ``num_replicas`` copies of ``engine`` behind ``router``
     (``FLEET_ROUTERS``); arrivals follow the trace's timestamps. With ``bound``, also
-    the hit rate of one cache of N times the blocks (LRU and clairvoyant bound)."""
+    the hit rate of one cache of N times the blocks (LRU and clairvoyant bound).
+    ``event_delay_s``: a step's events reach the index this much simulated time after the
+    step ends (0: before the next routing decision)."""
     if not isinstance(num_replicas, int) or num_replicas < 1:
         raise ConfigError(f"fleet: replicas must be a positive integer, got {num_replicas!r}")
     if router not in FLEET_ROUTERS:
         raise ConfigError(f"unknown router {router!r}; known: {', '.join(FLEET_ROUTERS)}")
+    if not event_delay_s >= 0:
+        raise ConfigError(f"fleet: event_delay_s must be >= 0, got {event_delay_s!r}")
     options = dict(router_options or {})
     settings = dataclasses.replace(settings or SchedulerSettings(), arrivals="timestamp")
     policy: Router = PrefixRouter() if router == "oracle" else make_router(router, **options)
     wall0 = time.perf_counter()
     replicas = [_Replica(engine, settings, trace.name) for _ in range(num_replicas)]
     index = KVIndex() if policy.uses_cache and router != "oracle" else None
-    router_state = _Routing(replicas, policy, index, oracle=router == "oracle")
+    router_state = _Routing(replicas, policy, index, router == "oracle", event_delay_s)
     order = sorted(range(len(trace.requests)), key=lambda i: trace.requests[i].arrival_s)
     next_arrival = 0
     while next_arrival < len(order) or any(r.loop.has_work for r in replicas):
@@ -205,6 +212,7 @@ def simulate_fleet(
         wall_seconds=time.perf_counter() - wall0,
         index_entries=len(index) if index is not None else None,
         router_options=options,
+        event_delay_s=event_delay_s,
     )
     return _with_bound(result, engine, trace, settings) if bound else result
 
@@ -213,9 +221,17 @@ class _Routing:
     """Routes arrivals; feeds the index from the replicas' events."""
 
     def __init__(
-        self, replicas: list[_Replica], policy: Router, index: KVIndex | None, oracle: bool
+        self,
+        replicas: list[_Replica],
+        policy: Router,
+        index: KVIndex | None,
+        oracle: bool,
+        event_delay_s: float = 0.0,
     ) -> None:
         self.replicas = replicas
+        self.event_delay_s = event_delay_s
+        # per replica: (simulated time the events reach the index, events), in order
+        self.in_flight: list[deque[tuple[float, list[Any]]]] = [deque() for _ in replicas]
         self.policy = policy
         self.index = index
         self.oracle = oracle
@@ -228,8 +244,19 @@ class _Routing:
 
     def publish(self, replica: int) -> None:
         events = self.replicas[replica].mgr.take_events()
-        if self.index is not None and events:
+        if self.index is None or not events:
+            return
+        if self.event_delay_s:
+            ready_s = self.replicas[replica].loop.clock_s + self.event_delay_s
+            self.in_flight[replica].append((ready_s, events))
+        else:
             self.index.apply(self.names[replica], [to_external(e) for e in events])
+
+    def _deliver_until(self, now_s: float) -> None:
+        assert self.index is not None
+        for name, queue in zip(self.names, self.in_flight):
+            while queue and queue[0][0] <= now_s:
+                self.index.apply(name, [to_external(e) for e in queue.popleft()[1]])
 
     def route(self, trace_index: int, trace: Trace) -> None:
         request = trace.requests[trace_index]
