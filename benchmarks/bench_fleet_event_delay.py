@@ -17,7 +17,8 @@ from functools import partial
 
 from pagedkv.sim.bundled import load_trace
 from pagedkv.sim.engine import engine_from_model
-from pagedkv.sim.fleet import FleetResult, simulate_fleet
+from pagedkv.sim.fleet import simulate_fleet
+from pagedkv.sim.fleet_result import FleetResult
 from pagedkv.sim.jobs import run_jobs
 from pagedkv.sim.scheduler import SchedulerSettings
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pagedkv.errors import ConfigError
-from pagedkv.sim.fleet import FleetResult
+from pagedkv.sim.fleet_result import FleetResult
 
 
 def plot_fleet_sweep(results: Sequence[FleetResult], path: str | Path, *, title: str) -> None:
