@@ -194,6 +194,8 @@ class _Routing:
                 cached = [self._exact_hit_blocks(r, req) for r in self.replicas]
             else:
                 assert self.index is not None
+                if self.event_delay_s:
+                    self._deliver_until(request.arrival_s)
                 cached = self.index.prefix_blocks(
                     [external_block_hash(h) for h in req.block_hashes]
                 )
