@@ -285,3 +285,134 @@ def test_checker_flags_heavy_imports(tmp_path: Path) -> None:
     problems = heavy_violations(_fake_tree(tmp_path, files))
     flagged = [p.split(":")[0].split("/pagedkv/")[1] for p in problems]
     assert flagged == ["models/a.py", "planning/a.py"], problems
+
+
+# --- no import circles, whatever kind of import closes them ---
+
+
+def import_graph(src: Path) -> dict[str, set[str]]:
+    """pagedkv module -> the pagedkv modules it imports (module level, under
+    ``TYPE_CHECKING`` or inside a function; a package counts as its ``__init__``)."""
+    modules = {module_name(p, src) for p in (src / "pagedkv").rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for path in (src / "pagedkv").rglob("*.py"):
+        source = module_name(path, src)
+        for imp in collect_imports(path, src):
+            target = imp.target
+            while target not in modules and "." in target:
+                target = target.rsplit(".", 1)[0]  # an attribute of a module
+            if target in modules and target != source:
+                graph[source].add(target)
+    return graph
+
+
+def import_circles(src: Path) -> list[list[str]]:
+    """Every strongly connected group of modules (Tarjan), each as a closed path."""
+    graph = import_graph(src)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            members = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                members.append(member)
+                if member == node:
+                    break
+            if len(members) > 1:
+                circles.append(_closed_path(graph, set(members)))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def _closed_path(graph: dict[str, set[str]], members: set[str]) -> list[str]:
+    """One cycle through the smallest member, for the error message."""
+    start = min(members)
+    paths = [[start]]
+    seen = {start}
+    while paths:
+        path = paths.pop(0)
+        for nxt in sorted(graph[path[-1]] & members):
+            if nxt == start:
+                return [*path, start]
+            if nxt not in seen:
+                seen.add(nxt)
+                paths.append([*path, nxt])
+    return sorted(members)
+
+
+# Circles that predate this check, in areas other branches own; each owner removes its
+# entry when it breaks the circle (the stale-entry test below then insists).
+KNOWN_CIRCLES: dict[tuple[str, ...], str] = {
+    ("pagedkv.cli.plan", "pagedkv.cli.plan_render", "pagedkv.cli.plan"): "issue-11 (cli)",
+    (
+        "pagedkv.models.adapters",
+        "pagedkv.models.adapters.dense",
+        "pagedkv.models.registry",
+        "pagedkv.models.adapters",
+    ): "issue-11 (models: the registry imports the adapters lazily, they import it back)",
+    (
+        "pagedkv.runtime.hashing",
+        "pagedkv.runtime.request",
+        "pagedkv.runtime.hashing",
+    ): "issue-10 (runtime: hashing names Request under TYPE_CHECKING)",
+}
+
+
+def test_no_import_circles() -> None:
+    circles = [c for c in import_circles(SRC) if tuple(c) not in KNOWN_CIRCLES]
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_known_circles_still_exist() -> None:
+    found = {tuple(c) for c in import_circles(SRC)}
+    stale = [c for c in KNOWN_CIRCLES if c not in found]
+    assert not stale, f"these circles are gone, remove them from KNOWN_CIRCLES: {stale}"
+
+
+@pytest.mark.parametrize(
+    ("files", "circle"),
+    [
+        ({"cli/app.py": "from pagedkv.cli import plan\n",
+          "cli/plan.py": "def f():\n    from pagedkv.cli.app import app\n"},
+         ["pagedkv.cli.app", "pagedkv.cli.plan", "pagedkv.cli.app"]),
+        ({"sim/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+          "    from pagedkv.sim.c import C\n",
+          "sim/b.py": "from .a import x\n", "sim/c.py": "from pagedkv.sim.b import y\n"},
+         ["pagedkv.sim.a", "pagedkv.sim.c", "pagedkv.sim.b", "pagedkv.sim.a"]),
+        ({"runtime/__init__.py": "from pagedkv.runtime.pool import Pool\n",
+          "runtime/pool.py": "from pagedkv.runtime import Request\n"},
+         ["pagedkv.runtime", "pagedkv.runtime.pool", "pagedkv.runtime"]),
+    ],
+)  # fmt: skip
+def test_checker_finds_import_circles(tmp_path: Path, files: dict, circle: list[str]) -> None:
+    assert import_circles(_fake_tree(tmp_path, files)) == [circle]
+
+
+def test_checker_accepts_one_way_imports(tmp_path: Path) -> None:
+    files = {
+        "cli/app.py": "from pagedkv.cli import plan\n",
+        "cli/plan.py": "from pagedkv.planning import x\n",
+        "planning/__init__.py": "from pagedkv.planning.builder import x\n",
+        "planning/builder.py": "from pagedkv.planning.types import T\n",
+        "planning/types.py": "from pagedkv.specs import base\n",
+        "specs/base.py": "",
+    }
+    assert import_circles(_fake_tree(tmp_path, files)) == []

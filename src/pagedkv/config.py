@@ -7,9 +7,33 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pagedkv.dtypes import canonical_dtype_name
-from pagedkv.errors import ConfigError
+from pagedkv.errors import ConfigError, PagedKVError
 
 MambaCacheMode = Literal["none", "align"]
+
+
+def check_int(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    minimum: int = 1,
+    allow_none: bool = False,
+    error: type[PagedKVError] = ConfigError,
+    alternative: str = "",
+) -> None:
+    """Raise ``error`` naming ``owner.name`` unless ``value`` is an int >= ``minimum``."""
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        want = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise error(f"{owner}.{name} must be {want}{alternative}, got {value!r}")
+
+
+def _check(part: object, *names: str, allow_none: bool = False, minimum: int = 1) -> None:
+    for name in names:
+        value = getattr(part, name)
+        check_int(type(part).__name__, name, value, minimum=minimum, allow_none=allow_none)
 
 
 def _check_bool(part: object, *names: str) -> None:
@@ -17,17 +41,6 @@ def _check_bool(part: object, *names: str) -> None:
         value = getattr(part, name)
         if not isinstance(value, bool):
             raise ConfigError(f"{type(part).__name__}.{name} must be True or False, got {value!r}")
-
-
-def _check_positive(part: object, *names: str, allow_none: bool = False) -> None:
-    for name in names:
-        value = getattr(part, name)
-        if value is None and allow_none:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(
-                f"{type(part).__name__}.{name} must be a positive integer, got {value!r}"
-            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,15 +59,8 @@ class ModelConfig:
     kv_cache_grouping: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if (
-            not isinstance(self.max_model_len, int)
-            or isinstance(self.max_model_len, bool)
-            or (self.max_model_len <= 0 and self.max_model_len != -1)
-        ):
-            raise ConfigError(
-                f"ModelConfig.max_model_len must be a positive integer or -1, "
-                f"got {self.max_model_len!r}"
-            )
+        if type(self.max_model_len) is not int or self.max_model_len != -1:
+            check_int("ModelConfig", "max_model_len", self.max_model_len, alternative=" or -1")
         object.__setattr__(self, "dtype", canonical_dtype_name(self.dtype))
         builder = self.kv_cache_config_builder
         if builder is not None and (not isinstance(builder, str) or "." not in builder.strip()):
@@ -85,14 +91,9 @@ class CacheConfig:
     max_kv_cache_groups: int | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(self, "block_size")
-        _check_positive(
-            self,
-            "num_gpu_blocks_override",
-            "kv_cache_memory_bytes",
-            "max_kv_cache_groups",
-            allow_none=True,
-        )
+        _check(self, "block_size")
+        names = ("num_gpu_blocks_override", "kv_cache_memory_bytes", "max_kv_cache_groups")
+        _check(self, *names, allow_none=True)
         _check_bool(self, "enable_prefix_caching", "enable_hybrid_kv_cache")
         util = self.gpu_memory_utilization
         if not isinstance(util, int | float) or isinstance(util, bool) or not 0 < util <= 1:
@@ -127,11 +128,7 @@ class ParallelConfig:
     pipeline_parallel_size: int = 1
 
     def __post_init__(self) -> None:
-        _check_positive(self, "tensor_parallel_size", "pipeline_parallel_size")
-
-    @property
-    def world_size(self) -> int:
-        return self.tensor_parallel_size * self.pipeline_parallel_size
+        _check(self, "tensor_parallel_size", "pipeline_parallel_size")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,14 +140,10 @@ class SchedulerConfig:
     num_lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
-        _check_positive(self, "max_num_batched_tokens", "max_num_seqs")
-        _check_positive(self, "max_num_encoder_input_tokens", allow_none=True)
+        _check(self, "max_num_batched_tokens", "max_num_seqs")
+        _check(self, "max_num_encoder_input_tokens", allow_none=True)
+        _check(self, "num_lookahead_tokens", minimum=0)
         _check_bool(self, "async_scheduling")
-        value = self.num_lookahead_tokens
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigError(
-                f"SchedulerConfig.num_lookahead_tokens must be an integer >= 0, got {value!r}"
-            )
 
 
 _PARTS = {
@@ -171,10 +164,8 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
-        for name, klass in _PARTS.items():
-            value = getattr(self, name)
-            if not isinstance(value, klass):
-                raise ConfigError(f"EngineConfig.{name} must be a {klass.__name__}, got {value!r}")
+        for name in _PARTS:
+            _check_part(name, getattr(self, name))
 
     @classmethod
     def create(cls, **options: Any) -> EngineConfig:
@@ -187,27 +178,20 @@ class EngineConfig:
         A whole part can be given too: ``replace(model=ModelConfig(...))``; flat
         names given with it apply on top of it.
         """
+        parts = {name: options.get(name, getattr(self, name)) for name in _PARTS}
         changes: dict[str, dict[str, Any]] = {name: {} for name in _PARTS}
-        whole: dict[str, Any] = {}
         for key, value in options.items():
             if key in _PARTS:
-                if not isinstance(value, _PARTS[key]):
-                    raise ConfigError(
-                        f"EngineConfig.{key} must be a {_PARTS[key].__name__}, got {value!r}"
-                    )
-                whole[key] = value
-                continue
-            part = _FIELD_TO_PART.get(key)
-            if part is None:
+                _check_part(key, value)
+            elif key in _FIELD_TO_PART:
+                changes[_FIELD_TO_PART[key]][key] = value
+            else:
                 known = ", ".join([*_PARTS, *sorted(_FIELD_TO_PART)])
                 raise ConfigError(f"unknown EngineConfig option {key!r}; known: {known}")
-            changes[part][key] = value
-        parts = {name: whole.get(name, getattr(self, name)) for name in _PARTS}
-        parts = {
-            name: dataclasses.replace(parts[name], **kw) if kw else parts[name]
-            for name, kw in changes.items()
+        new = {
+            n: dataclasses.replace(p, **changes[n]) if changes[n] else p for n, p in parts.items()
         }
-        return EngineConfig(**parts)
+        return EngineConfig(**new)
 
     @property
     def max_model_len(self) -> int:
@@ -236,6 +220,11 @@ class EngineConfig:
     def max_num_encoder_input_tokens(self) -> int:
         value = self.scheduler.max_num_encoder_input_tokens
         return self.scheduler.max_num_batched_tokens if value is None else value
+
+
+def _check_part(name: str, value: object) -> None:
+    if not isinstance(value, _PARTS[name]):
+        raise ConfigError(f"EngineConfig.{name} must be a {_PARTS[name].__name__}, got {value!r}")
 
 
 _FIELD_TO_PART: dict[str, str] = {

@@ -32,10 +32,6 @@ class KVCacheDtype:
         num_scales = 1 if self.scale_group == 0 else -(-num_elements // self.scale_group)
         return data + num_scales * self.scale_bytes
 
-    @property
-    def is_quantized(self) -> bool:
-        return self.bits < 16
-
 
 _DTYPES: tuple[tuple[KVCacheDtype, tuple[str, ...]], ...] = (
     (KVCacheDtype("bfloat16", 16), ("bf16",)),

@@ -1,18 +1,17 @@
 """Registry mapping KV cache spec classes to their managers and grouping bases.
 
-Works on classes only: it imports nothing from specs or runtime. The built-in
-registrations are triggered lazily by name (``pagedkv.bootstrap``), once, tracked
-by a flag so a custom spec registered first does not suppress them.
+Works on classes only (imports nothing from specs or runtime). The built-ins register
+lazily, once, by name (``pagedkv.bootstrap``), tracked by their own flag so a custom
+spec registered first does not suppress them.
 """
 
 from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from pagedkv.errors import RegistryError
 
@@ -31,50 +30,44 @@ class KVCacheSpecMetadata:
     uniform_type_base_spec: type
 
 
-class RegistrySnapshot(NamedTuple):
-    specs: dict[type, KVCacheSpecMetadata]
-    roles: dict[str, type]
-    builtins_registered: bool
-
-
 # One re-entrant lock for registration and start-up. Platform discovery and plugin
 # loading (pagedkv.platforms) take the same lock: they call user code that may
 # register specs, and start-up registration calls them, so two locks could deadlock.
 STARTUP_LOCK = threading.RLock()
-_lock = STARTUP_LOCK
 _specs: dict[type, KVCacheSpecMetadata] = {}
 _roles: dict[str, type] = {}
-_builtins_registered = False
-_bootstrapping = False
+_state = {"builtins_registered": False, "bootstrapping": False}
 
 
 def _name(cls: type) -> str:
     return getattr(cls, "__qualname__", repr(cls))
 
 
+def _check_class(value: object, what: str) -> None:
+    if not isinstance(value, type):
+        raise RegistryError(f"{what} must be a class, got {value!r}")
+
+
 class KVCacheSpecRegistry:
     """Global, thread-safe registry of spec classes, their managers and roles."""
 
     @classmethod
-    def _ensure_registered(cls, config: Any = None) -> None:
-        """Register the built-ins, the platform's specs and the general plugins, once."""
-        global _builtins_registered, _bootstrapping
-        if _builtins_registered:
+    def ensure_registered(cls, config: Any = None) -> None:
+        """Register the built-ins, the platform's specs and the general plugins, once
+        (``config`` goes to the platform hook)."""
+        if _state["builtins_registered"]:
             return
-        with _lock:
-            if _builtins_registered or _bootstrapping:
+        with STARTUP_LOCK:
+            if _state["builtins_registered"] or _state["bootstrapping"]:
                 return
-            _bootstrapping = True
+            _state["bootstrapping"] = True
             try:
                 importlib.import_module(_BOOTSTRAP_MODULE).register_all(config)
-                _builtins_registered = True
+                _state["builtins_registered"] = True
             finally:
-                _bootstrapping = False
+                _state["bootstrapping"] = False
 
-    @classmethod
-    def ensure_registered(cls, config: Any = None) -> None:
-        """Public form of the lazy start-up registration (idempotent)."""
-        cls._ensure_registered(config)
+    _ensure_registered = ensure_registered  # vLLM's name
 
     @classmethod
     def register(
@@ -83,33 +76,28 @@ class KVCacheSpecRegistry:
         manager_class: type | None = None,
         uniform_type_base_spec: type | None = None,
     ) -> None:
-        """Register a spec class with its manager and grouping base.
-
-        ``uniform_type_base_spec`` defaults to the class itself (a new base kind).
-        Identical re-registration is a no-op; a different one raises RegistryError.
-        """
+        """Register a spec class with its manager and grouping base (default: the class
+        itself, a new base kind). Identical re-registration is a no-op; a different one
+        raises RegistryError."""
         if not isinstance(kvcache_spec_cls, type):
             raise RegistryError(f"expected a spec class, got {kvcache_spec_cls!r}")
+        name = _name(kvcache_spec_cls)
         if manager_class is None:
-            raise RegistryError(f"manager_class is required to register {_name(kvcache_spec_cls)}")
-        if not isinstance(manager_class, type):
-            raise RegistryError(
-                f"manager_class for {_name(kvcache_spec_cls)} must be a class, "
-                f"got {manager_class!r}"
-            )
+            raise RegistryError(f"manager_class is required to register {name}")
+        _check_class(manager_class, f"manager_class for {name}")
         base = kvcache_spec_cls if uniform_type_base_spec is None else uniform_type_base_spec
         if not isinstance(base, type) or not issubclass(kvcache_spec_cls, base):
             raise RegistryError(
-                f"{_name(kvcache_spec_cls)} must inherit from its declared "
-                f"uniform_type_base_spec {_name(base) if isinstance(base, type) else base!r}"
+                f"{name} must inherit from its declared uniform_type_base_spec "
+                f"{_name(base) if isinstance(base, type) else base!r}"
             )
         meta = KVCacheSpecMetadata(kvcache_spec_cls, manager_class, base)
-        with _lock:
+        with STARTUP_LOCK:
             old = _specs.get(kvcache_spec_cls)
             if old is not None and old != meta:
                 raise RegistryError(
-                    f"conflicting registration for KV cache spec {_name(kvcache_spec_cls)}: "
-                    f"already registered with manager {_name(old.manager_class)} and base "
+                    f"conflicting registration for KV cache spec {name}: already registered "
+                    f"with manager {_name(old.manager_class)} and base "
                     f"{_name(old.uniform_type_base_spec)}, now {_name(manager_class)} and "
                     f"{_name(base)}"
                 )
@@ -120,11 +108,8 @@ class KVCacheSpecRegistry:
         """Use ``manager_class`` for every group with ``role``, whatever its spec."""
         if not isinstance(role, str) or not role:
             raise RegistryError(f"role must be a non-empty string, got {role!r}")
-        if not isinstance(manager_class, type):
-            raise RegistryError(
-                f"manager_class for group role {role!r} must be a class, got {manager_class!r}"
-            )
-        with _lock:
+        _check_class(manager_class, f"manager_class for group role {role!r}")
+        with STARTUP_LOCK:
             old = _roles.get(role)
             if old is not None and old is not manager_class:
                 raise RegistryError(
@@ -135,6 +120,7 @@ class KVCacheSpecRegistry:
 
     @classmethod
     def _lookup(cls, spec: Any) -> KVCacheSpecMetadata | None:
+        """The nearest registered class in the spec's MRO."""
         for base in type(spec).__mro__:
             meta = _specs.get(base)
             if meta is not None:
@@ -142,28 +128,18 @@ class KVCacheSpecRegistry:
         return None
 
     @classmethod
-    def get_metadata(cls, spec: Any) -> KVCacheSpecMetadata | None:
-        """Metadata of the nearest registered class in the spec's MRO."""
-        cls._ensure_registered()
-        return cls._lookup(spec)
-
-    @classmethod
     def get_manager_class(cls, kvcache_spec: Any, role: str | None = None) -> type | None:
         """Manager for a spec instance: a role manager wins, else the nearest registered class."""
         cls._ensure_registered()
-        if role is not None:
-            manager = _roles.get(role)
-            if manager is not None:
-                return manager
-        meta = cls._lookup(kvcache_spec)
-        return None if meta is None else meta.manager_class
+        if role is not None and (manager := _roles.get(role)) is not None:
+            return manager
+        return getattr(cls._lookup(kvcache_spec), "manager_class", None)
 
     @classmethod
     def get_uniform_type_base_spec(cls, kvcache_spec: Any) -> type | None:
         """Grouping base of a spec instance (nearest registered class in its MRO)."""
         cls._ensure_registered()
-        meta = cls._lookup(kvcache_spec)
-        return None if meta is None else meta.uniform_type_base_spec
+        return getattr(cls._lookup(kvcache_spec), "uniform_type_base_spec", None)
 
     @classmethod
     def check_kv_cache_spec_registry(cls, kv_cache_spec: Mapping[str, Any]) -> None:
@@ -176,84 +152,13 @@ class KVCacheSpecRegistry:
                     f"{_name(type(spec))}; register it with @register_kv_cache_spec"
                 )
 
-    @classmethod
-    def registered_specs(cls) -> dict[type, KVCacheSpecMetadata]:
-        cls._ensure_registered()
-        with _lock:
-            return dict(_specs)
-
-    @classmethod
-    def registered_roles(cls) -> dict[str, type]:
-        cls._ensure_registered()
-        with _lock:
-            return dict(_roles)
-
-    @classmethod
-    def builtins_registered(cls) -> bool:
-        """Whether the start-up registration (built-ins, platform, plugins) has run."""
-        return _builtins_registered
-
-    @classmethod
-    def reset(cls) -> None:
-        """Forget every registration, as at import: the next query registers the built-ins."""
-        global _builtins_registered
-        with _lock:
-            _specs.clear()
-            _roles.clear()
-            _builtins_registered = False
-
-    @classmethod
-    def snapshot(cls) -> RegistrySnapshot:
-        with _lock:
-            return RegistrySnapshot(dict(_specs), dict(_roles), _builtins_registered)
-
-    @classmethod
-    def restore(cls, snapshot: RegistrySnapshot) -> None:
-        global _builtins_registered
-        with _lock:
-            _specs.clear()
-            _specs.update(snapshot.specs)
-            _roles.clear()
-            _roles.update(snapshot.roles)
-            _builtins_registered = snapshot.builtins_registered
-
-    @classmethod
-    @contextmanager
-    def isolated(cls, builtins: bool = True) -> Iterator[None]:
-        """Run a block against a private copy of the registry, restored afterwards.
-
-        With ``builtins=False`` the registry starts empty and lazy registration is
-        suppressed, so only what the block registers exists.
-        """
-        global _builtins_registered
-        saved = cls.snapshot()
-        try:
-            if builtins:
-                cls._ensure_registered()
-            else:
-                with _lock:
-                    _specs.clear()
-                    _roles.clear()
-                    _builtins_registered = True
-            yield
-        finally:
-            cls.restore(saved)
-
 
 def register_kv_cache_spec(
     manager_class: type | None = None,
     uniform_type_base_spec: type | None = None,
 ) -> Callable[[T], T]:
-    """Class decorator registering a spec class; returns the class unchanged.
-
-    Example::
-
-        @register_kv_cache_spec(
-            manager_class=FullAttentionManager, uniform_type_base_spec=FullAttentionSpec
-        )
-        @dataclass(frozen=True, kw_only=True)
-        class MyFullAttentionSpec(FullAttentionSpec): ...
-    """
+    """Class decorator registering a spec class (see ``KVCacheSpecRegistry.register``);
+    returns the class unchanged. Example in docs/plugins.md."""
 
     def decorator(kvcache_spec_cls: T) -> T:
         KVCacheSpecRegistry.register(kvcache_spec_cls, manager_class, uniform_type_base_spec)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pagedkv.platforms import PLATFORM_ENV, reset_plugins, set_current_platform
-from pagedkv.registry import KVCacheSpecRegistry
+from pagedkv.platforms import PLATFORM_ENV, set_current_platform
+from startup_state import InspectableRegistry, reset_plugins, restore, snapshot
 
 from .managers import register_test_managers
 
@@ -21,25 +21,25 @@ def clean_platform(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(PLATFORM_ENV, raising=False)
     set_current_platform(None)
     reset_plugins()
-    saved = KVCacheSpecRegistry.snapshot()
+    saved = snapshot()
     yield
-    KVCacheSpecRegistry.restore(saved)
+    restore(saved)
     set_current_platform(None)
     reset_plugins()
 
 
 @pytest.fixture
-def registry() -> Iterator[type[KVCacheSpecRegistry]]:
+def registry() -> Iterator[type[InspectableRegistry]]:
     """An isolated registry holding only the test managers (no lazy built-ins)."""
-    with KVCacheSpecRegistry.isolated(builtins=False):
+    with InspectableRegistry.isolated(builtins=False):
         register_test_managers()
-        yield KVCacheSpecRegistry
+        yield InspectableRegistry
 
 
 @pytest.fixture
-def empty_registry() -> Iterator[type[KVCacheSpecRegistry]]:
-    with KVCacheSpecRegistry.isolated(builtins=False):
-        yield KVCacheSpecRegistry
+def empty_registry() -> Iterator[type[InspectableRegistry]]:
+    with InspectableRegistry.isolated(builtins=False):
+        yield InspectableRegistry
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from pagedkv.specs import (
     SlidingWindowMLASpec,
     SlidingWindowSpec,
 )
+from startup_state import InspectableRegistry
 
 from .spec_variants import ATTN
 
@@ -42,9 +43,9 @@ BUILTIN_SPECS = [
 @pytest.fixture
 def fresh_registry() -> Iterator[type[KVCacheSpecRegistry]]:
     """The registry as at import: nothing registered, start-up registration not run."""
-    with KVCacheSpecRegistry.isolated(builtins=False):
-        KVCacheSpecRegistry.reset()
-        yield KVCacheSpecRegistry
+    with InspectableRegistry.isolated(builtins=False):
+        InspectableRegistry.reset()
+        yield InspectableRegistry
 
 
 def test_builtins_registered_lazily(fresh_registry: type[KVCacheSpecRegistry]) -> None:

@@ -13,7 +13,6 @@ def test_defaults() -> None:
     assert config.block_size == 16
     assert config.max_model_len == 8192
     assert config.kv_cache_dtype == "bfloat16"  # auto -> model dtype
-    assert config.parallel.world_size == 1
     assert config.cache.enable_prefix_caching
 
 
@@ -30,7 +29,7 @@ def test_create_routes_flat_names_to_parts() -> None:
     assert config.cache.block_size == 32
     assert config.model.max_model_len == 4096
     assert config.parallel.tensor_parallel_size == 2
-    assert config.parallel.world_size == 6
+    assert config.parallel.pipeline_parallel_size == 3
     assert config.scheduler.max_num_batched_tokens == 2048
     assert config.cache.cache_dtype == "fp8_e4m3"
     assert config.kv_cache_dtype == "fp8_e4m3"

@@ -74,12 +74,6 @@ def test_bytes_per_vector_counts_scales(name: str, num_elements: int, expected: 
     assert get_kv_dtype(name).bytes_per_vector(num_elements) == expected
 
 
-def test_quantized_flag() -> None:
-    assert not get_kv_dtype("bf16").is_quantized
-    assert get_kv_dtype("fp8").is_quantized
-    assert get_kv_dtype("nvfp4").is_quantized
-
-
 def test_dtype_size_whole_bytes_only() -> None:
     assert dtype_size("bf16") == 2
     assert dtype_size("float32") == 4

@@ -17,6 +17,7 @@ from pagedkv.errors import KVCacheSpecError, PlanningError
 from pagedkv.platforms import PLATFORM_GROUP, PLUGIN_GROUP, get_current_platform
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.specs import FullAttentionSpec, UniformTypeKVCacheSpecs
+from startup_state import isolated, reset
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pagedkv-example-platform"
 
@@ -44,8 +45,8 @@ def installed_example(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def example(installed_example: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The installed example on sys.path, with the registry as at process start."""
     monkeypatch.syspath_prepend(str(installed_example))
-    with KVCacheSpecRegistry.isolated(builtins=False):
-        KVCacheSpecRegistry.reset()
+    with isolated(builtins=False):
+        reset()
         import pagedkv_example_platform
 
         yield pagedkv_example_platform

@@ -10,7 +10,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagedkv.errors import KVCacheSpecError
-from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.specs import (
     ChunkedLocalAttentionSpec,
     CrossAttentionSpec,
@@ -23,6 +22,7 @@ from pagedkv.specs import (
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
+from startup_state import isolated
 
 from .managers import register_test_managers
 from .spec_variants import altered, compared_field_names
@@ -134,7 +134,7 @@ def try_merge(specs: list[KVCacheSpec]) -> KVCacheSpec | None:
 
 @pytest.fixture(autouse=True)
 def _test_registry() -> Any:
-    with KVCacheSpecRegistry.isolated(builtins=False):
+    with isolated(builtins=False):
         register_test_managers()
         yield
 

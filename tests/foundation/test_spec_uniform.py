@@ -144,7 +144,6 @@ def test_uniform_group_sizes() -> None:
     assert group.block_size == 16
     assert group.page_size_bytes == 2 * 65_536 + 18_432
     assert group.real_page_size_bytes == group.page_size_bytes
-    assert group.get_max_layers_per_page_size() == 2
     assert group.prefix_cacheable
     config = EngineConfig.create(max_model_len=1_000)
     assert group.max_num_blocks_per_req(config) == 63

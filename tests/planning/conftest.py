@@ -4,8 +4,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pagedkv.platforms import PLATFORM_ENV, reset_plugins, set_current_platform
-from pagedkv.registry import KVCacheSpecRegistry
+from pagedkv.platforms import PLATFORM_ENV, set_current_platform
+from startup_state import reset_plugins, restore, snapshot
 
 
 @pytest.fixture(autouse=True)
@@ -14,8 +14,8 @@ def clean_platform(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(PLATFORM_ENV, raising=False)
     set_current_platform(None)
     reset_plugins()
-    saved = KVCacheSpecRegistry.snapshot()
+    saved = snapshot()
     yield
-    KVCacheSpecRegistry.restore(saved)
+    restore(saved)
     set_current_platform(None)
     reset_plugins()

@@ -19,7 +19,7 @@ from pagedkv import (
 )
 from pagedkv.errors import PlanningError
 from pagedkv.planning import check_aliasing
-from pagedkv.planning.regions import PlacedRegion
+from pagedkv.planning.placement import PlacedRegion
 
 from .models import GiB, full, sliding
 

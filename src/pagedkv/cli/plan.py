@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,22 +127,20 @@ def make_plan(request: PlanRequest) -> PlanResult:
     # Auto-fit searches up to the model's limit (or the length asked for, if larger);
     # a model without a limit (pure Mamba) searches up to the EngineConfig default.
     limit = max(layout.max_model_len or ModelConfig().max_model_len, config.max_model_len)
-    target = config.max_model_len
-    if target == -1:
-        target = plan_kv_cache(config, specs, available, max_model_len_limit=limit).max_model_len
+    # One planning pass: with max_model_len=-1 the length is known only afterwards, so
+    # default context lengths at or above the fitted one are dropped from the table.
+    target = config.max_model_len if config.max_model_len > 0 else limit
+    lengths = _context_lengths(request, target)
     plan = plan_kv_cache(
-        config,
-        specs,
-        available,
-        context_lengths=_context_lengths(request, target),
-        max_model_len_limit=limit,
+        config, specs, available, context_lengths=lengths, max_model_len_limit=limit
     )
-    largest = plan.max_model_len
-    if not plan.max_model_len_auto_fitted:
-        fitted = plan_kv_cache(
-            config.replace(max_model_len=-1), specs, available, max_model_len_limit=limit
-        )
-        largest = fitted.max_model_len
+    points = tuple(
+        p
+        for p in plan.max_concurrency
+        if p.context_len <= plan.max_model_len or p.context_len in request.context_lengths
+    )
+    plan = dataclasses.replace(plan, max_concurrency=points)
+    largest = plan.largest_max_model_len
     return PlanResult(layout, config, gpu, tuple(budgets), plan, largest, limit, specs)
 
 

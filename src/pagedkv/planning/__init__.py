@@ -1,4 +1,6 @@
-"""Planning: grouping layers, placing tensors, memory to block counts."""
+"""Planning: layers into groups (``search``, ``grouping``), groups into tensors
+(``placement``), memory to blocks (``sizing``), the pluggable ``builder``, the
+cross-worker ``planner`` and its results (``types``). See docs/ARCHITECTURE.md."""
 
 from pagedkv.planning.builder import (
     DefaultKVCacheConfigBuilder,
@@ -7,41 +9,17 @@ from pagedkv.planning.builder import (
     VLLMRuleKVCacheConfigBuilder,
     get_kv_cache_config_builder,
 )
-from pagedkv.planning.plan import plan_kv_cache
-from pagedkv.planning.planner import get_kv_cache_configs
-from pagedkv.planning.regions import check_aliasing
-from pagedkv.planning.report import (
+from pagedkv.planning.placement import check_aliasing
+from pagedkv.planning.planner import get_kv_cache_configs, plan_kv_cache
+from pagedkv.planning.types import (
+    DEFAULT_ROLE,
     ConcurrencyPoint,
     GroupingAlternative,
     GroupReport,
-    KVCachePlan,
-    WorkerReport,
-)
-from pagedkv.planning.types import (
-    DEFAULT_ROLE,
     KVCacheConfig,
     KVCacheGroupSpec,
+    KVCachePlan,
     KVCacheTensor,
     LayerRegion,
+    WorkerReport,
 )
-
-__all__ = [
-    "DEFAULT_ROLE",
-    "ConcurrencyPoint",
-    "DefaultKVCacheConfigBuilder",
-    "GroupReport",
-    "GroupingAlternative",
-    "KVCacheConfig",
-    "KVCacheConfigBuilder",
-    "KVCacheGroupSpec",
-    "KVCachePlan",
-    "KVCacheTensor",
-    "LayerRegion",
-    "SupportsKVCacheGrouping",
-    "VLLMRuleKVCacheConfigBuilder",
-    "WorkerReport",
-    "check_aliasing",
-    "get_kv_cache_config_builder",
-    "get_kv_cache_configs",
-    "plan_kv_cache",
-]

@@ -6,9 +6,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from pagedkv.config import EngineConfig
+from pagedkv.config import EngineConfig, check_int
 from pagedkv.errors import PlatformError
-from pagedkv.planning.choice import GroupingChoice, choose_kv_cache_groups
+from pagedkv.planning.grouping import GroupingChoice, choose_kv_cache_groups
 from pagedkv.planning.placement import bytes_per_block, place_groups
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.platforms import get_current_platform, resolve_obj_by_qualname
@@ -84,11 +84,9 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
         """The searched default grouping together with the alternatives it scored."""
         platform = get_current_platform()
         multiple = platform.kv_cache_block_size_multiple(config)
-        if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple <= 0:
-            raise PlatformError(
-                f"{platform.__qualname__}.kv_cache_block_size_multiple must return a positive "
-                f"integer, got {multiple!r}"
-            )
+        check_int(
+            platform.__qualname__, "kv_cache_block_size_multiple()", multiple, error=PlatformError
+        )
         return choose_kv_cache_groups(
             config,
             kv_cache_spec,

@@ -1,24 +1,23 @@
-"""Placing groups in one backing allocation per residency (device, host).
-
-Layer-slot placement (default): slot ``i`` is a ``page * num_blocks`` byte range
-shared by layer ``i`` of every group, block ``b`` at ``slot + b * page``. It needs
-every group to have the same page at slot ``i``. When groups disagree (a model or
-custom grouping with unequal pages) the block-outer placement is used instead: block
-``b`` is bytes ``[b * bpb, (b + 1) * bpb)`` and a group packs its layers inside.
-Both satisfy the aliasing rule in ``regions``.
-"""
+"""Placing groups in one backing allocation per residency (device, host): layer-slot
+(slot ``i`` shared by layer ``i`` of every group), else block-outer when the groups'
+pages disagree at a slot; and checking any builder's placement against the aliasing
+rule: two regions share a byte only in different groups at the same block id
+(docs/planning.md, "Placement and the aliasing rule")."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from pagedkv.config import EngineConfig
-from pagedkv.errors import ConfigError
+from pagedkv.errors import ConfigError, PlanningError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 from pagedkv.platforms import get_current_platform
+from pagedkv.specs.base import cdiv
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
 KV_CACHE_LAYOUTS = ("NHD", "HND")
+PageRuns = list[tuple[int, list[str]]]
 
 
 def resolve_kv_cache_layout(config: EngineConfig) -> str:
@@ -33,12 +32,12 @@ def resolve_kv_cache_layout(config: EngineConfig) -> str:
     return layout
 
 
-def _page_runs(group: KVCacheGroupSpec) -> list[tuple[int, list[str]]]:
+def _page_runs(group: KVCacheGroupSpec) -> PageRuns:
     """Consecutive layers with equal pages: one run for a plain group (page computed once)."""
     spec = group.kv_cache_spec
     if not isinstance(spec, UniformTypeKVCacheSpecs):
         return [(spec.page_size_bytes, list(group.layer_names))] if group.layer_names else []
-    runs: list[tuple[int, list[str]]] = []
+    runs: PageRuns = []
     for name in group.layer_names:
         page = spec.kv_cache_specs[name].page_size_bytes
         if runs and runs[-1][0] == page:
@@ -48,12 +47,7 @@ def _page_runs(group: KVCacheGroupSpec) -> list[tuple[int, list[str]]]:
     return runs
 
 
-def layer_pages(group: KVCacheGroupSpec) -> list[tuple[str, int]]:
-    """(layer, page bytes) in group order."""
-    return [(name, page) for page, names in _page_runs(group) for name in names]
-
-
-def _width(runs: list[tuple[int, list[str]]]) -> int:
+def _width(runs: PageRuns) -> int:
     return sum(page * len(names) for page, names in runs)
 
 
@@ -66,18 +60,15 @@ def bytes_per_block(groups: Sequence[KVCacheGroupSpec], *, host: bool = False) -
     return max((group_width_bytes(g) for g in groups if g.host_resident == host), default=0)
 
 
-def _runs_agree(runs_per_group: Sequence[list[tuple[int, list[str]]]]) -> bool:
+def _runs_agree(runs_per_group: Sequence[PageRuns]) -> bool:
     """Whether layer slot i has the same page in every group that has an i-th layer."""
     slot_pages: list[int] = []
     for runs in runs_per_group:
-        slot = 0
-        for page, names in runs:
-            for i in range(slot, slot + len(names)):
-                if i == len(slot_pages):
-                    slot_pages.append(page)
-                elif slot_pages[i] != page:
-                    return False
-            slot += len(names)
+        pages = [page for page, names in runs for _ in names]
+        common = min(len(pages), len(slot_pages))
+        if pages[:common] != slot_pages[:common]:
+            return False
+        slot_pages += pages[common:]
     return True
 
 
@@ -89,7 +80,6 @@ def place(
     bpb = max((_width(runs) for runs in runs_per_group), default=0)
     if bpb == 0:
         return []
-    size = bpb * num_blocks
     layer_major = _runs_agree(runs_per_group)
     tensors = []
     for runs in runs_per_group:
@@ -98,7 +88,7 @@ def place(
             layer_stride = page * num_blocks if layer_major else page
             tensors.append(
                 KVCacheTensor(
-                    size=size,
+                    size=bpb * num_blocks,
                     layers=tuple(names),
                     layer_stride=layer_stride,
                     block_stride=page if layer_major else bpb,
@@ -122,3 +112,99 @@ def place_groups(
         kv_cache_groups=tuple(groups),
         kv_cache_layout=resolve_kv_cache_layout(config),
     )
+
+
+class PlacedRegion(NamedTuple):
+    offset: int
+    block_stride: int
+    page_size_bytes: int
+    group_id: int
+    layer_name: str
+
+
+def _end(r: PlacedRegion, num_blocks: int) -> int:
+    return r.offset + (num_blocks - 1) * r.block_stride + r.page_size_bytes
+
+
+def _overlap_ids(a: PlacedRegion, b: PlacedRegion, num_blocks: int) -> tuple[bool, bool]:
+    """(share a byte at the same block id, share a byte at different block ids)."""
+    if num_blocks == 1 or a.block_stride != b.block_stride:
+        same = a.offset < b.offset + b.page_size_bytes and b.offset < a.offset + a.page_size_bytes
+        return same, num_blocks > 1 and a.block_stride != b.block_stride
+    stride, d = a.block_stride, b.offset - a.offset
+    # Bytes coincide when (ida - idb) * stride lies in [d - pa + 1, d + pb - 1].
+    lo, hi = d - a.page_size_bytes + 1, d + b.page_size_bytes - 1
+    k_lo, k_hi = max(cdiv(lo, stride), 1 - num_blocks), min(hi // stride, num_blocks - 1)
+    return lo <= 0 <= hi, k_lo <= k_hi and not k_lo == 0 == k_hi
+
+
+def _pair_error(a: PlacedRegion, b: PlacedRegion, why: str) -> PlanningError:
+    return PlanningError(
+        f"KV cache regions of layers {a.layer_name!r} (group {a.group_id}) and "
+        f"{b.layer_name!r} (group {b.group_id}) overlap {why}"
+    )
+
+
+def check_aliasing(regions: Sequence[PlacedRegion], num_blocks: int) -> None:
+    """Raise PlanningError naming two layers whose regions overlap unsafely."""
+    by_key: dict[tuple[int, int, int], list[PlacedRegion]] = {}
+    for r in regions:
+        by_key.setdefault((r.offset, r.block_stride, r.page_size_bytes), []).append(r)
+    for members in by_key.values():
+        seen: dict[int, PlacedRegion] = {}
+        for r in members:
+            if r.group_id in seen:
+                raise _pair_error(seen[r.group_id], r, "inside one group")
+            seen[r.group_id] = r
+    active: list[list[PlacedRegion]] = []
+    for members in sorted(by_key.values(), key=lambda m: m[0].offset):
+        head = members[0]
+        active = [m for m in active if _end(m[0], num_blocks) > head.offset]
+        for other in active:
+            same, different = _overlap_ids(other[0], head, num_blocks)
+            if different:
+                raise _pair_error(other[0], head, "at different block ids")
+            groups = {r.group_id for r in other}
+            clash = [r for r in members if r.group_id in groups] if same else []
+            if clash:
+                mate = next(r for r in other if r.group_id == clash[0].group_id)
+                raise _pair_error(mate, clash[0], "inside one group")
+        active.append(members)
+
+
+def check_regions(config: KVCacheConfig, worker: int) -> None:
+    """Every layer backed once, inside its tensor, by a region its page fits; no unsafe
+    aliasing. Raises PlanningError naming the worker and layer."""
+    pages = {n: p for g in config.kv_cache_groups for p, names in _page_runs(g) for n in names}
+    group_of = {n: gid for gid, g in enumerate(config.kv_cache_groups) for n in g.layer_names}
+    n = config.num_blocks
+    allocations: dict[tuple[bool, int], list[PlacedRegion]] = {}
+    for tensor in config.kv_cache_tensors:
+        for region in tensor.regions():
+            name = region.layer_name
+            if name not in group_of:
+                raise PlanningError(f"worker {worker}: tensor backs {name!r}, a layer in no group")
+            if name not in pages:
+                raise PlanningError(f"worker {worker}: layer {name!r} is backed by two tensors")
+            end = region.offset + (n - 1) * region.block_stride + region.page_size_bytes
+            if region.offset < 0 or end > tensor.size:
+                raise PlanningError(
+                    f"worker {worker}: layer {name!r} needs bytes [{region.offset}, {end}) "
+                    f"of a {tensor.size}-byte tensor"
+                )
+            page = pages.pop(name)
+            if region.page_size_bytes < page:
+                raise PlanningError(
+                    f"worker {worker}: layer {name!r} region holds {region.page_size_bytes} "
+                    f"bytes per block, its page needs {page}"
+                )
+            if n > 1 and 0 < region.block_stride < region.page_size_bytes:
+                raise PlanningError(f"worker {worker}: layer {name!r} blocks overlap each other")
+            placed = PlacedRegion(
+                region.offset, region.block_stride, region.page_size_bytes, group_of[name], name
+            )
+            allocations.setdefault((tensor.host_resident, tensor.size), []).append(placed)
+    if pages:
+        raise PlanningError(f"worker {worker}: layers with no tensor: {sorted(pages)[:8]}")
+    for regions in allocations.values():
+        check_aliasing(regions, n)

@@ -1,9 +1,10 @@
-"""Planning results: tensors, groups and the per-worker KV cache config. All frozen."""
+"""Planning results, all frozen: per-worker configs (what the runtime reads) and the
+plan report (the one source of numbers the CLI and simulator print)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from typing import Any, NamedTuple
 
 from pagedkv.errors import PlanningError
 from pagedkv.specs.base import KVCacheSpec
@@ -13,9 +14,8 @@ DEFAULT_ROLE = "default"
 
 
 class LayerRegion(NamedTuple):
-    """Where one layer's page for block ``b`` lives: bytes
-    ``[offset + b * block_stride, offset + b * block_stride + page_size_bytes)``
-    of the backing allocation."""
+    """One layer's page for block ``b``: ``page_size_bytes`` bytes at ``offset + b *
+    block_stride`` of the backing allocation."""
 
     layer_name: str
     offset: int
@@ -30,11 +30,8 @@ class LayerRegion(NamedTuple):
 
 @dataclass(frozen=True, kw_only=True)
 class KVCacheTensor:
-    """A view into one backing allocation of ``size`` bytes.
-
-    Layer ``layers[i]``'s page for block ``b`` starts at
-    ``offset + i * layer_stride + b * block_stride``.
-    """
+    """A view into one backing allocation of ``size`` bytes: layer ``layers[i]``'s page
+    for block ``b`` starts at ``offset + i * layer_stride + b * block_stride``."""
 
     size: int
     layers: tuple[str, ...]
@@ -49,24 +46,12 @@ class KVCacheTensor:
         if self.size < 0:
             raise PlanningError(f"KVCacheTensor.size must be >= 0, got {self.size}")
 
-    def _region_at(self, index: int, layer_name: str) -> LayerRegion:
-        return LayerRegion(
-            layer_name,
-            self.offset + index * self.layer_stride,
-            self.block_stride,
-            self.page_size_bytes,
-            self.host_resident,
-        )
-
-    def region(self, layer_name: str) -> LayerRegion:
-        try:
-            index = self.layers.index(layer_name)
-        except ValueError:
-            raise PlanningError(f"layer {layer_name!r} is not backed by this tensor") from None
-        return self._region_at(index, layer_name)
-
     def regions(self) -> list[LayerRegion]:
-        return [self._region_at(i, name) for i, name in enumerate(self.layers)]
+        rest = (self.block_stride, self.page_size_bytes, self.host_resident)
+        return [
+            LayerRegion(name, self.offset + i * self.layer_stride, *rest)
+            for i, name in enumerate(self.layers)
+        ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,3 +117,131 @@ class KVCacheConfig:
             if layer_name in group.layer_names:
                 return gid
         raise PlanningError(f"layer {layer_name!r} is in no KV cache group")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupReport:
+    """One global KV cache group (all pipeline stages, one tensor-parallel rank).
+    ``page_size_bytes``: what a block id costs it (its layers' padded pages);
+    ``waste_bytes``: what such a block holds no KV in (empty slots plus padding)."""
+
+    group_id: int
+    kind: str
+    role: str
+    layer_names: tuple[str, ...]
+    block_size: int
+    page_size_bytes: int
+    real_page_size_bytes: int
+    padding_bytes: int
+    unused_slot_bytes: int
+    waste_bytes: int
+    waste_fraction: float
+    blocks_per_request: int
+    host_resident: bool = False
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_names)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConcurrencyPoint:
+    """Capacity for requests of ``context_len`` tokens (None: no device group holds
+    them): usable blocks (no null block) / blocks per request, its floor, times the
+    length; ``vllm_max_concurrency`` counts the null block as vLLM does."""
+
+    context_len: int
+    blocks_per_request: int = 0
+    bytes_per_request: int = 0
+    max_concurrency: float | None = None
+    max_requests: int | None = None
+    token_capacity: int | None = None
+    vllm_max_concurrency: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupingAlternative:
+    """One candidate grouping the planner scored (at ``reference_len`` tokens), with the
+    group budget in force and whether it was within it."""
+
+    name: str
+    chosen: bool
+    block_sizes: tuple[int, ...]
+    num_groups: int
+    layers_per_group: int
+    bytes_per_block: int
+    waste_fraction: float
+    bytes_per_request: int
+    reference_len: int
+    description: str
+    max_groups: int | None = None
+    within_budget: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerReport:
+    worker: int
+    num_blocks: int
+    bytes_per_block: int
+    device_bytes: int
+    host_bytes: int
+    available_bytes: int
+    num_layers: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVCachePlan:
+    """Everything planned for one engine: per-worker configs and the numbers to print
+    (docs/planning.md, "Capacity"). ``max_concurrency`` starts at ``max_model_len``;
+    ``largest_max_model_len`` is the longest request these blocks hold."""
+
+    configs: tuple[KVCacheConfig, ...]
+    workers: tuple[WorkerReport, ...]
+    block_size: int
+    num_blocks: int
+    usable_blocks: int
+    bytes_per_block: int
+    total_bytes_per_block: int
+    groups: tuple[GroupReport, ...]
+    max_model_len: int
+    max_model_len_auto_fitted: bool
+    largest_max_model_len: int
+    max_concurrency: tuple[ConcurrencyPoint, ...]
+    token_capacity: int | None
+    full_attention_token_capacity: int | None
+    waste_bytes_per_request: int
+    waste_fraction: float
+    alternatives: tuple[GroupingAlternative, ...]
+    kv_tp_replicas: int
+    kv_cache_layout: str
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    def concurrency_at(self, context_len: int) -> ConcurrencyPoint:
+        for point in self.max_concurrency:
+            if point.context_len == context_len:
+                return point
+        planned = ", ".join(str(p.context_len) for p in self.max_concurrency)
+        raise PlanningError(
+            f"no concurrency point for context_len={context_len!r}: the plan has {planned}; "
+            "pass it in plan_kv_cache(..., context_lengths=[...])"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (the per-worker configs are summed up in ``workers``)."""
+        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "configs"}
+        for group, report in zip(out["groups"], self.groups):
+            group["num_layers"] = report.num_layers
+        return {**out, "num_groups": self.num_groups}
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return _plain(asdict(value))
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -9,31 +9,18 @@ from pagedkv.platforms.discovery import (
     PLATFORM_ENV,
     PLATFORM_GROUP,
     PLUGIN_GROUP,
+    PLUGINS_ENV,
     get_current_platform,
     load_general_plugins,
-    loaded_plugins,
-    reset_plugins,
     set_current_platform,
 )
-from pagedkv.platforms.interface import DEFAULT_BUILDER_QUALNAME, GenericPlatform, Platform
-from pagedkv.platforms.qualname import qualname_of, resolve_obj_by_qualname
-
-__all__ = [
-    "DEFAULT_BUILDER_QUALNAME",
-    "PLATFORM_ENV",
-    "PLATFORM_GROUP",
-    "PLUGIN_GROUP",
-    "GenericPlatform",
-    "Platform",
-    "current_platform",
-    "get_current_platform",
-    "load_general_plugins",
-    "loaded_plugins",
-    "qualname_of",
-    "reset_plugins",
-    "resolve_obj_by_qualname",
-    "set_current_platform",
-]
+from pagedkv.platforms.interface import (
+    DEFAULT_BUILDER_QUALNAME,
+    GenericPlatform,
+    Platform,
+    qualname_of,
+    resolve_obj_by_qualname,
+)
 
 
 def __getattr__(name: str) -> Any:

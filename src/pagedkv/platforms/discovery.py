@@ -1,4 +1,10 @@
-"""Finding the current platform and loading plugins through entry points."""
+"""Finding the current platform and loading plugins through entry points.
+
+``$PAGEDKV_PLUGINS`` is the allow-list, as vLLM's ``VLLM_PLUGINS``: unset, every
+installed plugin (platform and general) loads; a comma-separated list, only those
+names; an empty string, none. A plugin that fails raises the same one-line
+``PlatformError`` naming it on every later load in the process.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,12 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from pagedkv.errors import PlatformError
-from pagedkv.platforms.interface import GenericPlatform, Platform
-from pagedkv.platforms.qualname import qualname_of, resolve_obj_by_qualname
+from pagedkv.platforms.interface import (
+    GenericPlatform,
+    Platform,
+    qualname_of,
+    resolve_obj_by_qualname,
+)
 from pagedkv.registry import STARTUP_LOCK
 
 if TYPE_CHECKING:
@@ -17,20 +27,31 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PLATFORM_ENV = "PAGEDKV_PLATFORM"
+PLUGINS_ENV = "PAGEDKV_PLUGINS"
 PLATFORM_GROUP = "pagedkv.platforms"
 PLUGIN_GROUP = "pagedkv.plugins"
 
-_lock = STARTUP_LOCK  # shared with the registry: see pagedkv.registry
-_current: type[Platform] | None = None
-_plugins_loaded = False
+# Process-wide start-up state, guarded by the registry's lock (see pagedkv.registry).
+_state: dict[str, Any] = {"platform": None, "plugins_done": False, "plugin_error": None}
 _loaded_plugins: set[str] = set()
 
 
-def entry_points(*, group: str) -> Any:
+def entry_points(*, group: str, allowed_only: bool = True) -> list[EntryPoint]:
+    """Installed entry points of ``group`` (only those ``$PAGEDKV_PLUGINS`` allows)."""
     # importlib.metadata costs ~50-90 ms to import: only pay it when discovery runs.
     from importlib.metadata import entry_points as _entry_points
 
-    return _entry_points(group=group)
+    found = list(_entry_points(group=group))
+    allowed = os.environ.get(PLUGINS_ENV)
+    if allowed is None or not allowed_only:
+        return found
+    names = {name.strip() for name in allowed.split(",")}
+    logger.debug("$%s=%r: loading %s plugins %s", PLUGINS_ENV, allowed, group, names)
+    return [ep for ep in found if ep.name in names]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _as_platform_class(obj: Any, origin: str) -> type[Platform] | None:
@@ -54,16 +75,18 @@ def _load_entry_point(ep: EntryPoint, group: str) -> Any:
         return ep.load()
     except Exception as exc:
         raise PlatformError(
-            f"cannot load entry point {ep.name!r} ({ep.value}) of group {group!r}: {exc}"
+            f"cannot load entry point {ep.name!r} ({ep.value}) of group {group!r}: "
+            + _one_line(str(exc))
         ) from exc
 
 
 def _platform_from_env(value: str) -> type[Platform]:
-    """``$PAGEDKV_PLATFORM``: ``generic``, an installed platform plugin's name, or a qualname."""
+    """``$PAGEDKV_PLATFORM``: ``generic``, an installed platform plugin's name, or a qualname
+    (an explicit choice: the allow-list does not apply)."""
     origin = f"${PLATFORM_ENV}={value!r}"
     if value == GenericPlatform.name:
         return GenericPlatform
-    for ep in entry_points(group=PLATFORM_GROUP):
+    for ep in entry_points(group=PLATFORM_GROUP, allowed_only=False):
         if ep.name == value:
             cls = _as_platform_class(_load_entry_point(ep, PLATFORM_GROUP), origin)
             if cls is None:
@@ -93,82 +116,67 @@ def _resolve_platform() -> type[Platform]:
     if len(active) > 1:
         names = ", ".join(f"{n} ({qualname_of(c)})" for n, c in active)
         raise PlatformError(
-            f"more than one platform plugin is active: {names}; uninstall one or set "
-            f"${PLATFORM_ENV} to the plugin name or platform class to use"
+            f"more than one platform plugin is active: {names}; uninstall one, set "
+            f"${PLATFORM_ENV} to the plugin name or platform class to use, or list the "
+            f"plugins to load in ${PLUGINS_ENV}"
         )
     return active[0][1] if active else GenericPlatform
 
 
 def get_current_platform() -> type[Platform]:
     """The platform class, resolved once: env var, else the one plugin, else generic."""
-    global _current
-    if _current is None:
-        with _lock:
-            if _current is None:
-                _current = _resolve_platform()
-    return _current
+    current = _state["platform"]
+    if current is None:
+        with STARTUP_LOCK:
+            if _state["platform"] is None:
+                _state["platform"] = _resolve_platform()
+            current = _state["platform"]
+    return current
 
 
 def set_current_platform(platform: type[Platform] | None) -> None:
     """Force a platform (None: resolve again on next use). For engines and tests."""
-    global _current
-    with _lock:
-        _current = platform
+    with STARTUP_LOCK:
+        _state["platform"] = platform
 
 
-def load_general_plugins(force: bool = False) -> list[str]:
-    """Call every ``pagedkv.plugins`` entry point once per process; return the names called.
-
-    A plugin that fails raises PlatformError naming it; the plugins already called
-    are not called again, the rest are tried on the next call.
-    """
-    global _plugins_loaded
-    with _lock:
-        if force:
-            _loaded_plugins.clear()
-        elif _plugins_loaded:
-            return []
-        # Set first: a plugin that queries the registry must not re-enter loading.
-        _plugins_loaded = True
-        called: list[str] = []
-        try:
-            for ep in entry_points(group=PLUGIN_GROUP):
-                key = f"{ep.name}={ep.value}"
-                if key in _loaded_plugins:
-                    continue
-                _loaded_plugins.add(key)
-                _call_plugin(ep)
-                called.append(ep.name)
-        except BaseException:
-            _plugins_loaded = False
-            raise
+def load_general_plugins() -> list[str]:
+    """Call every allowed ``pagedkv.plugins`` entry point once per process; return the
+    names called this time. If one failed (the others are still called), a
+    ``PlatformError`` naming it is raised now and on every later call."""
+    with STARTUP_LOCK:
+        if not _state["plugins_done"]:
+            # Set first: a plugin that queries the registry must not re-enter loading.
+            _state["plugins_done"] = True
+            try:
+                called = _call_plugins()
+            except BaseException:  # interrupted: let the next call try the rest
+                _state["plugins_done"] = False
+                raise
+        else:
+            called = []
+        if _state["plugin_error"] is not None:
+            raise PlatformError(_state["plugin_error"])
         return called
 
 
-def _call_plugin(ep: EntryPoint) -> None:
-    func = _load_entry_point(ep, PLUGIN_GROUP)
-    if not callable(func):
-        raise PlatformError(f"plugin {ep.name!r} ({ep.value}) is not callable")
-    try:
-        func()
-    except PlatformError:
-        raise
-    except Exception as exc:
-        raise PlatformError(
-            f"plugin {ep.name!r} ({ep.value}) failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    logger.debug("loaded pagedkv plugin %s", ep.name)
-
-
-def loaded_plugins() -> list[str]:
-    """``name=value`` of every general plugin called so far."""
-    with _lock:
-        return sorted(_loaded_plugins)
-
-
-def reset_plugins() -> None:
-    """Forget that plugins were loaded, so the next load calls them all again (tests)."""
-    global _plugins_loaded
-    with _lock:
-        _plugins_loaded = False
-        _loaded_plugins.clear()
+def _call_plugins() -> list[str]:
+    called: list[str] = []
+    for ep in entry_points(group=PLUGIN_GROUP):
+        key = f"{ep.name}={ep.value}"
+        if key in _loaded_plugins:
+            continue
+        _loaded_plugins.add(key)
+        try:
+            func = _load_entry_point(ep, PLUGIN_GROUP)
+            if not callable(func):
+                raise PlatformError(f"plugin {ep.name!r} ({ep.value}) is not callable")
+            func()
+        except Exception as exc:
+            why = f"plugin {ep.name!r} ({ep.value}) failed: {type(exc).__name__}: {exc}"
+            message = str(exc) if isinstance(exc, PlatformError) else why
+            _state["plugin_error"] = _state["plugin_error"] or _one_line(message)
+            logger.debug("pagedkv plugin %s failed", ep.name, exc_info=True)
+            continue
+        called.append(ep.name)
+    return called

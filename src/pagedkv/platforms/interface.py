@@ -1,8 +1,13 @@
-"""The Platform base class: the hooks pagedkv asks a hardware platform."""
+"""The Platform base class (the hooks pagedkv asks a hardware platform) and how
+``package.module.Name`` strings resolve to the objects they name."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from pagedkv.errors import PlatformError
 
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
@@ -45,3 +50,58 @@ class Platform:
 
 class GenericPlatform(Platform):
     name = "generic"
+
+
+def _import(qualname: str, module_name: str) -> ModuleType | None:
+    """The module, or None if it does not exist; other import failures raise PlatformError."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            return None
+        raise PlatformError(
+            f"cannot resolve {qualname!r}: importing module {module_name!r} failed: "
+            f"module {missing!r} not found"
+        ) from exc
+    except Exception as exc:
+        raise PlatformError(
+            f"cannot resolve {qualname!r}: importing module {module_name!r} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def resolve_obj_by_qualname(qualname: str) -> Any:
+    """Import ``module.path.Attr`` (``module.path:Attr.inner`` also accepted) and return it.
+    Nested attributes work too: the longest importable module prefix is imported and the
+    rest is looked up as attributes."""
+    if not isinstance(qualname, str) or not qualname.strip():
+        raise PlatformError(f"expected a qualified name like 'pkg.module.Name', got {qualname!r}")
+    text = qualname.strip()
+    module_part, colon, attr_part = text.partition(":")
+    parts = text.replace(":", ".").split(".")
+    ends = [module_part.count(".") + 1] if colon else list(range(len(parts) - 1, 0, -1))
+    if not ends or not all(parts) or (colon and ":" in attr_part):
+        raise PlatformError(f"{text!r} is not a qualified name like 'pkg.module.Name'")
+    longest = ".".join(parts[: ends[0]])
+    for end in ends:
+        obj = _import(text, ".".join(parts[:end]))
+        if obj is not None:
+            break
+    else:
+        raise PlatformError(f"cannot resolve {text!r}: module {longest!r} not found")
+    path = module = ".".join(parts[:end])
+    for part in parts[end:]:
+        if not hasattr(obj, part):
+            also = f" (and there is no module {longest!r})" if path == module != longest else ""
+            raise PlatformError(
+                f"cannot resolve {text!r}: {path!r} has no attribute {part!r}{also}"
+            )
+        obj = getattr(obj, part)
+        path = f"{path}.{part}"
+    return obj
+
+
+def qualname_of(obj: Any) -> str:
+    """``module.QualName`` of a class or function (what resolve_obj_by_qualname accepts)."""
+    return f"{obj.__module__}.{obj.__qualname__}"

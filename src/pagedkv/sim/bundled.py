@@ -11,7 +11,6 @@ from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
 from pagedkv.sim.trace import Trace
 
 TRACE_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
-DEFAULT_TRACE = "mooncake_conversation"
 BUNDLED_TRACES = {
     "mooncake_conversation": "mooncake_conversation.first_half.jsonl.gz",
     "azure_conv": "azure_llm_2023_conv.csv.gz",

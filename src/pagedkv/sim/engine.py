@@ -8,9 +8,8 @@ from typing import Any
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
-from pagedkv.planning.capacity import full_attention_token_capacity, inner_specs, is_full_attention
-from pagedkv.planning.report import KVCachePlan
-from pagedkv.planning.types import KVCacheConfig
+from pagedkv.planning.sizing import full_attention_token_capacity, inner_specs, is_full_attention
+from pagedkv.planning.types import KVCacheConfig, KVCachePlan
 from pagedkv.sim.planned import PlanInputs, plan_inputs_for, plan_with_num_blocks
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.simulator import Simulator

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import InsufficientMemoryError
-from pagedkv.planning.report import KVCachePlan
+from pagedkv.planning.types import KVCachePlan
 from pagedkv.specs import KVCacheSpec
 
 if TYPE_CHECKING:

@@ -8,7 +8,6 @@ from array import array
 
 from pagedkv.sim.trace import Segment, TraceRequest
 
-VOCAB_SIZE = 1 << 16
 _BIG_ENDIAN = sys.byteorder == "big"
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from pagedkv.config import check_int
 from pagedkv.dtypes import canonical_dtype_name, get_kv_dtype
 from pagedkv.errors import KVCacheSpecError, RegistryError, UnknownDtypeError
 from pagedkv.registry import KVCacheSpecRegistry
@@ -20,19 +21,13 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def check_positive_int(spec: object, name: str, value: Any, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise KVCacheSpecError(
-            f"{type(spec).__name__}.{name} must be a positive integer, got {value!r}"
-        )
-
-
-def check_non_negative_int(spec: object, name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise KVCacheSpecError(
-            f"{type(spec).__name__}.{name} must be a non-negative integer, got {value!r}"
+def check_fields(spec: object, *names: str, minimum: int = 1, allow_none: bool = False) -> None:
+    """KVCacheSpecError naming the class and field of the first bad integer field."""
+    owner = type(spec).__name__
+    for name in names:
+        value = getattr(spec, name)
+        check_int(
+            owner, name, value, minimum=minimum, allow_none=allow_none, error=KVCacheSpecError
         )
 
 
@@ -44,12 +39,18 @@ def spec_dtype_name(spec: object, name: str, value: Any) -> str:
         raise UnknownDtypeError(f"{type(spec).__name__}.{name}: {exc}") from None
 
 
-def compared_fields(spec_cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(spec_cls) if f.compare]
+def all_match(
+    kv_cache_specs: Mapping[str, KVCacheSpec], cls: type, reference: object, *names: str
+) -> bool:
+    """Every spec is a ``cls`` equal to ``reference`` in ``names`` (uniform-type checks)."""
+    return all(
+        isinstance(s, cls) and all(getattr(s, n) == getattr(reference, n) for n in names)
+        for s in kv_cache_specs.values()
+    )
 
 
 def merge_checked(
-    cls: type[KVCacheSpec], specs: Sequence[KVCacheSpec], reconciled: Iterable[str] = ()
+    cls: type[KVCacheSpec], specs: Sequence[KVCacheSpec], reconciled: Collection[str] = ()
 ) -> None:
     """Check that ``specs`` are all of ``cls``'s exact type and agree on every
     compared field except ``reconciled``; raise KVCacheSpecError naming the field."""
@@ -62,13 +63,10 @@ def merge_checked(
                 f"{cls.__name__}.merge: cannot merge {type(first).__name__} with "
                 f"{type(spec).__name__} in one KV cache group"
             )
-    skip = set(reconciled)
-    for name in compared_fields(type(first)):
-        if name in skip:
-            continue
+    compared = (f.name for f in dataclasses.fields(first) if f.compare)
+    for name in (n for n in compared if n not in reconciled):
         values: list[Any] = []
-        for spec in specs:
-            value = getattr(spec, name)
+        for value in (getattr(spec, name) for spec in specs):
             if value not in values:
                 values.append(value)
         if len(values) > 1:
@@ -89,7 +87,7 @@ class KVCacheSpec(ABC):
     kind: ClassVar[str] = "kv_cache"
 
     def __post_init__(self) -> None:
-        check_positive_int(self, "block_size", self.block_size)
+        check_fields(self, "block_size")
 
     @property
     @abstractmethod
@@ -159,15 +157,13 @@ class AttentionSpec(KVCacheSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive_int(self, "num_kv_heads", self.num_kv_heads)
-        check_positive_int(self, "head_size", self.head_size)
-        check_positive_int(self, "max_tp_shards", self.max_tp_shards, allow_none=True)
-        check_positive_int(self, "state_content_bytes", self.state_content_bytes, allow_none=True)
-        check_positive_int(self, "page_size_padded", self.page_size_padded, allow_none=True)
+        check_fields(self, "num_kv_heads", "head_size")
+        optional = ("max_tp_shards", "state_content_bytes", "page_size_padded")
+        check_fields(self, *optional, allow_none=True)
         object.__setattr__(self, "dtype", spec_dtype_name(self, "dtype", self.dtype))
         if self.head_size_v is None:
             object.__setattr__(self, "head_size_v", self.head_size)
-        check_non_negative_int(self, "head_size_v", self.head_size_v)
+        check_fields(self, "head_size_v", minimum=0)
         if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
             raise KVCacheSpecError(
                 f"{type(self).__name__}.page_size_padded ({self.page_size_padded}) is smaller "

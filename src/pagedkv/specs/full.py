@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from pagedkv.errors import KVCacheSpecError
-from pagedkv.specs.base import AttentionSpec, KVCacheSpec, cdiv, check_positive_int, merge_checked
+from pagedkv.specs.base import AttentionSpec, KVCacheSpec, cdiv, check_fields, merge_checked
 
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
@@ -38,8 +38,7 @@ class FullAttentionSpec(AttentionSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive_int(self, "sliding_window", self.sliding_window, allow_none=True)
-        check_positive_int(self, "attention_chunk_size", self.attention_chunk_size, allow_none=True)
+        check_fields(self, "sliding_window", "attention_chunk_size", allow_none=True)
         if self.sliding_window is not None and self.attention_chunk_size is not None:
             raise KVCacheSpecError(
                 f"{type(self).__name__}: a layer cannot have both sliding_window and "
@@ -86,4 +85,4 @@ class SinkFullAttentionSpec(FullAttentionSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive_int(self, "sink_len", self.sink_len, allow_none=True)
+        check_fields(self, "sink_len", allow_none=True)

@@ -6,11 +6,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from pagedkv.errors import KVCacheSpecError
-from pagedkv.specs.base import AttentionSpec, KVCacheSpec, cdiv, check_positive_int
+from pagedkv.specs.base import AttentionSpec, KVCacheSpec, all_match, cdiv, check_fields
 
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
+
+
+def _admission_bytes(
+    spec: SlidingWindowSpec | ChunkedLocalAttentionSpec, config: EngineConfig
+) -> int:
+    blocks = spec.max_admission_blocks_per_request(
+        config.max_in_flight_tokens, config.max_model_len
+    )
+    return blocks * spec.page_size_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,12 +33,8 @@ class SlidingWindowSpec(AttentionSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive_int(self, "sliding_window", self.sliding_window)
-        if not isinstance(self.extra_retained_tokens, int) or self.extra_retained_tokens < 0:
-            raise KVCacheSpecError(
-                f"{type(self).__name__}.extra_retained_tokens must be >= 0, "
-                f"got {self.extra_retained_tokens!r}"
-            )
+        check_fields(self, "sliding_window")
+        check_fields(self, "extra_retained_tokens", minimum=0)
 
     @property
     def num_retained_tokens(self) -> int:
@@ -42,16 +46,10 @@ class SlidingWindowSpec(AttentionSpec):
         return cdiv(tokens, self.block_size) + 1
 
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
-        blocks = self.max_admission_blocks_per_request(
-            config.max_in_flight_tokens, config.max_model_len
-        )
-        return blocks * self.page_size_bytes
+        return _admission_bytes(self, config)
 
     def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
-        return all(
-            isinstance(s, SlidingWindowSpec) and s.sliding_window == self.sliding_window
-            for s in kv_cache_specs.values()
-        )
+        return all_match(kv_cache_specs, SlidingWindowSpec, self, "sliding_window")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,10 +62,7 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
     kind: ClassVar[str] = "sliding_window_mla"
 
     def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
-        return all(
-            isinstance(s, SlidingWindowMLASpec) and s.sliding_window == self.sliding_window
-            for s in kv_cache_specs.values()
-        )
+        return all_match(kv_cache_specs, SlidingWindowMLASpec, self, "sliding_window")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,21 +75,14 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive_int(self, "attention_chunk_size", self.attention_chunk_size)
+        check_fields(self, "attention_chunk_size")
 
     def max_admission_blocks_per_request(self, in_flight_tokens: int, max_model_len: int) -> int:
         tokens = min(self.attention_chunk_size + in_flight_tokens, max_model_len)
         return cdiv(tokens, self.block_size)
 
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
-        blocks = self.max_admission_blocks_per_request(
-            config.max_in_flight_tokens, config.max_model_len
-        )
-        return blocks * self.page_size_bytes
+        return _admission_bytes(self, config)
 
     def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
-        return all(
-            isinstance(s, ChunkedLocalAttentionSpec)
-            and s.attention_chunk_size == self.attention_chunk_size
-            for s in kv_cache_specs.values()
-        )
+        return all_match(kv_cache_specs, ChunkedLocalAttentionSpec, self, "attention_chunk_size")

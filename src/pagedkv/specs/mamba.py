@@ -11,38 +11,29 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pagedkv.config import MambaCacheMode
 from pagedkv.dtypes import get_kv_dtype
 from pagedkv.errors import KVCacheSpecError
-from pagedkv.specs.base import (
-    KVCacheSpec,
-    cdiv,
-    check_non_negative_int,
-    check_positive_int,
-    spec_dtype_name,
-)
+from pagedkv.specs.base import KVCacheSpec, all_match, cdiv, check_fields, spec_dtype_name
 
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
 
 
 def _normalize_shapes(name: str, shapes: Any) -> tuple[tuple[int, ...], ...]:
-    if isinstance(shapes, str | bytes) or not isinstance(shapes, Iterable):
-        raise KVCacheSpecError(f"{name}.shapes must be a sequence of shapes, got {shapes!r}")
-    result = []
-    for shape in shapes:
-        if isinstance(shape, str | bytes) or not isinstance(shape, Iterable):
-            raise KVCacheSpecError(f"{name}.shapes has an invalid shape {shape!r}")
-        raw = tuple(shape)
-        try:
-            dims = tuple(operator.index(d) for d in raw if not isinstance(d, bool))
-        except TypeError:
-            dims = ()
-        if not dims or len(dims) != len(raw) or min(dims) <= 0:
-            raise KVCacheSpecError(
-                f"{name}.shapes has an invalid shape {raw!r}: dimensions must be positive integers"
-            )
-        result.append(dims)
-    if not result:
-        raise KVCacheSpecError(f"{name}.shapes must name at least one state tensor")
-    return tuple(result)
+    """Shapes as tuples of positive ints; KVCacheSpecError naming ``name.shapes`` if not."""
+    try:
+        if isinstance(shapes, str | bytes) or any(isinstance(s, str | bytes) for s in shapes):
+            raise TypeError
+        raw = [tuple(shape) for shape in shapes]
+        if any(isinstance(d, bool) for shape in raw for d in shape):
+            raise TypeError
+        result = tuple(tuple(operator.index(d) for d in shape) for shape in raw)
+    except TypeError:
+        result = ()
+    if not result or not all(result) or min(d for shape in result for d in shape) <= 0:
+        raise KVCacheSpecError(
+            f"{name}.shapes must be a non-empty sequence of shapes whose dimensions are "
+            f"positive integers, got {shapes!r}"
+        )
+    return result
 
 
 def _normalize_dtypes(spec: KVCacheSpec, dtypes: Any) -> tuple[str, ...]:
@@ -83,8 +74,8 @@ class MambaSpec(KVCacheSpec):
             raise KVCacheSpecError(
                 f"{name}.mamba_cache_mode must be 'none' or 'align', got {self.mamba_cache_mode!r}"
             )
-        check_non_negative_int(self, "num_speculative_blocks", self.num_speculative_blocks)
-        check_positive_int(self, "page_size_padded", self.page_size_padded, allow_none=True)
+        check_fields(self, "num_speculative_blocks", minimum=0)
+        check_fields(self, "page_size_padded", allow_none=True)
         if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
             raise KVCacheSpecError(
                 f"{name}.page_size_padded ({self.page_size_padded}) is smaller than the "
@@ -118,10 +109,5 @@ class MambaSpec(KVCacheSpec):
         return 1 + self.num_speculative_blocks
 
     def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
-        return all(
-            isinstance(s, MambaSpec)
-            and s.num_speculative_blocks == self.num_speculative_blocks
-            and s.page_size_bytes == self.page_size_bytes
-            and s.mamba_cache_mode == self.mamba_cache_mode
-            for s in kv_cache_specs.values()
-        )
+        names = ("num_speculative_blocks", "page_size_bytes", "mamba_cache_mode")
+        return all_match(kv_cache_specs, MambaSpec, self, *names)

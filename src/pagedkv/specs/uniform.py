@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -62,14 +61,11 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
     def prefix_cacheable(self) -> bool:
         return all(s.prefix_cacheable for s in self.kv_cache_specs.values())
 
-    def max_memory_usage_pages(self, config: EngineConfig) -> int:
-        return max(s.max_memory_usage_blocks(config) for s in self.kv_cache_specs.values())
-
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
-        return self.max_memory_usage_pages(config) * self.page_size_bytes
+        return self.max_memory_usage_blocks(config) * self.page_size_bytes
 
     def max_memory_usage_blocks(self, config: EngineConfig) -> int:
-        return self.max_memory_usage_pages(config)
+        return max(s.max_memory_usage_blocks(config) for s in self.kv_cache_specs.values())
 
     def max_num_blocks_per_req(self, config: EngineConfig, max_model_len: int | None = None) -> int:
         counts = {
@@ -91,17 +87,10 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
             },
         )
 
-    def get_max_layers_per_page_size(self) -> int:
-        return max(Counter(s.page_size_bytes for s in self.kv_cache_specs.values()).values())
-
     @classmethod
     def is_uniform_type(cls, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
-        """Whether the layers can share one group.
-
-        Unlike vLLM this does not depend on order: every spec must accept the
-        collection, not only the first one. The layers must also resolve to one
-        manager class, so the group's manager does not depend on which layer is first.
-        """
+        """Whether the layers can share one group. Unlike vLLM's, independent of order:
+        every spec must accept the collection, and all resolve to one manager class."""
         specs = list(kv_cache_specs.values())
         if not specs or len({s.block_size for s in specs}) > 1:
             return False

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pagedkv.registry
 from pagedkv.platforms import Platform
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.specs import FullAttentionSpec
@@ -15,7 +16,7 @@ class TestPlatformA(Platform):
     def register_custom_kv_cache_specs(cls, config: Any) -> None:
         from pagedkv_test_platform_a.specs import PlatformAFullSpec
 
-        builtins_present = FullAttentionSpec in KVCacheSpecRegistry.snapshot().specs
+        builtins_present = FullAttentionSpec in pagedkv.registry._specs
         EVENTS.append(("platform", builtins_present))
         manager = KVCacheSpecRegistry.get_manager_class(
             FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=8)

@@ -1,0 +1,295 @@
+"""Sizing: workers' specs and groups, memory to blocks, the max_model_len check and
+auto-fit, and the capacity numbers (concurrency, token capacity, padding waste)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+
+from pagedkv.config import EngineConfig
+from pagedkv.errors import InsufficientMemoryError, PlanningError
+from pagedkv.planning.placement import bytes_per_block, group_width_bytes
+from pagedkv.planning.types import ConcurrencyPoint, GroupReport, KVCacheGroupSpec
+from pagedkv.specs.base import AttentionSpec, KVCacheSpec
+from pagedkv.specs.full import FullAttentionSpec, MLAAttentionSpec
+from pagedkv.specs.local import SlidingWindowMLASpec
+from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
+
+GiB = 1 << 30
+
+
+def gib(num_bytes: int) -> str:
+    return f"{num_bytes / GiB:.2f} GiB"
+
+
+def merge_worker_specs(
+    kv_cache_specs_per_worker: Sequence[Mapping[str, KVCacheSpec]],
+) -> dict[str, KVCacheSpec]:
+    """All workers' layers by name; one name with different specs is an error."""
+    merged: dict[str, KVCacheSpec] = {}
+    owner: dict[str, int] = {}
+    for worker, specs in enumerate(kv_cache_specs_per_worker):
+        for name, spec in specs.items():
+            seen = merged.setdefault(name, spec)
+            owner.setdefault(name, worker)
+            if seen is not spec and seen != spec:
+                raise PlanningError(
+                    f"layer {name!r} has different KV cache specs on worker {owner[name]} "
+                    f"({seen!r}) and worker {worker} ({spec!r})"
+                )
+    return merged
+
+
+def project_groups(
+    groups: Sequence[KVCacheGroupSpec], worker_layers: Collection[str]
+) -> list[KVCacheGroupSpec]:
+    """The global groups restricted to one worker's layers; every worker keeps every
+    group (maybe empty) so group ids agree across pipeline stages."""
+    out = []
+    for group in groups:
+        names = tuple(n for n in group.layer_names if n in worker_layers)
+        if len(names) == len(group.layer_names):
+            out.append(group)
+            continue
+        spec = group.kv_cache_spec
+        if isinstance(spec, UniformTypeKVCacheSpecs) and names:
+            specs = {n: spec.kv_cache_specs[n] for n in names}
+            spec = UniformTypeKVCacheSpecs(block_size=spec.block_size, kv_cache_specs=specs)
+        out.append(dataclasses.replace(group, layer_names=names, kv_cache_spec=spec))
+    return out
+
+
+def _layer_replicas(spec: KVCacheSpec, tp: int) -> int:
+    if not isinstance(spec, AttentionSpec):
+        return 1
+    shards = spec.max_tp_shards
+    if shards is None and isinstance(spec, MLAAttentionSpec | SlidingWindowMLASpec):
+        shards = 1  # one latent per token: every rank holds all of it
+    return 1 if shards is None else max(1, tp // shards)
+
+
+def kv_tp_replicas(groups: Sequence[KVCacheGroupSpec], tensor_parallel_size: int) -> int:
+    """How many TP ranks hold identical KV (gcd of tp and every layer's replica count)."""
+    values = {
+        _layer_replicas(spec, tensor_parallel_size)
+        for group in groups
+        for spec in group.layer_specs().values()
+    }
+    return math.gcd(tensor_parallel_size, *values) if values else 1
+
+
+class RequestCost:
+    """Blocks one request of a given length holds at most, summed over device groups."""
+
+    def __init__(self, groups: Sequence[KVCacheGroupSpec], config: EngineConfig) -> None:
+        counts: Counter[KVCacheSpec] = Counter(
+            g.kv_cache_spec for g in groups if not g.host_resident and g.layer_names
+        )
+        self._items = list(counts.items())
+        self._config = config
+        self._cache: dict[int, int] = {}
+
+    @property
+    def empty(self) -> bool:
+        return not self._items
+
+    def config_at(self, max_model_len: int) -> EngineConfig:
+        if self._config.max_model_len == max_model_len:
+            return self._config
+        return self._config.replace(max_model_len=max_model_len)
+
+    def blocks(self, max_model_len: int) -> int:
+        cached = self._cache.get(max_model_len)
+        if cached is None:
+            config = self.config_at(max_model_len)
+            cached = sum(n * s.max_memory_usage_blocks(config) for s, n in self._items)
+            self._cache[max_model_len] = cached
+        return cached
+
+    def largest_fitting(self, free_blocks: int, upper: int) -> int:
+        """Largest length in ``[1, upper]`` whose request fits in ``free_blocks``; 0 if none
+        (``upper`` itself when no device group holds tokens)."""
+        if self.empty:
+            return upper
+        if upper < 1 or self.blocks(1) > free_blocks:
+            return 0
+        lo, hi = 1, upper
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.blocks(mid) <= free_blocks:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def blocks_from_memory(
+    config: EngineConfig, bytes_per_block: Sequence[int], available: Sequence[int]
+) -> int:
+    """Blocks every worker can hold (null block included); the override when set."""
+    active = [w for w, bpb in enumerate(bytes_per_block) if bpb > 0]
+    if not active:
+        return 1
+    for w in active:
+        if available[w] <= 0:
+            raise InsufficientMemoryError(
+                f"worker {w} has no memory available for KV cache blocks ({available[w]} bytes); "
+                "raise CacheConfig.gpu_memory_utilization or kv_cache_memory_bytes"
+            )
+    override = config.cache.num_gpu_blocks_override
+    if override is not None:
+        for w in active:
+            need = override * bytes_per_block[w]
+            if need > available[w]:
+                raise InsufficientMemoryError(
+                    f"CacheConfig.num_gpu_blocks_override={override} needs {need} bytes "
+                    f"({gib(need)}) on worker {w}, but only {available[w]} bytes "
+                    f"({gib(available[w])}) are available"
+                )
+        return override
+    w = min(active, key=lambda w: available[w] // bytes_per_block[w])
+    num_blocks = available[w] // bytes_per_block[w]
+    if num_blocks < 1:
+        raise InsufficientMemoryError(
+            f"worker {w} has {available[w]} bytes, less than one KV cache block "
+            f"({bytes_per_block[w]} bytes)"
+        )
+    return num_blocks
+
+
+def fit_max_model_len(
+    config: EngineConfig,
+    cost: RequestCost,
+    num_blocks: int,
+    bytes_per_block: Sequence[int],
+    available: Sequence[int],
+    limit: int,
+) -> tuple[int, bool]:
+    """(planned max_model_len, whether it was auto-fitted). One block is the null block."""
+    free = num_blocks - 1
+    if config.max_model_len == -1:
+        length = cost.largest_fitting(free, limit)
+        if length <= 0:
+            raise InsufficientMemoryError(
+                f"cannot auto-fit max_model_len: {free} usable KV cache blocks cannot hold "
+                f"one token ({cost.blocks(1)} blocks needed); raise "
+                "CacheConfig.gpu_memory_utilization"
+            )
+        return length, True
+    length = config.max_model_len
+    need = cost.blocks(length)
+    if need <= free:
+        return length, False
+    w = max(range(len(bytes_per_block)), key=lambda w: bytes_per_block[w] * need - available[w])
+    needed_bytes = (need + 1) * bytes_per_block[w]
+    largest = cost.largest_fitting(free, length - 1)
+    hint = (
+        f"the largest max_model_len that fits is {largest}"
+        if largest > 0
+        else "not even a one-token request fits"
+    )
+    override = config.cache.num_gpu_blocks_override
+    have = (
+        f"CacheConfig.num_gpu_blocks_override={override} allows {num_blocks} blocks"
+        if override is not None
+        else f"only {available[w]} bytes ({gib(available[w])}) are available there "
+        f"({num_blocks} blocks)"
+    )
+    raise InsufficientMemoryError(
+        f"one request of max_model_len={length} tokens needs {need} KV cache blocks plus the "
+        f"null block ({needed_bytes} bytes, {gib(needed_bytes)} on worker {w}), but {have}; "
+        f"{hint}. Lower ModelConfig.max_model_len (or set it to -1 to fit automatically) "
+        "or give the KV cache more memory"
+    )
+
+
+def inner_specs(spec: KVCacheSpec) -> list[KVCacheSpec]:
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return list(spec.kv_cache_specs.values())
+    return [spec]
+
+
+def is_full_attention(spec: KVCacheSpec) -> bool:
+    return all(isinstance(s, FullAttentionSpec) for s in inner_specs(spec))
+
+
+def scheduler_block_size(groups: Sequence[KVCacheGroupSpec], default: int) -> int:
+    """Smallest block size among prefix-cacheable groups (all groups if none are)."""
+    specs = [g.kv_cache_spec for g in groups if g.layer_names]
+    cacheable = [s.block_size for s in specs if s.prefix_cacheable]
+    return min(cacheable or [s.block_size for s in specs], default=default)
+
+
+def group_reports(
+    groups: Sequence[KVCacheGroupSpec], cost: RequestCost, length: int
+) -> list[GroupReport]:
+    device_bpb, host_bpb = bytes_per_block(groups), bytes_per_block(groups, host=True)
+    config = cost.config_at(length)
+    reports = []
+    for gid, group in enumerate(groups):
+        spec = group.kv_cache_spec
+        bpb = host_bpb if group.host_resident else device_bpb
+        width, real = group_width_bytes(group), spec.real_page_size_bytes
+        if not isinstance(spec, UniformTypeKVCacheSpecs):
+            real *= len(group.layer_names)
+        kinds = {s.kind for s in inner_specs(spec)}
+        reports.append(
+            GroupReport(
+                group_id=gid,
+                kind=kinds.pop() if len(kinds) == 1 else spec.kind,
+                role=group.role,
+                layer_names=group.layer_names,
+                block_size=spec.block_size,
+                page_size_bytes=width,
+                real_page_size_bytes=real,
+                padding_bytes=width - real,
+                unused_slot_bytes=bpb - width,
+                waste_bytes=bpb - real,
+                waste_fraction=(bpb - real) / bpb if bpb else 0.0,
+                blocks_per_request=spec.max_memory_usage_blocks(config),
+                host_resident=group.host_resident,
+            )
+        )
+    return reports
+
+
+def request_waste(reports: Sequence[GroupReport]) -> tuple[int, float]:
+    """Padding bytes a max-length request holds (per worker slot) and their share."""
+    device = [r for r in reports if not r.host_resident]
+    waste = sum(r.blocks_per_request * r.waste_bytes for r in device)
+    total = sum(r.blocks_per_request * (r.waste_bytes + r.real_page_size_bytes) for r in device)
+    return waste, (waste / total if total else 0.0)
+
+
+def concurrency_point(
+    cost: RequestCost, length: int, num_blocks: int, bytes_per_block: int
+) -> ConcurrencyPoint:
+    blocks = cost.blocks(length)
+    if blocks == 0:
+        return ConcurrencyPoint(context_len=length)
+    usable = num_blocks - 1
+    return ConcurrencyPoint(
+        context_len=length,
+        blocks_per_request=blocks,
+        bytes_per_request=blocks * bytes_per_block,
+        max_concurrency=usable / blocks,
+        max_requests=usable // blocks,
+        token_capacity=usable * length // blocks,
+        vllm_max_concurrency=num_blocks / blocks,
+    )
+
+
+def full_attention_token_capacity(
+    groups: Sequence[KVCacheGroupSpec], num_blocks: int
+) -> int | None:
+    """Tokens the usable blocks hold if all go to full-attention groups (None: no such group)."""
+    sizes = [
+        g.kv_cache_spec.block_size
+        for g in groups
+        if g.layer_names and not g.host_resident and is_full_attention(g.kv_cache_spec)
+    ]
+    if not sizes:
+        return None
+    return int((num_blocks - 1) / sum(1 / bs for bs in sizes))
