@@ -138,3 +138,29 @@ def test_route_serve_command_serves_over_http() -> None:
         finally:
             proc.terminate()
             proc.wait(10)
+
+
+def test_a_dead_feed_turns_healthz_503_and_a_bad_endpoint_is_named() -> None:
+    config = KVEventsConfig(endpoint=LOOPBACK, replay_endpoint=LOOPBACK)
+    with ZmqEventPublisher(config) as pub:
+        index = KVIndex()
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("index bug")
+
+        index.apply_batch = broken  # type: ignore[method-assign]
+        feed = IndexFeed(index, {"a": EngineEndpoints(pub.endpoint, pub.replay_endpoint)})
+        with feed:
+            client = TestClient(create_app(RouteService(index, make_router("prefix"),
+                                                        PromptHasher(4), ["a"], feed)))  # fmt: skip
+            assert client.get("/healthz").status_code == 200
+            manager = small_manager()
+            _cache(manager, PROMPT)
+            pub.publish(manager.take_events())
+            deadline = time.monotonic() + 10
+            while feed.alive and time.monotonic() < deadline:
+                time.sleep(0.02)
+            answer = client.get("/healthz")
+            assert answer.status_code == 503 and "index bug" in answer.json()["error"]
+    with pytest.raises(ConfigError, match="engine .x. at tcp://"):
+        IndexFeed(KVIndex(), {"x": EngineEndpoints("tcp://*:notaport")}).start()

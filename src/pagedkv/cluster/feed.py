@@ -17,6 +17,7 @@ from typing import NamedTuple
 import zmq
 
 from pagedkv.cluster.index import KVIndex
+from pagedkv.errors import ConfigError
 from pagedkv.events.subscriber import Delivery, EventSubscriber
 
 
@@ -69,6 +70,7 @@ class IndexFeed:
         self._subs: dict[str, EventSubscriber] = {}
         self._last_ts: dict[str, float] = {}
         self._received = 0
+        self.error: BaseException | None = None  # what stopped the feed thread, if anything
         self._thread = threading.Thread(target=self._run, name="pagedkv-index-feed", daemon=True)
         for name in self.engines:
             index.add_engine(name)
@@ -77,7 +79,14 @@ class IndexFeed:
         self._thread.start()
         if not self._ready.wait(timeout_s):
             raise TimeoutError("the index feed did not start")
+        if self.error is not None:
+            raise ConfigError(f"index feed: cannot subscribe: {self.error}") from self.error
         return self
+
+    @property
+    def alive(self) -> bool:
+        """Whether the feed thread runs (False after ``stop()`` or an error: see ``error``)."""
+        return self._thread.is_alive()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
@@ -122,10 +131,13 @@ class IndexFeed:
         by_socket: dict[zmq.Socket, str] = {}
         try:
             for name, ends in self.engines.items():
-                sub = EventSubscriber(
-                    ends.endpoint, ends.replay_endpoint, self.topic, context=ctx,
-                    replay_timeout_s=self.replay_timeout_s,
-                )  # fmt: skip
+                try:
+                    sub = EventSubscriber(
+                        ends.endpoint, ends.replay_endpoint, self.topic, context=ctx,
+                        replay_timeout_s=self.replay_timeout_s,
+                    )  # fmt: skip
+                except zmq.ZMQError as exc:
+                    raise ConfigError(f"engine {name!r} at {ends.endpoint}: {exc}") from exc
                 self._subs[name] = sub
                 by_socket[sub.socket] = name
                 poller.register(sub.socket, zmq.POLLIN)
@@ -147,7 +159,10 @@ class IndexFeed:
                     if now - seen >= self.idle_sync_s:
                         last_seen[name] = now
                         self._apply(name, self._subs[name].sync_tail())
+        except Exception as exc:
+            self.error = exc
         finally:
+            self._ready.set()
             for sub in self._subs.values():
                 sub.close()
             ctx.destroy(linger=0)

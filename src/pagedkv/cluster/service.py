@@ -4,7 +4,7 @@ KVIndex kept current by an IndexFeed (``route`` extra: starlette, uvicorn, prome
     POST /route                 {"token_ids": [...], "lora_name"?, "lora_path"?, "cache_salt"?}
                                 or {"block_hashes": [...]}  ->  {"engine", "cached_blocks", ...}
     POST /engines/{name}/load   {"running", "waiting", "kv_usage"}  (what the engine reports)
-    GET  /healthz               feed state per engine
+    GET  /healthz               feed state per engine (503 once the feed thread stopped)
     GET  /metrics               Prometheus text format
 """
 
@@ -135,8 +135,11 @@ class RouteService:
 
     def health(self) -> dict[str, Any]:
         stats = self.feed.stats() if self.feed is not None else {}
+        feed_ok = self.feed is None or self.feed.alive
+        error = None if self.feed is None or self.feed.error is None else repr(self.feed.error)
         return {
-            "status": "ok",
+            "status": "ok" if feed_ok else "feed stopped",
+            "error": error,
             "engines": {name: s._asdict() for name, s in stats.items()},
             "index_entries": len(self.index),
         }
@@ -176,7 +179,8 @@ def create_app(service: RouteService) -> Starlette:
         return JSONResponse({"engine": engine, **service.loads[engine]._asdict()})
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse(service.health())
+        health = service.health()
+        return JSONResponse(health, status_code=200 if health["status"] == "ok" else 503)
 
     async def metrics(request: Request) -> Response:
         return Response(service.metrics(), media_type=CONTENT_TYPE_LATEST)
