@@ -162,5 +162,5 @@ def test_a_dead_feed_turns_healthz_503_and_a_bad_endpoint_is_named() -> None:
                 time.sleep(0.02)
             answer = client.get("/healthz")
             assert answer.status_code == 503 and "index bug" in answer.json()["error"]
-    with pytest.raises(ConfigError, match="engine .x. at tcp://"):
+    with pytest.raises(ConfigError, match=r"engine .x. at tcp://"):
         IndexFeed(KVIndex(), {"x": EngineEndpoints("tcp://*:notaport")}).start()
