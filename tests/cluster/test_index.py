@@ -130,3 +130,12 @@ def test_prompt_hasher_matches_the_runtime_with_lora_and_salt() -> None:
         PromptHasher(16, int_block_hashes=False)(tokens)[0]
         == hasher.hasher(Request("r", tokens))[0]
     )
+
+
+def test_apply_converts_in_process_hashes_when_asked() -> None:
+    digests = [bytes([i]) * 32 for i in range(3)]
+    raw = KVIndex()
+    raw.apply("a", [_stored(digests)], external_block_hash)  # type: ignore[arg-type]
+    raw.apply("a", [BlockRemoved(block_hashes=[digests[2]], medium="GPU", group_idx=0)],
+              external_block_hash)  # fmt: skip
+    assert raw.engine_hashes("a") == {("GPU", 0): {external_block_hash(d) for d in digests[:2]}}

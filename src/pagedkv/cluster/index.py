@@ -10,7 +10,8 @@ unrecoverable loss drops everything the engine held.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from pagedkv.errors import ConfigError
 from pagedkv.runtime.events import (
@@ -80,16 +81,28 @@ class KVIndex:
             self._dups.pop((bit, scope), None)
 
     # -- events ----------------------------------------------------------------------
-    def apply(self, engine: str, events: Iterable[KVCacheEvent]) -> None:
-        """Apply ``engine``'s events (hashes in external form), in order."""
+    def apply(
+        self,
+        engine: str,
+        events: Iterable[KVCacheEvent],
+        to_external: Callable[[Any], ExternalBlockHash] | None = None,
+    ) -> None:
+        """Apply ``engine``'s events, in order. Their hashes are in external form, or
+        ``to_external`` converts them (events taken straight from a manager in process)."""
         bit = self.add_engine(engine)
         for event in events:
-            if isinstance(event, BlockStored):
-                self._store(bit, (event.medium, event.group_idx), event.block_hashes)
-            elif isinstance(event, BlockRemoved):
-                self._remove(bit, (event.medium, event.group_idx), event.block_hashes)
-            elif isinstance(event, AllBlocksCleared):
+            if isinstance(event, AllBlocksCleared):
                 self.reset_engine(engine)
+                continue
+            if not isinstance(event, BlockStored | BlockRemoved):
+                continue
+            hashes = event.block_hashes
+            if to_external is not None:
+                hashes = [to_external(h) for h in hashes]
+            if isinstance(event, BlockStored):
+                self._store(bit, (event.medium, event.group_idx), hashes)
+            else:
+                self._remove(bit, (event.medium, event.group_idx), hashes)
 
     def apply_batch(self, engine: str, batch: EventBatch, reset: bool = False) -> None:
         """Apply one received batch; ``reset`` (a subscriber's verdict) clears the engine first."""

@@ -18,7 +18,7 @@ from typing import Any
 from pagedkv.cluster import EngineLoad, KVIndex, Router, make_router
 from pagedkv.cluster.routing import PrefixRouter
 from pagedkv.errors import ConfigError
-from pagedkv.runtime.events import external_block_hash, to_external
+from pagedkv.runtime.events import external_block_hash
 from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.fleet_result import FleetResult, ReplicaStats
 from pagedkv.sim.loop import EngineLoop
@@ -173,13 +173,13 @@ class _Routing:
             ready_s = self.replicas[replica].loop.clock_s + self.event_delay_s
             self.in_flight[replica].append((ready_s, events))
         else:
-            self.index.apply(self.names[replica], [to_external(e) for e in events])
+            self.index.apply(self.names[replica], events, external_block_hash)
 
     def _deliver_until(self, now_s: float) -> None:
         assert self.index is not None
         for name, queue in zip(self.names, self.in_flight):
             while queue and queue[0][0] <= now_s:
-                self.index.apply(name, [to_external(e) for e in queue.popleft()[1]])
+                self.index.apply(name, queue.popleft()[1], external_block_hash)
 
     def route(self, trace_index: int, trace: Trace) -> None:
         request = trace.requests[trace_index]
