@@ -23,6 +23,9 @@ def test_least_loaded_by_requests_and_by_kv_usage() -> None:
     loads = [EngineLoad(3, 1, 0.1), EngineLoad(1, 0, 0.9), EngineLoad(2, 0, 0.5)]
     assert make_router("least-loaded").choose([0, 0, 0], loads, 4) == 1
     assert make_router("least-loaded", metric="kv_usage").choose([0, 0, 0], loads, 4) == 0
+    queued = [EngineLoad(1, 9), EngineLoad(2, 0)]
+    assert make_router("least-loaded", metric="running").choose([0, 0], queued, 4) == 0
+    assert make_router("least-loaded").choose([0, 0], queued, 4) == 1
     with pytest.raises(ConfigError, match="metric"):
         make_router("least-loaded", metric="gpu")
 

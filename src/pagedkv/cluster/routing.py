@@ -68,14 +68,18 @@ class RoundRobinRouter(Router):
 
 
 class LeastLoadedRouter(Router):
-    """Fewest requests (``metric="requests"``: running + waiting) or lowest KV usage."""
+    """Lowest load by ``metric``: ``requests`` (running + waiting), ``running`` or
+    ``kv_usage``."""
 
     name = "least-loaded"
+    METRICS = ("requests", "running", "kv_usage")
 
     def __init__(self, metric: str = "requests") -> None:
         super().__init__()
-        if metric not in ("requests", "kv_usage"):
-            raise ConfigError(f"least-loaded metric must be requests or kv_usage, got {metric!r}")
+        if metric not in self.METRICS:
+            raise ConfigError(
+                f"least-loaded metric must be one of {', '.join(self.METRICS)}, got {metric!r}"
+            )
         self.metric = metric
 
     def choose(
@@ -83,6 +87,8 @@ class LeastLoadedRouter(Router):
     ) -> int:
         if self.metric == "kv_usage":
             return self._best([-load.kv_usage for load in loads], loads)
+        if self.metric == "running":
+            return self._best([-float(load.running) for load in loads], loads)
         return self._best([-float(load.requests) for load in loads], loads)
 
 
