@@ -144,3 +144,16 @@ def test_late_events_cost_hits_and_never_reach_a_blind_index() -> None:
     assert soon.index_entries and late.hit_rate < soon.hit_rate <= fresh.hit_rate
     with pytest.raises(ConfigError, match="event_delay_s"):
         simulate_fleet(_engine(), TRACE, 2, "prefix", event_delay_s=-1.0)
+
+
+def test_imbalance_counts_busy_time_only_not_idle_jumps_to_an_arrival() -> None:
+    from pagedkv.sim.trace import Segment, Trace, TraceRequest
+
+    far_apart = Trace(
+        "gaps",
+        tuple(TraceRequest(100.0 * i, (Segment(i, 40),), 4, -1 - i) for i in range(4)),
+    )
+    result = simulate_fleet(_engine(), far_apart, 2, "round-robin", SETTINGS)
+    assert [r.requests for r in result.replicas] == [2, 2]
+    assert result.imbalance == pytest.approx(1.0, abs=0.05)
+    assert all(r.mean_running < 0.01 for r in result.replicas)  # busy well under 1 % of the time

@@ -53,10 +53,12 @@ class _Replica:
 
     def step(self) -> None:
         loop = self.loop
-        clock0 = loop.clock_s
-        loop.step()
+        num_tokens = loop.step().num_scheduled_tokens
         running = loop.scheduler.running
-        self.running_time += len(running) * (loop.clock_s - clock0)
+        # this step's own duration (the clock may also have jumped to an arrival first)
+        settings = loop.settings
+        step_s = settings.step_base_s + settings.step_per_token_s * num_tokens
+        self.running_time += len(running) * step_s
         if self.submitted_at:
             for seq in running:
                 arrived = self.submitted_at.pop(seq.index, None)
