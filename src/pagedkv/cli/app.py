@@ -16,6 +16,7 @@ from pagedkv.cli.catalog import gpus_command, models_command
 from pagedkv.cli.common import stderr_console
 from pagedkv.cli.generate import generate_command
 from pagedkv.cli.plan import plan_command
+from pagedkv.cli.route import route_app
 from pagedkv.cli.simulate import simulate_command
 from pagedkv.errors import PagedKVError
 
@@ -60,6 +61,7 @@ app.command("gpus", short_help="List the GPU table and its aliases.")(gpus_comma
 app.command("generate", short_help="Generate with a transformers model on pagedkv.")(
     generate_command
 )
+app.add_typer(route_app, name="route", short_help="KV-aware routing across engines.")
 
 
 def _usage_line(exc: UsageError) -> str:
