@@ -9,7 +9,8 @@ from typing import Any
 
 import typer
 
-from pagedkv.cli.common import JSON_OPTION, parse_bytes, stderr_console, stdout_console
+from pagedkv.cli.common import parse_bytes, stderr_console, stdout_console
+from pagedkv.cli.options import JSON_OPTION
 from pagedkv.errors import ConfigError
 
 PROMPT_OPTION = typer.Option([], "--prompt", help="A prompt (repeatable).")
