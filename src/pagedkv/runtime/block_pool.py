@@ -1,18 +1,10 @@
 """The block pool: block ids, reference counts, the free queue and the prefix-cache hash map.
 
-Blocks are plain integer ids ``0 .. num_blocks - 1``; block 0 is the permanent null block
-(placeholder for positions a request does not need). Per-block state lives in flat lists
-(reference count, block hash, group id), so a fresh pool of millions of blocks costs 24
-bytes per block and builds in milliseconds. The order of free blocks is the
-``FreeQueue``'s (vLLM's LRU by default). A cached block is found through
-``_maps[group_id][block_hash] -> block``; more blocks with the same key (duplicate content)
-wait in ``_dups[group_id][block_hash]`` and are promoted when the first goes.
-
-Transactions: between ``begin`` and ``commit`` every change is journaled (``("pop",
-blocks, evicted, token)``, ``("touch", blocks, revived, tokens)``, ``("cache", blocks)`` and the
-managers' ``("call", undo, args)``, see ``record``); ``rollback`` undoes them newest
-first, so the free blocks and their order, the references, the hash map and the tables
-are exactly as at ``begin``.
+Blocks are integer ids; block 0 is the permanent null block. Per-block state is three flat
+lists (reference count, hash, group). ``_maps[group][hash]`` is the block lookups return;
+further blocks with the same key wait in ``_dups[group][hash]``, promoted when it goes.
+Between ``begin`` and ``commit`` every change is journaled (the managers' through
+``record``); ``rollback`` undoes them newest first, exactly.
 """
 
 from __future__ import annotations
@@ -56,7 +48,7 @@ class BlockPool:
         self.medium = medium
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_hash: list[Any] = [None] * num_blocks  # None: not cached
-        self.block_group: list[int] = [0] * num_blocks  # group of the cached hash
+        self.block_group: list[int] = [0] * num_blocks
         self.queue = LRUFreeQueue(num_blocks) if free_queue is None else free_queue
         if len(self.queue) != num_blocks - 1:
             raise KVCacheRuntimeError(
@@ -67,12 +59,10 @@ class BlockPool:
         self._maps: list[dict[Any, int]] = []
         self._dups: list[dict[Any, list[int]]] = []
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
-        self.event_token_ids = True  # False: BlockStored events carry no token ids
+        self.event_token_ids = True
         self._journal: list[tuple[Any, ...]] | None = None
-        # Cached blocks whose hash was dropped to reuse them or by evict_blocks.
-        self.num_evictions = 0
+        self.num_evictions = 0  # hashes dropped to reuse a block or by evict_blocks
 
-    # ----------------------------------------------------------------- queries
     @property
     def num_free_blocks(self) -> int:
         return len(self.queue)
@@ -120,7 +110,6 @@ class BlockPool:
             for h, block in m.items()
         }
 
-    # ------------------------------------------------------------- allocation
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop ``num_blocks`` blocks from the head of the free queue, each with ref count 1.
         Cached blocks handed out lose their hash (one BlockRemoved event each).
@@ -184,7 +173,6 @@ class BlockPool:
         if cached:
             self.queue.push_cached(cached, priority, evict_first)
 
-    # ---------------------------------------------------------------- caching
     def cache_full_blocks(
         self,
         request: Request,
@@ -262,8 +250,7 @@ class BlockPool:
         return True
 
     def _drop_key(self, block: int) -> tuple[Any, int, int]:
-        """Uncache ``block``; returns its key and its index among the key's blocks (0: the
-        one lookups return), for ``_restore_key``."""
+        # Returns the key and the block's index among the key's blocks, for _restore_key.
         h, gid = self.block_hash[block], self.block_group[block]
         self.block_hash[block] = None
         m, dups = self._maps[gid], self._dups[gid]
@@ -303,7 +290,6 @@ class BlockPool:
         self._events = []
         return events
 
-    # ------------------------------------------------------------ transactions
     def begin(self) -> int:
         """Start journaling changes; returns the savepoint ``rollback`` takes."""
         self._journal = []
