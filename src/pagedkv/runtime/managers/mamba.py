@@ -1,17 +1,9 @@
 """Mamba / linear-attention state.
 
-Mode "none" (no prefix caching): the request's state lives in its last block; blocks
-behind it are freed (with ``block_size == max_model_len`` that is a single block).
-
-Mode "align" (vLLM 0.33): entry ``i`` of a table stands for the state after token
-``(i + 1) * block_size``. A step gets one real block, for the state at the end of its
-chunk; the positions the chunk spans are null placeholders. The previous step's block
-(the state the step starts from) is freed once the step after it is allocated, and the
-block two steps back when the computed tokens pass it. Full blocks are cached like
-attention blocks (with vLLM's retention: only those at the replay boundary and at the
-shared-prefix junction); a hit is the single latest cached state, preceded by nulls. A
-state cached during the current step is written by that step's forward pass: a new
-request whose hit ends on one is refused (``allocate_slots`` returns None) until
+Mode "none" (no prefix caching): the state lives in the request's last block. Mode
+"align" (vLLM 0.33): entry ``i`` is the state after token ``(i + 1) * block_size``; a step
+gets one real block, for the state at its chunk's end, behind null placeholders. A state
+cached in the current step is written by that step: a hit ending on it is refused until
 ``new_step_starts``.
 """
 
@@ -37,7 +29,7 @@ class MambaManager(SingleTypeKVCacheManager):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.align = getattr(self.kv_cache_spec, "mamba_cache_mode", "none") == "align"
-        self._cached_this_step: set[Any] = set()  # hashes cached in the current step
+        self._cached_this_step: set[Any] = set()  # hashes
         self._last_state: dict[str, int] = {}  # index of the block the current step reads
         self._retired: dict[str, int] = {}  # positions below this are all null
         self._allocated: set[str] = set()  # requests past their first allocation
@@ -72,25 +64,16 @@ class MambaManager(SingleTypeKVCacheManager):
         apply_admission_cap: bool = False,
     ) -> int:
         pool = self.block_pool
-        if (
-            new_computed_blocks
-            and pool.block_hash[new_computed_blocks[-1]] in self._cached_this_step
-        ):
+        hits = new_computed_blocks
+        if hits and pool.block_hash[hits[-1]] in self._cached_this_step:
             return pool.num_blocks + 1  # the state is written this step: not yet
-        if not self.align:
-            return super().get_num_blocks_to_allocate(
-                request_id,
-                num_tokens,
-                new_computed_blocks,
-                total_computed_tokens,
-                num_tokens_main_model,
-                apply_admission_cap,
-            )
-        table = self.req_to_blocks.get(request_id, ())
-        num_new = cdiv(num_tokens_main_model, self.block_size)
-        num_new -= len(new_computed_blocks) + len(table)
-        refs = [pool.ref_cnt[b] for b in new_computed_blocks if b]
-        return (min(num_new, 1) if num_new > 0 else 0) + refs.count(0)
+        if self.align:
+            num_new = cdiv(num_tokens_main_model, self.block_size)
+            num_new -= len(hits) + len(self.req_to_blocks.get(request_id, ()))
+            refs = [pool.ref_cnt[b] for b in hits if b]
+            return (min(num_new, 1) if num_new > 0 else 0) + refs.count(0)
+        args = (num_tokens, hits, total_computed_tokens, num_tokens_main_model)
+        return super().get_num_blocks_to_allocate(request_id, *args, apply_admission_cap)
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
