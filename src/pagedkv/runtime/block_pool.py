@@ -111,9 +111,8 @@ class BlockPool:
         }
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
-        """Pop ``num_blocks`` blocks from the head of the free queue, each with ref count 1.
-        Cached blocks handed out lose their hash (one BlockRemoved event each).
-        NoFreeBlocksError, with nothing changed, if fewer are free."""
+        """Pop ``num_blocks`` blocks from the head of the free queue (reference count 1;
+        cached ones lose their hash). NoFreeBlocksError, changing nothing, if too few."""
         if num_blocks <= 0:
             return []
         queue = self.queue
@@ -131,7 +130,7 @@ class BlockPool:
                 evicted.append((block, *self._drop_key(block)))
         self.num_evictions += len(evicted)
         if self._journal is not None:
-            self._journal.append(("pop", blocks, evicted, token))
+            self._journal.append((self._undo_pop, (blocks, evicted, token)))
         return blocks
 
     def touch(self, blocks: Sequence[int]) -> None:
@@ -146,14 +145,13 @@ class BlockPool:
             for block in touched:
                 self.queue.hit(block)
         if self._journal is not None:
-            self._journal.append(("touch", touched, freed, tokens))
+            self._journal.append((self._undo_touch, (touched, freed, tokens)))
 
     def free_blocks(
         self, ordered_blocks: Iterable[int], priority: int = 0, evict_first: bool = False
     ) -> None:
-        """Drop one reference on each block; the first given is evicted first. Blocks
-        reaching zero go to the queue's uncached side (vLLM: the head) or, if they keep a
-        hash, its cached side (vLLM: the tail; ``evict_first``: before the others)."""
+        """Drop one reference on each block; those reaching zero go to the free queue, the
+        first given evicted first (``evict_first``: before every other cached block)."""
         ref = self.ref_cnt
         hashes = self.block_hash
         caching = self.enable_caching
@@ -183,8 +181,8 @@ class BlockPool:
         group_id: int,
         keep: set[int] | None = None,
     ) -> None:
-        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hash (the request's chain
-        hash at the block's end), skipping null blocks and indices not in ``keep``."""
+        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their chain hash, skipping null
+        blocks and indices not in ``keep``."""
         if num_cached_blocks >= num_full_blocks:
             return
         hashes = request.block_hashes
@@ -207,7 +205,7 @@ class BlockPool:
                 m[h] = block
             stored.append(block)
         if self._journal is not None:
-            self._journal.append(("cache", stored))
+            self._journal.append((self._undo_cache, (stored,)))
         if self._events is not None:
             first, end = num_cached_blocks, num_full_blocks
             self._events.append(
@@ -238,12 +236,10 @@ class BlockPool:
                 self._drop_key(block)
 
     def reset_prefix_cache(self) -> bool:
-        """Forget every cached hash; refused (False) while any block is in use. The free
-        queue keeps its order."""
+        """Forget every cached hash; refused (False) while any block is in use."""
         if len(self.queue) != self.num_blocks - 1:
             return False
-        self._maps = []
-        self._dups = []
+        self._maps, self._dups = [], []
         self.block_hash[:] = [None] * self.num_blocks
         if self._events is not None:
             self._events.append(AllBlocksCleared())
@@ -302,32 +298,33 @@ class BlockPool:
         """Inside a transaction: call ``undo(*args)`` on rollback (managers journal their
         table changes here, so one rollback restores pool and tables together)."""
         if self._journal is not None:
-            self._journal.append(("call", undo, args))
+            self._journal.append((undo, args))
 
     def rollback(self, savepoint: int) -> None:
         """Undo everything since ``begin``, newest first."""
         journal = self._journal or []
         self._journal = None
-        for entry in reversed(journal):
-            kind = entry[0]
-            if kind == "pop":
-                for evicted in reversed(entry[2]):
-                    self._restore_key(*evicted)
-                self.num_evictions -= len(entry[2])
-                for block in entry[1]:
-                    self.ref_cnt[block] = 0
-                self.queue.unpop(entry[1], entry[3])
-            elif kind == "touch":
-                for block in reversed(entry[1]):
-                    self.ref_cnt[block] -= 1
-                    if self._queue_hits:
-                        self.queue.unhit(block)
-                for block, token in zip(reversed(entry[2]), reversed(entry[3])):
-                    self.queue.reinsert(block, token)
-            elif kind == "call":
-                entry[1](*entry[2])
-            else:  # "cache"
-                for block in reversed(entry[1]):
-                    self._drop_key(block)
+        for undo, args in reversed(journal):
+            undo(*args)
         if self._events is not None:
             del self._events[savepoint:]
+
+    def _undo_pop(self, blocks: list[int], evicted: list[tuple[Any, ...]], token: Any) -> None:
+        for key in reversed(evicted):
+            self._restore_key(*key)
+        self.num_evictions -= len(evicted)
+        for block in blocks:
+            self.ref_cnt[block] = 0
+        self.queue.unpop(blocks, token)
+
+    def _undo_touch(self, touched: list[int], freed: list[int], tokens: list[Any]) -> None:
+        for block in reversed(touched):
+            self.ref_cnt[block] -= 1
+            if self._queue_hits:
+                self.queue.unhit(block)
+        for block, token in zip(reversed(freed), reversed(tokens)):
+            self.queue.reinsert(block, token)
+
+    def _undo_cache(self, stored: list[int]) -> None:
+        for block in reversed(stored):
+            self._drop_key(block)
