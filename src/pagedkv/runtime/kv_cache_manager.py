@@ -270,84 +270,36 @@ class KVCacheManager:
         if running:
             for m in self._skipping:
                 m.remove_skipped_blocks(request_id, total_computed)
-            if self._growth is not None:
-                # Fast path (most decode steps change nothing): every kind grows plainly,
-                # by cdiv(tokens, block_size) - len(table) blocks.
-                cache_tokens = min(len(request.all_token_ids), num_main) if cache else 0
-                if self._cache_step > 1:
-                    cache_tokens -= cache_tokens % self._cache_step
-                needed = 0
-                work = False
-                for block_size, tables, num_cached, cross in self._growth:
-                    tokens = num_encoder_tokens if cross else num_slots
-                    num_new = -(-tokens // block_size) - len(tables[request_id])
-                    if num_new > 0:
-                        needed += num_new
-                        work = True
-                    elif cache_tokens // block_size > num_cached[request_id]:
-                        work = True
-                if not work:
-                    return self._empty
-                if needed > pool.num_free_blocks:
-                    return None
-                return self._transaction(
-                    request, None, 0, num_slots, num_main, num_encoder_tokens, cache
-                )
-        needed = self._num_blocks_needed(
-            request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
-        )
-        if needed + reserve > pool.num_free_blocks:
+        if running and self._growth is not None:
+            # Fast path (most decode steps change nothing): every kind grows plainly, by
+            # cdiv(tokens, block_size) - len(table) blocks.
+            cache_tokens = min(len(request.all_token_ids), num_main) if cache else 0
+            if self._cache_step > 1:
+                cache_tokens -= cache_tokens % self._cache_step
+            needed = 0
+            work = False
+            for block_size, tables, num_cached, cross in self._growth:
+                tokens = num_encoder_tokens if cross else num_slots
+                num_new = -(-tokens // block_size) - len(tables[request_id])
+                if num_new > 0:
+                    needed += num_new
+                    work = True
+                elif cache_tokens // block_size > num_cached[request_id]:
+                    work = True
+            if not work:
+                return self._empty
+        else:
+            needed = reserve + self._num_blocks_needed(
+                request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
+            )
+        if needed > pool.num_free_blocks:
             return None
         if self.enable_caching and request.hasher is not self.hasher:
             self._attach_hasher(request)
-        return self._transaction(
-            request,
-            None if running else hits,
-            total_computed,
-            num_slots,
-            num_main,
-            num_encoder_tokens,
-            cache,
-        )
-
-    def _num_blocks_needed(
-        self,
-        request_id: str,
-        num_tokens: int,
-        num_main: int,
-        hits: tuple[list[int], ...],
-        total_computed: int,
-        num_encoder_tokens: int,
-        cap: bool,
-    ) -> int:
-        needed = 0
-        for m, cross, hit in zip(self.managers, self._cross, hits):
-            if not cross:
-                needed += m.get_num_blocks_to_allocate(
-                    request_id, num_tokens, hit, total_computed, num_main, cap
-                )
-            elif not cap:
-                needed += m.get_num_blocks_to_allocate(
-                    request_id, num_encoder_tokens, hit, 0, num_encoder_tokens
-                )
-        return needed
-
-    def _transaction(
-        self,
-        request: Request,
-        hits: tuple[list[int], ...] | None,
-        total_computed: int,
-        num_slots: int,
-        num_main: int,
-        num_encoder_tokens: int,
-        cache: bool,
-    ) -> KVCacheBlocks:
-        # All or nothing: the pool's journal holds the pool's and the managers' changes.
-        request_id = request.request_id
-        pool = self.block_pool
+        # One transaction: the pool's journal holds the pool's and the managers' changes.
         savepoint = pool.begin()
         try:
-            if hits is not None:
+            if not running:
                 # Every group adopts its hits before any allocates, so an allocation can
                 # never evict another group's hit blocks.
                 for m, hit in zip(self.managers, hits):
@@ -370,6 +322,28 @@ class KVCacheManager:
             raise
         pool.commit()
         return KVCacheBlocks(new_blocks) if any(new_blocks) else self._empty
+
+    def _num_blocks_needed(
+        self,
+        request_id: str,
+        num_tokens: int,
+        num_main: int,
+        hits: tuple[list[int], ...],
+        total_computed: int,
+        num_encoder_tokens: int,
+        cap: bool,
+    ) -> int:
+        needed = 0
+        for m, cross, hit in zip(self.managers, self._cross, hits):
+            if not cross:
+                needed += m.get_num_blocks_to_allocate(
+                    request_id, num_tokens, hit, total_computed, num_main, cap
+                )
+            elif not cap:
+                needed += m.get_num_blocks_to_allocate(
+                    request_id, num_encoder_tokens, hit, 0, num_encoder_tokens
+                )
+        return needed
 
     def free(self, request: Request | str) -> None:
         """Release every block of the request, last blocks first (evicted first)."""

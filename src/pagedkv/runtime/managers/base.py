@@ -159,8 +159,8 @@ class SingleTypeKVCacheManager(ABC):
         return new
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """Cache the full blocks among the first ``num_tokens`` tokens (vLLM's retention:
-        sparse kinds only those a hit at ``reachable_boundaries`` needs)."""
+        """Cache the full blocks among the first ``num_tokens`` tokens (with vLLM's
+        retention, sparse kinds only those a boundary hit needs)."""
         request_id = request.request_id
         num_cached = self.num_cached_block[request_id]
         num_full = min(num_tokens, len(request.block_hashes) * self.hash_block_size)
@@ -171,9 +171,8 @@ class SingleTypeKVCacheManager(ABC):
         if self.dense:
             # Every block is cached; those a boundary hit needs keep LRU order when freed.
             self.block_pool.record(self._set_retained, request_id, self._retained.get(request_id))
-            self._set_retained(
-                request_id, self._reachable_blocks(request, 0, num_full, request.num_cached_tokens)
-            )
+            reachable = self._reachable_blocks(request, 0, num_full, request.num_cached_tokens)
+            self._retained[request_id] = reachable
         elif self.sparse_retention:
             keep = self._reachable_blocks(request, num_cached, num_full)
         pool = self.block_pool
@@ -207,14 +206,9 @@ class SingleTypeKVCacheManager(ABC):
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
         retained = self._retained.pop(request_id, None) if self.dense else None
-        if not table:
-            return
-        if self.dense:
-            indices = range(len(table) - 1, -1, -1)
-            self._free_dense(indices, [table[i] for i in indices], retained, priority)
-        else:
+        if table:
             table.reverse()
-            self.block_pool.free_blocks(table, priority)
+            self._release(range(len(table) - 1, -1, -1), table, retained, priority)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Replace blocks this kind no longer needs by the null block and free them, the
@@ -234,19 +228,20 @@ class SingleTypeKVCacheManager(ABC):
         blocks = [table[i] for i in indices]
         for i in indices:
             table[i] = NULL_BLOCK
-        self._release(request_id, indices, blocks)
+        self._release(indices, blocks, self._retained.get(request_id))
 
-    def _release(self, request_id: str, indices: Sequence[int], blocks: list[int]) -> None:
-        # blocks[k] was at position indices[k]; the first given is evicted first.
-        if self.dense:
-            self._free_dense(indices, blocks, self._retained.get(request_id), 0)
-        else:
-            self.block_pool.free_blocks(blocks)
-
-    def _free_dense(
-        self, indices: Sequence[int], blocks: list[int], retained: set[int] | None, priority: int
+    def _release(
+        self,
+        indices: Sequence[int],
+        blocks: list[int],
+        retained: set[int] | None,
+        priority: int = 0,
     ) -> None:
-        # Retained positions (a boundary hit needs them) go to the LRU tail, others first.
+        # blocks[k] was at position indices[k]; the first given is evicted first. Dense
+        # retention: retained positions go to the LRU tail, the others before every other.
+        if not self.dense:
+            self.block_pool.free_blocks(blocks, priority)
+            return
         early: list[int] = []
         kept: list[int] = []
         for i, block in zip(indices, blocks):
