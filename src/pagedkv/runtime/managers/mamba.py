@@ -32,7 +32,6 @@ class MambaManager(SingleTypeKVCacheManager):
         self._cached_this_step: set[Any] = set()  # hashes
         self._last_state: dict[str, int] = {}  # index of the block the current step reads
         self._retired: dict[str, int] = {}  # positions below this are all null
-        self._allocated: set[str] = set()  # requests past their first allocation
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
@@ -81,16 +80,12 @@ class MambaManager(SingleTypeKVCacheManager):
         if not self.align:
             return super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
         table = self.req_to_blocks[request_id]
-        required = cdiv(num_tokens_main_model, self.block_size)
-        pool = self.block_pool
-        allocated = request_id in self._allocated
-        pool.record(
-            self._undo_allocate, request_id, len(table), self._last_state.get(request_id), allocated
-        )
-        self._allocated.add(request_id)
-        if required <= len(table):
-            return []
         start = len(table)
+        required = cdiv(num_tokens_main_model, self.block_size)
+        if required <= start:
+            return []
+        pool = self.block_pool
+        pool.record(self._undo_allocate, request_id, start, self._last_state.get(request_id))
         if start > 0:
             self._last_state[request_id] = start - 1  # the block this step reads
         table.extend([NULL_BLOCK] * (required - 1 - start))
@@ -133,7 +128,6 @@ class MambaManager(SingleTypeKVCacheManager):
                 self._cached_this_step.add(hashes[block])
 
     def free(self, request_id: str, priority: int = 0) -> None:
-        self._allocated.discard(request_id)
         self._last_state.pop(request_id, None)
         self._retired.pop(request_id, None)
         super().free(request_id, priority)
@@ -141,15 +135,9 @@ class MambaManager(SingleTypeKVCacheManager):
     def new_step_starts(self) -> None:
         self._cached_this_step.clear()
 
-    def _undo_allocate(
-        self, request_id: str, length: int, last_state: int | None, allocated: bool
-    ) -> None:
-        table = self.req_to_blocks.get(request_id)
-        if table is not None:
-            del table[length:]
+    def _undo_allocate(self, request_id: str, length: int, last_state: int | None) -> None:
+        del self.req_to_blocks[request_id][length:]
         if last_state is None:
             self._last_state.pop(request_id, None)
         else:
             self._last_state[request_id] = last_state
-        if not allocated:
-            self._allocated.discard(request_id)
