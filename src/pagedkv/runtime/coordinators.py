@@ -58,37 +58,27 @@ class KVCacheCoordinator:
         self,
         kv_cache_config: KVCacheConfig,
         *,
-        max_model_len: int,
-        enable_caching: bool,
-        hash_block_size: int,
-        alignment_tokens: int,
         enable_events: bool = False,
-        in_flight_tokens: int | None = None,
-        retention: str = "vllm",
         free_queue: FreeQueue | None = None,
+        **manager_kwargs: Any,
     ) -> None:
-        self.enable_caching = enable_caching
-        self.hash_block_size = hash_block_size
-        self.alignment_tokens = alignment_tokens
+        """``manager_kwargs``: the keywords every manager takes (``enable_caching``,
+        ``hash_block_size``, ``alignment_tokens``, ``max_model_len``, ``in_flight_tokens``,
+        ``retention``); the first three are required."""
+        self.enable_caching = manager_kwargs["enable_caching"]
+        self.hash_block_size = manager_kwargs["hash_block_size"]
+        self.alignment_tokens = alignment_tokens = manager_kwargs["alignment_tokens"]
         pool = BlockPool(
             kv_cache_config.num_blocks,
-            enable_caching,
-            hash_block_size,
+            self.enable_caching,
+            self.hash_block_size,
             enable_events,
             free_queue=free_queue,
         )
         self.block_pool = pool
         self.managers: list[SingleTypeKVCacheManager] = [
             manager_class_for(group, gid)(
-                group_behaviour_spec(group),
-                pool,
-                kv_cache_group_id=gid,
-                enable_caching=enable_caching,
-                hash_block_size=hash_block_size,
-                alignment_tokens=alignment_tokens,
-                max_model_len=max_model_len,
-                in_flight_tokens=in_flight_tokens,
-                retention=retention,
+                group_behaviour_spec(group), pool, kv_cache_group_id=gid, **manager_kwargs
             )
             for gid, group in enumerate(kv_cache_config.kv_cache_groups)
         ]
@@ -100,7 +90,7 @@ class KVCacheCoordinator:
         # Stable sort: downward-closed kinds first, otherwise in group order.
         self.spec_groups = sorted(groups, key=lambda g: not g.manager_cls.downward_closed_hits)
         self._searches = [
-            (sg.manager_cls, sg.group_ids, (pool, sg.spec, alignment_tokens, hash_block_size))
+            (sg.manager_cls, sg.group_ids, (pool, sg.spec, alignment_tokens, self.hash_block_size))
             for sg in self.spec_groups
         ]
         self._one_pass = len(groups) == 1 or (
