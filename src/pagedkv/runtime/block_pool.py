@@ -89,13 +89,8 @@ class BlockPool:
 
     def get_cached_block(self, block_hash: Any, group_ids: Sequence[int]) -> list[int] | None:
         """One cached block per group id, or None if any group misses."""
-        out = []
-        for gid in group_ids:
-            block = self.hash_map(gid).get(block_hash)
-            if block is None:
-                return None
-            out.append(block)
-        return out
+        out = [self.hash_map(gid).get(block_hash) for gid in group_ids]
+        return None if None in out else out  # type: ignore[return-value]
 
     def key_of(self, block: int) -> tuple[Any, int] | None:
         """``(block hash, group id)`` of a cached block, None if it is not cached."""
@@ -192,9 +187,7 @@ class BlockPool:
         stored = []
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if block == NULL_BLOCK or block_hash[block] is not None:
-                continue
-            if keep is not None and i not in keep:
+            if not block or block_hash[block] is not None or (keep is not None and i not in keep):
                 continue
             h = hashes[(i + 1) * scale - 1]
             block_hash[block] = h

@@ -10,7 +10,7 @@ import hashlib
 import os
 import pickle
 import sys
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cbor2
@@ -20,7 +20,6 @@ from pagedkv.errors import ConfigError
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 
-BlockHash = Hashable  # bytes, or int for builtin
 HashFn = Callable[[Any], Any]
 DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
 
@@ -69,8 +68,7 @@ xxhash128 = xxhash_cbor  # pagedkv's earlier name
 
 
 def builtin(obj: Any) -> int:
-    """Python's ``hash`` (pagedkv only, for simulation): fastest; strings vary with
-    PYTHONHASHSEED."""
+    """Python's ``hash`` (pagedkv only, for simulation): fastest, varies with PYTHONHASHSEED."""
     return hash(obj)
 
 
