@@ -93,9 +93,7 @@ class KVCacheCoordinator:
             (sg.manager_cls, sg.group_ids, (pool, sg.spec, alignment_tokens, self.hash_block_size))
             for sg in self.spec_groups
         ]
-        self._one_pass = len(groups) == 1 or (
-            len(groups) == 2 and self.spec_groups[0].manager_cls.downward_closed_hits
-        )
+        self._one_pass = len(groups) == 2 and self.spec_groups[0].manager_cls.downward_closed_hits
 
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
@@ -103,6 +101,14 @@ class KVCacheCoordinator:
         """Hit blocks per group, the hit length in tokens (valid for every group) and the
         longest prefix some group had cached (> hit when another group cut it short)."""
         lists: list[list[int]] = [[] for _ in self.managers]
+        if len(self._searches) == 1:  # one kind: its search is the answer
+            cls, group_ids, where = self._searches[0]
+            found, hit = cls.find_longest_cache_hit(
+                HitQuery(block_hashes, max_length, group_ids, *where)
+            )
+            for gid, blocks in zip(group_ids, found):
+                lists[gid] = blocks
+            return lists, hit, hit
         if not self._searches:
             return lists, 0, 0
         candidate = max_length

@@ -255,25 +255,27 @@ class KVCacheManager:
                 f"request {request_id!r} needs slots for {num_main} tokens, more than "
                 f"max_model_len={max_len}"
             )
-        num_slots = min(num_main + num_lookahead_tokens, max_len)
+        num_slots = num_main + num_lookahead_tokens
+        if num_slots > max_len:
+            num_slots = max_len
         pool = self.block_pool
-        # The watermark is kept free when admitting a request while others are scheduled.
-        reserve = self.watermark_blocks if has_scheduled_reqs and not running else 0
         if full_sequence_must_fit:
             num_tokens = min(request.num_tokens, max_len)
             needed = self._num_blocks_needed(
                 request_id, num_tokens, num_tokens, hits, total_computed, num_encoder_tokens, True
             )
-            if needed + reserve > pool.num_free_blocks:
+            if needed + self._reserve(running, has_scheduled_reqs) > pool.num_free_blocks:
                 return None
         cache = self.enable_caching and not delay_cache_blocks
-        if running:
+        if running and self._skipping:
             for m in self._skipping:
                 m.remove_skipped_blocks(request_id, total_computed)
         if running and self._growth is not None:
             # Fast path (most decode steps change nothing): every kind grows plainly, by
             # cdiv(tokens, block_size) - len(table) blocks.
-            cache_tokens = min(len(request.all_token_ids), num_main) if cache else 0
+            cache_tokens = len(request.all_token_ids) if cache else 0
+            if cache_tokens > num_main:
+                cache_tokens = num_main
             if self._cache_step > 1:
                 cache_tokens -= cache_tokens % self._cache_step
             needed = 0
@@ -289,7 +291,7 @@ class KVCacheManager:
             if not work:
                 return self._empty
         else:
-            needed = reserve + self._num_blocks_needed(
+            needed = self._reserve(running, has_scheduled_reqs) + self._num_blocks_needed(
                 request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
             )
         if needed > pool.num_free_blocks:
@@ -322,6 +324,10 @@ class KVCacheManager:
             raise
         pool.commit()
         return KVCacheBlocks(new_blocks) if any(new_blocks) else self._empty
+
+    def _reserve(self, running: bool, has_scheduled_reqs: bool) -> int:
+        # The watermark is kept free when admitting a request while others are scheduled.
+        return self.watermark_blocks if has_scheduled_reqs and not running else 0
 
     def _num_blocks_needed(
         self,
