@@ -3,9 +3,10 @@ cache-hit searches into one hit length valid for every group."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from pagedkv.errors import RegistryError
+from pagedkv.errors import ConfigError, RegistryError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime.block_pool import BlockPool
@@ -21,6 +22,25 @@ def group_behaviour_spec(group: KVCacheGroupSpec) -> KVCacheSpec:
     if isinstance(spec, UniformTypeKVCacheSpecs):
         return spec.first_spec
     return spec
+
+
+def resolve_caching(
+    groups: Sequence[KVCacheGroupSpec], default: bool, enable_caching: bool | None
+) -> bool:
+    """Whether prefix caching is on: ``enable_caching``, or ``default`` when None and every
+    group can be prefix-cached. ConfigError if asked for with a group that cannot be."""
+    specs = [group_behaviour_spec(g) for g in groups]
+    if not specs:
+        return False
+    if enable_caching is None:
+        return default and all(s.prefix_cacheable for s in specs)
+    for gid, spec in enumerate(specs):
+        if enable_caching and not spec.prefix_cacheable:
+            raise ConfigError(
+                f"enable_caching=True but KV cache group {gid} ({type(spec).__name__}, "
+                f"kind {spec.kind!r}) cannot be prefix-cached"
+            )
+    return enable_caching
 
 
 def manager_class_for(group: KVCacheGroupSpec, group_id: int) -> type[SingleTypeKVCacheManager]:

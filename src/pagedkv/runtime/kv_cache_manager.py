@@ -8,7 +8,7 @@ from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.runtime.blocks import KVCacheBlocks
-from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator
+from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator, resolve_caching
 from pagedkv.runtime.events import BlockStored, KVCacheEvent
 from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import BlockHasher
@@ -16,23 +16,6 @@ from pagedkv.runtime.managers.base import RETENTION_POLICIES, SingleTypeKVCacheM
 from pagedkv.runtime.managers.cross import CrossAttentionManager
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
-
-
-def _resolve_caching(
-    kv_cache_config: KVCacheConfig, config: EngineConfig, enable_caching: bool | None
-) -> bool:
-    specs = [group_behaviour_spec(g) for g in kv_cache_config.kv_cache_groups]
-    if not specs:
-        return False
-    if enable_caching is None:
-        return config.cache.enable_prefix_caching and all(s.prefix_cacheable for s in specs)
-    for gid, spec in enumerate(specs):
-        if enable_caching and not spec.prefix_cacheable:
-            raise ConfigError(
-                f"enable_caching=True but KV cache group {gid} ({type(spec).__name__}, "
-                f"kind {spec.kind!r}) cannot be prefix-cached"
-            )
-    return enable_caching
 
 
 class KVCacheManager:
@@ -78,7 +61,9 @@ class KVCacheManager:
         )
         if self.max_model_len <= 0:
             raise ConfigError("KVCacheManager needs a positive max_model_len")
-        self.enable_caching = _resolve_caching(kv_cache_config, config, enable_caching)
+        self.enable_caching = resolve_caching(
+            groups, config.cache.enable_prefix_caching, enable_caching
+        )
         block_sizes = [g.kv_cache_spec.block_size for g in groups]
         self.scheduler_block_size = math.lcm(*block_sizes) if block_sizes else 1
         self.hash_block_size = math.gcd(*block_sizes) if block_sizes else 1
