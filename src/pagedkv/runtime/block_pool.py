@@ -200,21 +200,19 @@ class BlockPool:
         if self._journal is not None:
             self._journal.append((self._undo_cache, (stored,)))
         if self._events is not None:
-            first, end = num_cached_blocks, num_full_blocks
-            self._events.append(
-                BlockStored(
-                    block_hashes=[block_hash[b] for b in stored],
-                    parent_block_hash=hashes[first * scale - 1] if first > 0 else None,
-                    token_ids=request.all_token_ids[first * block_size : end * block_size]
-                    if self.event_token_ids
-                    else [],
-                    block_size=block_size,
-                    lora_id=None if request.lora is None else request.lora.id,
-                    medium=self.medium,
-                    lora_name=request.lora_name,
-                    group_idx=group_id,
-                )
+            first, end = num_cached_blocks * block_size, num_full_blocks * block_size
+            lora = request.lora
+            event = BlockStored(
+                block_hashes=[block_hash[b] for b in stored],
+                parent_block_hash=hashes[num_cached_blocks * scale - 1] if first else None,
+                token_ids=request.all_token_ids[first:end] if self.event_token_ids else [],
+                block_size=block_size,
+                lora_id=None if lora is None else lora.id,
+                medium=self.medium,
+                lora_name=None if lora is None else lora.name,
+                group_idx=group_id,
             )
+            self._events.append(event)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the hash of each block (in use or not); the blocks stay where they are."""

@@ -21,14 +21,10 @@ from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
 class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
 
-    ``get_computed_blocks`` finds a new request's cache hit, ``allocate_slots`` gives it
-    (or a running request) the blocks for its next tokens, ``free`` releases them.
-
-    ``retention``: ``"vllm"`` (default; vLLM 0.33's sparse retention) or ``"dense"``
-    (pagedkv's opt-in, see ``managers/base.py``); None takes the engine config's
-    ``cache.prefix_cache_retention``. ``free_queue``: the pool's eviction order (default
-    vLLM's LRU), built for ``kv_cache_config.num_blocks``. ``event_token_ids=False``
-    leaves the token ids out of BlockStored events.
+    ``retention``: ``"vllm"`` (vLLM 0.33's) or ``"dense"`` (pagedkv's opt-in); None takes
+    ``config.cache.prefix_cache_retention``. ``free_queue``: the pool's eviction order
+    (default vLLM's LRU), built for ``kv_cache_config.num_blocks``.
+    ``event_token_ids=False`` leaves the token ids out of BlockStored events.
     """
 
     def __init__(
@@ -145,11 +141,8 @@ class KVCacheManager:
         return KVCacheBlocks(self.get_block_ids(request_id))
 
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
-        """The request's longest cached prefix: blocks per group and its length in tokens.
-
-        At most ``num_tokens - 1`` tokens hit (the last token is always recomputed).
-        Nothing is referenced until ``allocate_slots`` adopts the blocks.
-        """
+        """The request's longest cached prefix (blocks per group, tokens): at most
+        ``num_tokens - 1`` tokens; nothing is referenced until ``allocate_slots``."""
         if not self.enable_caching:
             return self._empty, 0
         if request.hasher is not self.hasher:
@@ -191,15 +184,12 @@ class KVCacheManager:
         has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
         """Blocks for ``num_new_tokens`` more tokens (plus lookahead slots), or None if they
-        do not fit. Blocks the request no longer needs (out of its window) are released
-        first, as vLLM does, even when the allocation then does not fit.
+        do not fit (blocks out of the request's window are released first, as in vLLM).
 
-        A new request adopts ``new_computed_blocks`` (from ``get_computed_blocks``) covering
-        ``num_new_computed_tokens`` tokens. Full blocks are cached unless
-        ``delay_cache_blocks``; lookahead (draft) slots are never cached. With
-        ``full_sequence_must_fit`` (an admission) the whole sequence must fit (windows
-        capped at their admission bound). If anything raises midway, every change after
-        the release is undone before the exception propagates.
+        A new request adopts ``new_computed_blocks`` covering ``num_new_computed_tokens``.
+        Full blocks are cached unless ``delay_cache_blocks`` (lookahead slots never). With
+        ``full_sequence_must_fit`` the whole sequence must fit (local kinds at their
+        admission cap). If anything raises midway, the allocation is undone.
         """
         request_id = request.request_id
         if num_new_tokens <= 0 or num_lookahead_tokens < 0:
