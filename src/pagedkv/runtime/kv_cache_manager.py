@@ -233,19 +233,19 @@ class KVCacheManager:
         num_slots = num_main + num_lookahead_tokens
         if num_slots > max_len:
             num_slots = max_len
-        pool = self.block_pool
         if full_sequence_must_fit:
             num_tokens = min(request.num_tokens, max_len)
             needed = self._num_blocks_needed(
                 request_id, num_tokens, num_tokens, hits, total_computed, num_encoder_tokens, True
             )
-            if needed + self._reserve(running, has_scheduled_reqs) > pool.num_free_blocks:
+            if needed + self._reserve(running, has_scheduled_reqs) > self.num_free_blocks:
                 return None
         cache = self.enable_caching and not delay_cache_blocks
         if running and self._skipping:
             for m in self._skipping:
                 m.remove_skipped_blocks(request_id, total_computed)
-        if running and self._growth is not None:
+        growth = self._growth if running else None
+        if growth is not None:
             # Fast path (most decode steps change nothing): every kind grows plainly, by
             # cdiv(tokens, block_size) - len(table) blocks.
             cache_tokens = len(request.all_token_ids) if cache else 0
@@ -255,7 +255,7 @@ class KVCacheManager:
                 cache_tokens -= cache_tokens % self._cache_step
             needed = 0
             work = False
-            for block_size, tables, num_cached, cross in self._growth:
+            for block_size, tables, num_cached, cross in growth:
                 tokens = num_encoder_tokens if cross else num_slots
                 num_new = -(-tokens // block_size) - len(tables[request_id])
                 if num_new > 0:
@@ -269,10 +269,28 @@ class KVCacheManager:
             needed = self._reserve(running, has_scheduled_reqs) + self._num_blocks_needed(
                 request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
             )
+        pool = self.block_pool
         if needed > pool.num_free_blocks:
             return None
         if self.enable_caching and request.hasher is not self.hasher:
             self._attach_hasher(request)
+        return self._transaction(
+            request, running, hits, total_computed, num_slots, num_main, num_encoder_tokens, cache
+        )
+
+    def _transaction(
+        self,
+        request: Request,
+        running: bool,
+        hits: tuple[list[int], ...],
+        total_computed: int,
+        num_slots: int,
+        num_main: int,
+        num_encoder_tokens: int,
+        cache: bool,
+    ) -> KVCacheBlocks:
+        request_id = request.request_id
+        pool = self.block_pool
         # One transaction: the pool's journal holds the pool's and the managers' changes.
         savepoint = pool.begin()
         try:

@@ -212,23 +212,23 @@ class SingleTypeKVCacheManager(ABC):
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Replace blocks this kind no longer needs by the null block and free them, the
-        highest position first. The nulled region is a prefix: the walk stops at a null."""
+        highest position first. The nulled region is a prefix: the scan stops at a null."""
         skipped = self.get_num_skipped_tokens(num_computed_tokens)
         table = self.req_to_blocks.get(request_id)
         if skipped <= 0 or not table:
             return
-        last = min(skipped // self.block_size, len(table))
-        indices = []
-        for i in range(last - 1, -1, -1):
-            if table[i] == NULL_BLOCK:
-                break
-            indices.append(i)
-        if not indices:
+        last = skipped // self.block_size
+        if last > len(table):
+            last = len(table)
+        if last <= 0 or table[last - 1] == NULL_BLOCK:
             return
-        blocks = [table[i] for i in indices]
-        for i in indices:
-            table[i] = NULL_BLOCK
-        self._release(indices, blocks, self._retained.get(request_id))
+        blocks = table[:last]
+        blocks.reverse()
+        blocks.append(NULL_BLOCK)
+        del blocks[blocks.index(NULL_BLOCK) :]
+        start = last - len(blocks)
+        table[start:last] = [NULL_BLOCK] * len(blocks)
+        self._release(range(last - 1, start - 1, -1), blocks, self._retained.get(request_id))
 
     def _release(
         self,
