@@ -23,11 +23,9 @@ NULL_BLOCK = 0
 
 
 class BlockPool:
-    """Fixed set of KV cache blocks shared by every group of a model.
-
-    ``hash_block_size``: token granularity of the requests' hash chains (None: every
-    group's block size). ``free_queue``: the eviction order, built for ``num_blocks``.
-    """
+    """Fixed set of KV cache blocks shared by every group of a model. ``hash_block_size``:
+    the requests' hash granularity (None: each group's block size). ``free_queue``: the
+    eviction order, built for ``num_blocks``."""
 
     def __init__(
         self,

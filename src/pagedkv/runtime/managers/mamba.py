@@ -1,11 +1,6 @@
-"""Mamba / linear-attention state.
-
-Mode "none" (no prefix caching): the state lives in the request's last block. Mode
-"align" (vLLM 0.33): entry ``i`` is the state after token ``(i + 1) * block_size``; a step
-gets one real block, for the state at its chunk's end, behind null placeholders. A state
-cached in the current step is written by that step: a hit ending on it is refused until
-``new_step_starts``.
-"""
+"""Mamba / linear-attention state. Mode "none": the state lives in the request's last
+block. Mode "align" (vLLM 0.33's prefix caching): entry ``i`` is the state after token
+``(i + 1) * block_size``; a step gets one real block, for its chunk's end, behind nulls."""
 
 from __future__ import annotations
 
