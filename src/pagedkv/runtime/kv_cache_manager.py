@@ -14,6 +14,7 @@ from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import BlockHasher
 from pagedkv.runtime.managers.base import RETENTION_POLICIES, SingleTypeKVCacheManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
+from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
 
@@ -95,14 +96,12 @@ class KVCacheManager:
         self._skipping = [m for m in managers if m.skips_tokens]
         self._caching = [m for m in managers if m.enable_caching]
         self._cross = [isinstance(m, CrossAttentionManager) for m in managers]
-        # The fast path for running requests, when every kind grows its table plainly.
-        base = SingleTypeKVCacheManager
+        # The fast path reads "no group needs a block and no block became full" off the
+        # tables when every kind's table ends at cdiv(tokens, block_size) entries (plain
+        # kinds and Mamba); only when all grow plainly does it also count the blocks itself.
+        self._fast_alloc = all(plain_growth(m) for m in managers)
         self._growth = None
-        if all(
-            type(m).allocate_new_blocks is base.allocate_new_blocks
-            and type(m).get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
-            for m in managers
-        ):
+        if all(plain_growth(m) or isinstance(m, MambaManager) for m in managers):
             self._growth = [
                 (m.block_size, m.req_to_blocks, m.num_cached_block, cross)
                 for m, cross in zip(managers, self._cross)
@@ -256,8 +255,7 @@ class KVCacheManager:
                 m.remove_skipped_blocks(request_id, total_computed)
         growth = self._growth if running else None
         if growth is not None:
-            # Fast path (most decode steps change nothing): every kind grows plainly, by
-            # cdiv(tokens, block_size) - len(table) blocks.
+            # Fast path (bench_hot_path: most decode steps change nothing).
             cache_tokens = len(request.all_token_ids) if cache else 0
             if cache_tokens > num_main:
                 cache_tokens = num_main
@@ -275,7 +273,7 @@ class KVCacheManager:
                     work = True
             if not work:
                 return self._empty
-        else:
+        if growth is None or not self._fast_alloc:
             needed = self._reserve(running, has_scheduled_reqs) + self._num_blocks_needed(
                 request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
             )
@@ -407,3 +405,13 @@ class KVCacheManager:
             f"KVCacheManager(groups=[{kinds}], num_blocks={self.block_pool.num_blocks}, "
             f"caching={self.enable_caching})"
         )
+
+
+def plain_growth(manager: SingleTypeKVCacheManager) -> bool:
+    """Whether the kind grows a table by cdiv(tokens, block_size) - len(table) new blocks."""
+    base = SingleTypeKVCacheManager
+    kind = type(manager)
+    return (
+        kind.allocate_new_blocks is base.allocate_new_blocks
+        and kind.get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
+    )
