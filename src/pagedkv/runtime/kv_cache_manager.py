@@ -36,6 +36,16 @@ def _resolve_caching(
     return enable_caching
 
 
+def _default_queue(config: EngineConfig, free_queue: FreeQueue | None) -> FreeQueue | None:
+    policy = config.cache.eviction_policy
+    if free_queue is None and policy != "lru":
+        raise ConfigError(
+            f"CacheConfig.eviction_policy={policy!r} is an extension: build the manager with "
+            "pagedkv.policies.make_kv_cache_manager (or pass free_queue=)"
+        )
+    return free_queue
+
+
 class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
 
@@ -95,7 +105,7 @@ class KVCacheManager:
             enable_events=enable_events,
             in_flight_tokens=config.max_in_flight_tokens,
             retention=retention,
-            free_queue=free_queue,
+            free_queue=_default_queue(config, free_queue),
         )
         self.block_pool = self.coordinator.block_pool
         self.block_pool.event_token_ids = event_token_ids

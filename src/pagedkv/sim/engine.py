@@ -42,6 +42,14 @@ def bound_geometry(kv_cache_config: KVCacheConfig) -> tuple[int, int] | None:
     return block_size, num_tokens // block_size
 
 
+def host_block_tokens(engine: SimEngine) -> int:
+    """Tokens one host block holds: each full-attention group's block goes to a host block
+    of its own, so a token takes one host block slot per group."""
+    groups = [g for g in engine.kv_cache_config.kv_cache_groups if g.layer_names]
+    size = groups[0].kv_cache_spec.block_size if groups else 1
+    return max(size // max(len(groups), 1), 1)
+
+
 def _mamba_align_block_size(kv_cache_config: KVCacheConfig) -> int:
     """The Mamba block size when Mamba groups checkpoint per block ("align"), else 0."""
     sizes = [
@@ -62,6 +70,13 @@ class SimEngine:
     model_name: str = "model"
     hash_algo: str | None = None
     plan_inputs: PlanInputs | None = None
+    # what stays cached: "vllm" (vLLM 0.33's sparse retention) or "dense"; None: the
+    # config's ``prefix_cache_retention``
+    retention: str | None = None
+    # Device eviction policy and host tier (pagedkv.policies); the defaults are vLLM's.
+    eviction_policy: str = "lru"
+    host_num_blocks: int = 0
+    host_policy: str = "lru"
 
     @property
     def num_blocks(self) -> int:
@@ -101,12 +116,27 @@ class SimEngine:
             max_num_batched_tokens=settings.max_num_batched_tokens,
             max_num_seqs=settings.max_num_seqs,
         )
-        manager = KVCacheManager(
-            self.kv_cache_config,
-            config,
-            hash_algo=self.hash_algo,
-            enable_events=enable_events,
-        )
+        if self.eviction_policy == "lru" and not self.host_num_blocks:
+            manager: Any = KVCacheManager(
+                self.kv_cache_config,
+                config,
+                hash_algo=self.hash_algo,
+                retention=self.retention,
+                enable_events=enable_events,
+            )
+        else:
+            from pagedkv.policies import make_kv_cache_manager
+
+            manager = make_kv_cache_manager(
+                self.kv_cache_config,
+                config,
+                policy=self.eviction_policy,
+                host_num_blocks=self.host_num_blocks,
+                host_policy=self.host_policy,
+                hash_algo=self.hash_algo,
+                retention=self.retention,
+                enable_events=enable_events,
+            )
         hasher = manager.hasher if manager.enable_caching else None
 
         def make_request(request_id: str, token_ids: list[int]) -> Any:

@@ -107,6 +107,8 @@ class Scheduler:
         self._admit_kwargs: dict[str, Any] = {}
         if _supports(manager.allocate_slots, "full_sequence_must_fit"):
             self._admit_kwargs["full_sequence_must_fit"] = True
+        # vLLM passes whether anything runs (the watermark applies only then)
+        self._pass_has_scheduled = _supports(manager.allocate_slots, "has_scheduled_reqs")
         self._new_step = getattr(manager, "new_step_starts", None)
         self.mgr_s = self.req_s = 0.0
         self.calls = dict.fromkeys(
@@ -115,6 +117,7 @@ class Scheduler:
         self.failed = self.preemptions = self.unservable = 0
         self.prompt_tokens = self.hit_tokens = self.hit_requests = self.admitted = 0
         self.readmit_tokens = self.readmit_hits = 0
+        self.host_hit_tokens = 0  # part of hit_tokens a host tier served
         self.peak_running = 0
         self.running: list[Seq] = []
         self.waiting: deque[Seq] = deque()
@@ -246,13 +249,18 @@ class Scheduler:
             self.mgr_s += perf() - t0
             self.calls["get_computed_blocks"] += 1
             hit_blocks, num_hit = found[0], found[1]
+            if len(found) > 2:  # vLLM's manager returns the boundary for the caller to keep
+                req.shared_prefix_boundary = found[2]
             num_new = min(req.num_tokens - num_hit, chunk, budget)
             if self.align_block_size:
                 num_new = self._chunk(req, num_new, num_hit)
             if num_new <= 0:
                 break
+            kwargs = self._admit_kwargs
+            if self._pass_has_scheduled:
+                kwargs = {**kwargs, "has_scheduled_reqs": bool(running)}
             t0 = perf()
-            blocks = mgr.allocate_slots(req, num_new, num_hit, hit_blocks, **self._admit_kwargs)
+            blocks = mgr.allocate_slots(req, num_new, num_hit, hit_blocks, **kwargs)
             self.mgr_s += perf() - t0
             self.calls["allocate_slots"] += 1
             if blocks is None:
@@ -265,14 +273,14 @@ class Scheduler:
                     continue
                 break
             waiting.popleft()
-            self._count_admission(seq, num_hit, num_new)
+            self._count_admission(seq, num_hit, num_new, getattr(found, "num_host_tokens", 0))
             req.num_computed_tokens = num_hit
             running.append(seq)
             scheduled.append((seq, num_new))
             budget -= num_new
         self.peak_running = max(self.peak_running, len(running))
 
-    def _count_admission(self, seq: Seq, num_hit: int, num_new: int) -> None:
+    def _count_admission(self, seq: Seq, num_hit: int, num_new: int, num_host: int = 0) -> None:
         req = seq.req
         if seq.admitted:
             self.readmit_tokens += req.num_tokens
@@ -280,6 +288,7 @@ class Scheduler:
         else:
             seq.admitted = True
             self.admitted += 1
+            self.host_hit_tokens += num_host
             self.prompt_tokens += req.num_prompt_tokens
             self.hit_tokens += num_hit
             self.hit_requests += num_hit > 0
