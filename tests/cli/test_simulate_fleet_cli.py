@@ -38,6 +38,8 @@ def test_fleet_errors_name_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown router 'random'" in capsys.readouterr().err
     assert main([*BASE, "--replicas", "2", "--workers", "2"]) == 1
     assert "add --sweep" in capsys.readouterr().err
+    assert main([*BASE, "--replicas", "2", "--steps-csv", "x.csv"]) == 1
+    assert "--steps-csv" in capsys.readouterr().err
 
 
 def test_replica_counts_double_up_to_the_maximum() -> None:

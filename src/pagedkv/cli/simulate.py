@@ -248,6 +248,8 @@ def simulate_command(
     _check_fits(engine, loaded, num_blocks)
     tiers = parse_tier_options(policy, host_cache_gib, host_policy, pcie_gbps, gpu or DEFAULT_GPU)
     if replicas > 1 or router != "round-robin":
+        if steps_csv is not None:
+            raise ConfigError("--steps-csv records one engine; it does not go with --replicas")
         if tiers.active:  # every replica gets the policy / host tier (one value each)
             engine = single_engine(engine, tiers)
         run_fleet(
