@@ -1,11 +1,17 @@
-import pytest
+"""Each test module skips itself without torch and transformers (``pytest.importorskip``
+at its top); a conftest-level skip would stop a run of ``pytest tests/hf`` instead."""
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
+def _one_thread() -> Iterator[None]:
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

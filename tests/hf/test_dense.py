@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
 from tests.hf.harness import Case, assert_continuous_batching, generator, prompts_for, run, tiny
 
 CASES = {

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
 from pagedkv.hf.reference import reference_tokens
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "engine-integration.md"

@@ -6,6 +6,9 @@ import json
 
 import pytest
 
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
 from pagedkv.cli.app import main
 
 

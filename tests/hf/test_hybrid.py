@@ -19,6 +19,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
 from tests.hf.harness import Case, assert_continuous_batching, generator, prompts_for, run, tiny
 
 from pagedkv.errors import ConfigError

@@ -5,6 +5,10 @@ latent cache (one 576-value row per token, no per-head K/V), token-identical to
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
 from tests.hf.harness import Case, assert_continuous_batching, generator, run
 
 from pagedkv.specs import MLAAttentionSpec

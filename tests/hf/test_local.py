@@ -11,6 +11,10 @@ so 80-token requests move past them; the rest of the layer pattern is the real c
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
 from tests.hf.harness import Case, assert_continuous_batching, generator, run, tiny
 
 WINDOW = (("sliding_window", 32),)

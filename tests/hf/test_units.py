@@ -3,8 +3,12 @@ counts, special tokens of a shrunk vocabulary."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
 
 from pagedkv.hf.state import state_pieces
 from pagedkv.hf.text import ByteCodec
@@ -90,3 +94,13 @@ def test_two_cache_layers_in_one_decoder_layer_are_refused() -> None:
         views_by_layer(views)
     with pytest.raises(HFIntegrationError, match="has no 'layers"):
         views_by_layer({"decoder.attn": LayerView("decoder.attn", 0, None, "NHD", ())})  # type: ignore[arg-type]
+
+
+def test_an_older_transformers_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    from pagedkv.hf.attention import HFIntegrationError, register_attention
+
+    monkeypatch.setattr(transformers, "__version__", "5.2.0")
+    with pytest.raises(HFIntegrationError, match=r"needs transformers >= 5\.24"):
+        register_attention()

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from pagedkv.cli.common import parse_bytes, stderr_console, stdout_console
-from pagedkv.cli.options import JSON_OPTION
+from pagedkv.cli.options import BLOCK_SIZE_OPTION, JSON_OPTION, PREFIX_CACHING_OPTION
 from pagedkv.errors import ConfigError
 
 PROMPT_OPTION = typer.Option([], "--prompt", help="A prompt (repeatable).")
@@ -56,10 +56,8 @@ def generate_command(
     ),
     max_num_seqs: int = typer.Option(8, "--max-num-seqs", min=1),
     max_num_batched_tokens: int = typer.Option(256, "--max-num-batched-tokens", min=1),
-    block_size: int = typer.Option(16, "--block-size", min=1),
-    prefix_caching: bool = typer.Option(
-        True, "--prefix-caching/--no-prefix-caching", help="Reuse cached prefixes."
-    ),
+    block_size: int = BLOCK_SIZE_OPTION,
+    prefix_caching: bool | None = PREFIX_CACHING_OPTION,
     tiny: bool = typer.Option(
         False, "--tiny", help="Shrink MODEL's config (same layer pattern), seeded random weights."
     ),
@@ -86,7 +84,7 @@ def generate_command(
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
-        enable_prefix_caching=prefix_caching,
+        enable_prefix_caching=prefix_caching is not False,
     )
     output = engine.generate(prompt_ids, max_new_tokens)
     mismatch = (

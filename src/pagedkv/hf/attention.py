@@ -187,8 +187,19 @@ def paged_attention_forward(
     return out[None], None
 
 
+MIN_TRANSFORMERS = "5.24"  # the version pagedkv.hf is tested with (the ``cache`` keyword)
+
+
 def register_attention() -> None:
     """Make ``attn_implementation="pagedkv"`` known to transformers (idempotent)."""
+    import transformers
+    from packaging.version import Version
     from transformers import AttentionInterface
+
+    if Version(transformers.__version__) < Version(MIN_TRANSFORMERS):
+        raise HFIntegrationError(
+            f"pagedkv.hf needs transformers >= {MIN_TRANSFORMERS} (layers take the KV cache "
+            f"as the `cache` keyword there); found {transformers.__version__}"
+        )
 
     AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)

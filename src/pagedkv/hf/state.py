@@ -42,7 +42,7 @@ def check_state_support(
     if checkpoint_tokens is not None:
         raise ConfigError(
             f"{reason} takes no initial state, so prefix caching (Mamba checkpoints) "
-            "cannot resume from one; pass enable_prefix_caching=False (--no-prefix-caching)"
+            "cannot resume from one; pass enable_prefix_caching=False (--no-enable-prefix-caching)"
         )
     if budget_tokens < num_tokens:
         raise ConfigError(
