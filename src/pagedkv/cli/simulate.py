@@ -246,14 +246,18 @@ def simulate_command(
         config = config.replace(enable_prefix_caching=enable_prefix_caching)
     engine = dataclasses.replace(engine, hash_algo=hash_algo, config=config, retention=retention)
     _check_fits(engine, loaded, num_blocks)
+    tiers = parse_tier_options(policy, host_cache_gib, host_policy, pcie_gbps, gpu or DEFAULT_GPU)
     if replicas > 1 or router != "round-robin":
+        if steps_csv is not None:
+            raise ConfigError("--steps-csv records one engine; it does not go with --replicas")
+        if tiers.active:  # every replica gets the policy / host tier (one value each)
+            engine = single_engine(engine, tiers)
         run_fleet(
             engine, loaded, settings, replicas=replicas, router=router, sweep=sweep,
             bound=bound or sweep, plot=plot, json_output=json_output, workers=workers,
             ray_address=ray_address,
         )  # fmt: skip
         return
-    tiers = parse_tier_options(policy, host_cache_gib, host_policy, pcie_gbps, gpu or DEFAULT_GPU)
     if sweep and tiers.active:
         progress = functools.partial(_tier_phase, show=show)
         run_tier_sweep(engine, loaded, settings, tiers, plot, json_output, progress)
