@@ -53,8 +53,7 @@ class KVCacheSpecRegistry:
 
     @classmethod
     def ensure_registered(cls, config: Any = None) -> None:
-        """Register the built-ins, the platform's specs and the general plugins, once
-        (``config`` goes to the platform hook)."""
+        """Register the built-ins, the platform's specs and the general plugins, once."""
         if _state["builtins_registered"]:
             return
         with STARTUP_LOCK:
@@ -76,9 +75,8 @@ class KVCacheSpecRegistry:
         manager_class: type | None = None,
         uniform_type_base_spec: type | None = None,
     ) -> None:
-        """Register a spec class with its manager and grouping base (default: the class
-        itself, a new base kind). Identical re-registration is a no-op; a different one
-        raises RegistryError."""
+        """Register a spec class with its manager and grouping base (default: itself);
+        a conflicting re-registration raises RegistryError."""
         if not isinstance(kvcache_spec_cls, type):
             raise RegistryError(f"expected a spec class, got {kvcache_spec_cls!r}")
         name = _name(kvcache_spec_cls)
@@ -120,7 +118,6 @@ class KVCacheSpecRegistry:
 
     @classmethod
     def _lookup(cls, spec: Any) -> KVCacheSpecMetadata | None:
-        """The nearest registered class in the spec's MRO."""
         for base in type(spec).__mro__:
             meta = _specs.get(base)
             if meta is not None:
@@ -157,8 +154,7 @@ def register_kv_cache_spec(
     manager_class: type | None = None,
     uniform_type_base_spec: type | None = None,
 ) -> Callable[[T], T]:
-    """Class decorator registering a spec class (see ``KVCacheSpecRegistry.register``);
-    returns the class unchanged. Example in docs/plugins.md."""
+    """Class decorator registering a spec class (see ``KVCacheSpecRegistry.register``)."""
 
     def decorator(kvcache_spec_cls: T) -> T:
         KVCacheSpecRegistry.register(kvcache_spec_cls, manager_class, uniform_type_base_spec)

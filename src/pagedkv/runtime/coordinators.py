@@ -82,9 +82,6 @@ class KVCacheCoordinator:
         free_queue: FreeQueue | None = None,
         **manager_kwargs: Any,
     ) -> None:
-        """``manager_kwargs``: the keywords every manager takes (``enable_caching``,
-        ``hash_block_size``, ``alignment_tokens``, ``max_model_len``, ``in_flight_tokens``,
-        ``retention``); the first three are required."""
         self.enable_caching = manager_kwargs["enable_caching"]
         self.hash_block_size = manager_kwargs["hash_block_size"]
         self.alignment_tokens = alignment_tokens = manager_kwargs["alignment_tokens"]
@@ -107,7 +104,6 @@ class KVCacheCoordinator:
             if manager.enable_caching:
                 by_key.setdefault((manager.kv_cache_spec, type(manager)), []).append(gid)
         groups = [SpecGroup(spec, tuple(ids), cls) for (spec, cls), ids in by_key.items()]
-        # Stable sort: downward-closed kinds first, otherwise in group order.
         self.spec_groups = sorted(groups, key=lambda g: not g.manager_cls.downward_closed_hits)
         self._searches = [
             (sg.manager_cls, sg.group_ids, (pool, sg.spec, alignment_tokens, self.hash_block_size))

@@ -16,8 +16,7 @@ from typing import Any, ClassVar
 
 
 class FreeQueue(ABC):
-    """Eviction order of the free blocks of one pool (block 0, the null block, is never in
-    it). Built with every usable block free, in id order."""
+    """Eviction order of a pool's free blocks (never block 0), built all free in id order."""
 
     wants_hits: ClassVar[bool] = False
 
@@ -26,8 +25,7 @@ class FreeQueue(ABC):
 
     @abstractmethod
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
-        """Take ``num_blocks`` blocks from the head (``num_blocks <= len(self)``); returns
-        them, head first, and a token for ``unpop``."""
+        """Take ``num_blocks`` blocks from the head; returns them and a token for ``unpop``."""
 
     @abstractmethod
     def unpop(self, blocks: list[int], token: Any) -> None:
@@ -39,9 +37,8 @@ class FreeQueue(ABC):
 
     @abstractmethod
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
-        """Freed blocks that keep their hash, ``blocks[0]`` evicted first among them.
-        ``priority``: the freeing request's (vLLM: lower is more important);
-        ``evict_first``: evict them before every other cached block."""
+        """Freed blocks that keep their hash, ``blocks[0]`` evicted first among them
+        (``evict_first``: before every other cached block)."""
 
     @abstractmethod
     def remove(self, block: int) -> Any:

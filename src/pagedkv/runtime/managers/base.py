@@ -41,11 +41,7 @@ class HitQuery(NamedTuple):
 
 
 class SingleTypeKVCacheManager(ABC):
-    """Block tables of one KV cache group, for one kind of layer.
-
-    Every manager takes the same constructor keywords, so a registered custom manager
-    can be built by the coordinator without special cases.
-    """
+    """Block tables of one KV cache group; every kind takes the same constructor keywords."""
 
     skips_tokens: ClassVar[bool] = False  # frees blocks of running requests
     downward_closed_hits: ClassVar[bool] = False  # a hit implies every shorter prefix hits
@@ -81,20 +77,15 @@ class SingleTypeKVCacheManager(ABC):
     @classmethod
     @abstractmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
-        """Longest cached prefix of at most ``query.max_length`` tokens, a multiple of
-        ``query.alignment_tokens``, hit in every group of ``query.group_ids``.
-
-        Returns one block list per group id (nulls where the kind needs no block)
-        and the hit length in tokens. Touches nothing.
-        """
+        """Longest aligned cached prefix hit in every group of ``query.group_ids``: one
+        block list per group (nulls where not needed) and its length in tokens."""
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Leading tokens whose blocks this kind no longer needs."""
         return 0
 
     def max_admission_blocks(self) -> int | None:
-        """The most blocks a request of this kind holds at once (None: unbounded); the
-        spec's ``max_admission_blocks_per_request`` where it has one (local kinds)."""
+        """The most blocks a request of this kind holds at once (None: unbounded)."""
         cap = getattr(self.kv_cache_spec, "max_admission_blocks_per_request", None)
         if cap is None or self.max_model_len is None:
             return None
@@ -113,8 +104,7 @@ class SingleTypeKVCacheManager(ABC):
         num_tokens_main_model: int,
         apply_admission_cap: bool = False,
     ) -> int:
-        """Free-queue blocks an allocation up to ``num_tokens`` would consume, counting
-        cached hit blocks that must leave the free queue."""
+        """Free-queue blocks an allocation up to ``num_tokens`` would consume."""
         required = cdiv(num_tokens, self.block_size)
         if apply_admission_cap:
             cap = self.max_admission_blocks()
@@ -159,8 +149,7 @@ class SingleTypeKVCacheManager(ABC):
         return new
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """Cache the full blocks among the first ``num_tokens`` tokens (with vLLM's
-        retention, sparse kinds only those a boundary hit needs)."""
+        """Cache the full blocks among the first ``num_tokens`` tokens."""
         request_id = request.request_id
         num_cached = self.num_cached_block[request_id]
         num_full = min(num_tokens, len(request.block_hashes) * self.hash_block_size)
@@ -211,8 +200,7 @@ class SingleTypeKVCacheManager(ABC):
             self._release(range(len(table) - 1, -1, -1), table, retained, priority)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Replace blocks this kind no longer needs by the null block and free them, the
-        highest position first. The nulled region is a prefix: the scan stops at a null."""
+        """Null and free the blocks this kind no longer needs (a prefix), highest first."""
         skipped = self.get_num_skipped_tokens(num_computed_tokens)
         table = self.req_to_blocks.get(request_id)
         if skipped <= 0 or not table:
