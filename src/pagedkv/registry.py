@@ -1,8 +1,6 @@
 """Registry mapping KV cache spec classes to their managers and grouping bases.
 
-Works on classes only (imports nothing from specs or runtime). The built-ins register
-lazily, once, by name (``pagedkv.bootstrap``), tracked by their own flag so a custom
-spec registered first does not suppress them.
+Imports nothing from specs or runtime: the built-ins register lazily (``pagedkv.bootstrap``).
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ class KVCacheSpecMetadata:
     uniform_type_base_spec: type
 
 
-# One re-entrant lock for registration and start-up. Platform discovery and plugin
-# loading (pagedkv.platforms) take the same lock: they call user code that may
-# register specs, and start-up registration calls them, so two locks could deadlock.
+# One re-entrant lock for registration and start-up, platforms included: plugins may
+# register specs while start-up runs them, so two locks could deadlock.
 STARTUP_LOCK = threading.RLock()
 _specs: dict[type, KVCacheSpecMetadata] = {}
 _roles: dict[str, type] = {}

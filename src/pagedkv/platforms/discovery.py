@@ -1,9 +1,7 @@
 """Finding the current platform and loading plugins through entry points.
 
-``$PAGEDKV_PLUGINS`` is the allow-list, as vLLM's ``VLLM_PLUGINS``: unset, every
-installed plugin (platform and general) loads; a comma-separated list, only those
-names; an empty string, none. A plugin that fails raises the same one-line
-``PlatformError`` naming it on every later load in the process.
+``$PAGEDKV_PLUGINS`` is the allow-list, as vLLM's ``VLLM_PLUGINS``: unset, every plugin
+loads; a comma-separated list, only those; an empty string, none.
 """
 
 from __future__ import annotations

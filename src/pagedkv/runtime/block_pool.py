@@ -1,10 +1,8 @@
 """The block pool: block ids, reference counts, the free queue and the prefix-cache hash map.
 
-Blocks are integer ids; block 0 is the permanent null block. Per-block state is three flat
-lists (reference count, hash, group). ``_maps[group][hash]`` is the block lookups return;
-further blocks with the same key wait in ``_dups[group][hash]``, promoted when it goes.
-Between ``begin`` and ``commit`` every change is journaled (the managers' through
-``record``); ``rollback`` undoes them newest first, exactly.
+Block 0 is the null block. ``_maps[group][hash]`` is the block lookups return; further
+blocks with the same key wait in ``_dups[group][hash]``. Between ``begin`` and ``commit``
+every change is journaled; ``rollback`` undoes them newest first.
 """
 
 from __future__ import annotations

@@ -69,10 +69,8 @@ class SpecGroup(NamedTuple):
 
 class KVCacheCoordinator:
     """Owns the block pool and one manager per group, and combines the groups' cache-hit
-    searches (vLLM's fixed point): downward-closed kinds (full attention) are searched
-    once, first; each other kind is searched within the current bound; the passes repeat
-    until no kind shortens the hit (one pass with one downward-closed kind plus one other,
-    or a single kind). Every kind rounds down to ``alignment_tokens``."""
+    searches (vLLM's fixed point): downward-closed kinds first, once; the others repeat
+    within the current bound until no kind shortens the hit."""
 
     def __init__(
         self,

@@ -1,10 +1,7 @@
 """The free queue: the order in which the block pool hands out (and evicts) free blocks.
 
-``FreeQueue`` is the interface an eviction order implements (docs/runtime.md lists when
-the pool calls each method); ``LRUFreeQueue`` is vLLM 0.33's order and the default. Undo:
-a rolled-back allocation calls ``unpop`` / ``reinsert`` newest first, so each undo sees
-the queue exactly as it was right after the call it undoes. Frees never happen inside an
-allocation, so pushes need no undo.
+A rolled-back allocation calls ``unpop`` / ``reinsert`` newest first, so each undo sees the
+queue as it was right after the call it undoes; frees never happen inside an allocation.
 """
 
 from __future__ import annotations
@@ -65,11 +62,8 @@ class FreeQueue(ABC):
 
 class LRUFreeQueue(FreeQueue):
     """vLLM's order: freed uncached blocks at the head (LIFO), freed cached ones at the
-    tail (LRU). Kept as three parts that concatenate to vLLM's one list: ``_stack``
-    (pushed blocks, head at its end), the never-used ids ``[_next_fresh, num_blocks)``
-    (a fresh pool costs nothing per block) and ``_lru`` (cached blocks -> sequence
-    number, ascending: O(1) removal from the middle). ``reinsert`` is O(n) only in the
-    middle of the LRU part, which only an exception's undo reaches."""
+    tail (LRU). Three parts concatenate to vLLM's one list: ``_stack`` (head at its end),
+    the never-used ids ``[_next_fresh, num_blocks)`` and ``_lru`` (block -> sequence)."""
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks

@@ -23,8 +23,7 @@ RETENTION_POLICIES = ("vllm", "dense")
 
 
 class HitQuery(NamedTuple):
-    """One cache-hit search: the request's chain hashes (at ``hash_block_size``), the most
-    tokens a hit may cover, the groups that must all hit, and where to look."""
+    """One cache-hit search over the groups ``group_ids`` (which must all hit)."""
 
     block_hashes: list[Any]
     max_length: int
@@ -35,7 +34,6 @@ class HitQuery(NamedTuple):
     hash_block_size: int
 
     def hashes(self) -> list[Any]:
-        """The chain hashes at the spec's block size (the last fine hash of each block)."""
         scale = self.spec.block_size // self.hash_block_size
         return self.block_hashes if scale == 1 else self.block_hashes[scale - 1 :: scale]
 
@@ -180,8 +178,7 @@ class SingleTypeKVCacheManager(ABC):
     def _reachable_blocks(
         self, request: Request, start: int, end: int, *more_boundaries: int
     ) -> set[int]:
-        # Blocks in [start, end) a hit at the replay boundary (the prompt's last token is
-        # recomputed) or the shared-prefix junction needs.
+        # Blocks in [start, end) a hit at the replay boundary or shared-prefix junction needs.
         keep: set[int] = set()
         boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
         for boundary in (*boundaries, *more_boundaries):
@@ -225,8 +222,7 @@ class SingleTypeKVCacheManager(ABC):
         retained: set[int] | None,
         priority: int = 0,
     ) -> None:
-        # blocks[k] was at position indices[k]; the first given is evicted first. Dense
-        # retention: retained positions go to the LRU tail, the others before every other.
+        # Dense retention: retained positions go to the LRU tail, the others first.
         if not self.dense:
             self.block_pool.free_blocks(blocks, priority)
             return
