@@ -6,3 +6,18 @@ from pagedkv.specs.full import FullAttentionSpec, MLAAttentionSpec, SinkFullAtte
 from pagedkv.specs.local import ChunkedLocalAttentionSpec, SlidingWindowMLASpec, SlidingWindowSpec
 from pagedkv.specs.mamba import MambaSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
+
+__all__ = [
+    "AttentionSpec",
+    "ChunkedLocalAttentionSpec",
+    "CrossAttentionSpec",
+    "EncoderOnlyAttentionSpec",
+    "FullAttentionSpec",
+    "KVCacheSpec",
+    "MLAAttentionSpec",
+    "MambaSpec",
+    "SinkFullAttentionSpec",
+    "SlidingWindowMLASpec",
+    "SlidingWindowSpec",
+    "UniformTypeKVCacheSpecs",
+]
