@@ -72,8 +72,7 @@ class KVCacheSpecRegistry:
         manager_class: type | None = None,
         uniform_type_base_spec: type | None = None,
     ) -> None:
-        """Register a spec class with its manager and grouping base (default: itself);
-        a conflicting re-registration raises RegistryError."""
+        """Register a spec class with its manager and grouping base (default: itself)."""
         if not isinstance(kvcache_spec_cls, type):
             raise RegistryError(f"expected a spec class, got {kvcache_spec_cls!r}")
         name = _name(kvcache_spec_cls)

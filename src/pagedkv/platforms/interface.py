@@ -54,18 +54,15 @@ class GenericPlatform(Platform):
 def _import(qualname: str, module_name: str) -> ModuleType | None:
     try:
         return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if module_name == missing or module_name.startswith(missing + "."):
-            return None
-        raise PlatformError(
-            f"cannot resolve {qualname!r}: importing module {module_name!r} failed: "
-            f"module {missing!r} not found"
-        ) from exc
     except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, ModuleNotFoundError):
+            missing = exc.name or ""
+            if module_name == missing or module_name.startswith(missing + "."):
+                return None
+            why = f"module {missing!r} not found"
         raise PlatformError(
-            f"cannot resolve {qualname!r}: importing module {module_name!r} failed: "
-            f"{type(exc).__name__}: {exc}"
+            f"cannot resolve {qualname!r}: importing module {module_name!r} failed: {why}"
         ) from exc
 
 

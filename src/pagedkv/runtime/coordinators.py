@@ -27,8 +27,7 @@ def group_behaviour_spec(group: KVCacheGroupSpec) -> KVCacheSpec:
 def resolve_caching(
     groups: Sequence[KVCacheGroupSpec], default: bool, enable_caching: bool | None
 ) -> bool:
-    """Whether prefix caching is on: ``enable_caching``, or ``default`` when None and every
-    group can be prefix-cached. ConfigError if asked for with a group that cannot be."""
+    """``enable_caching``, or when None ``default`` if every group can be prefix-cached."""
     specs = [group_behaviour_spec(g) for g in groups]
     if not specs:
         return False
@@ -112,8 +111,7 @@ class KVCacheCoordinator:
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
     ) -> tuple[list[list[int]], int, int]:
-        """Hit blocks per group, the hit length in tokens (valid for every group) and the
-        longest prefix some group had cached (> hit when another group cut it short)."""
+        """Hit blocks per group, the hit length and the longest prefix some group had."""
         lists: list[list[int]] = [[] for _ in self.managers]
         if len(self._searches) == 1:  # one kind: its search is the answer
             cls, group_ids, where = self._searches[0]

@@ -21,10 +21,7 @@ from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
 
 class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
-
-    ``retention``: ``"vllm"`` (vLLM 0.33's) or ``"dense"``; None takes the config's.
-    ``free_queue``: the eviction order (default LRU), built for ``num_blocks``.
-    """
+    ``retention``: ``"vllm"`` (vLLM 0.33's) or ``"dense"``; ``free_queue``: default LRU."""
 
     def __init__(
         self,

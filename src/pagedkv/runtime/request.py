@@ -12,10 +12,7 @@ from pagedkv.runtime.hashing import BlockHasher, LoRA, MultiModalFeature
 class Request:
     """Token ids (prompt then outputs), hash keys (LoRA, cache salt, multimodal items,
     prompt embeddings) and the chained block hashes, extended as tokens are appended.
-
-    ``lora``: a ``LoRA`` or any object with vLLM's ``LoRARequest`` fields.
-    ``hasher=None``: the ``KVCacheManager`` attaches its own on first sight.
-    """
+    ``lora``: a ``LoRA`` or any object with vLLM's ``LoRARequest`` fields."""
 
     __slots__ = (
         "all_token_ids",

@@ -1,9 +1,7 @@
 """The per-group manager interface and the algorithms every kind shares.
 
-Retention: ``"vllm"`` (vLLM 0.33's default): kinds with ``sparse_retention`` cache only
-the blocks a hit at the prompt's replay boundary or the shared-prefix junction needs.
-``"dense"`` (pagedkv's opt-in): every full block is cached; blocks leaving a window are
-evicted before every other cached block, except those such a hit needs.
+Retention ``"vllm"``: ``sparse_retention`` kinds cache only the blocks a boundary hit needs;
+``"dense"``: every full block, those leaving a window evicted first (docs/runtime.md).
 """
 
 from __future__ import annotations

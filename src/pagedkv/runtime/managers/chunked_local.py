@@ -17,9 +17,7 @@ def _chunk_size(spec: KVCacheSpec) -> int:
 
 
 class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
-    """Blocks of chunks before the one holding ``max_length`` are null (nothing attends
-    to them); hits are searched left to right from that chunk's start. Every full block
-    is cached (vLLM keeps no sparse mask for this kind)."""
+    """Blocks of earlier chunks are null; hits are searched from the last chunk's start."""
 
     skips_tokens = True
 
