@@ -118,7 +118,9 @@ class HostTier:
         if self._events is not None:
             for h, gid in keys:
                 self._events.append(
-                    BlockStored([h], None, [], self.block_size, None, HOST_MEDIUM, group_idx=gid)
+                    BlockStored(
+                        [h], None, [], self.block_size, None, HOST_MEDIUM, None, group_idx=gid
+                    )
                 )
 
     def store(self, keys: Sequence[Any]) -> StorePlan:

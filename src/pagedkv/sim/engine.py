@@ -104,8 +104,11 @@ class SimEngine:
         cfg = dataclasses.replace(self.kv_cache_config, num_blocks=num_blocks)
         return dataclasses.replace(self, kv_cache_config=cfg)
 
-    def simulator(self, settings: SchedulerSettings | None = None) -> Simulator:
-        """A simulator over a new, empty ``KVCacheManager``."""
+    def simulator(
+        self, settings: SchedulerSettings | None = None, *, enable_events: bool = False
+    ) -> Simulator:
+        """A simulator over a new, empty ``KVCacheManager`` (publishing KV events with
+        ``enable_events``, for a fleet's router)."""
         from pagedkv.runtime import KVCacheManager, Request
 
         settings = settings or SchedulerSettings()
@@ -119,6 +122,7 @@ class SimEngine:
                 config,
                 hash_algo=self.hash_algo,
                 retention=self.retention,
+                enable_events=enable_events,
             )
         else:
             from pagedkv.policies import make_kv_cache_manager
@@ -131,6 +135,7 @@ class SimEngine:
                 host_policy=self.host_policy,
                 hash_algo=self.hash_algo,
                 retention=self.retention,
+                enable_events=enable_events,
             )
         hasher = manager.hasher if manager.enable_caching else None
 

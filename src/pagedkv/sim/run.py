@@ -74,17 +74,27 @@ def sweep(
     *,
     bound: bool = True,
     progress: Callable[[int], None] | None = None,
+    workers: int | None = None,
+    ray_address: str | None = None,
 ) -> list[SweepPoint]:
-    """Hit rate (LRU and bound) for each block count in ``sizes``."""
-    points = []
-    for i, num_blocks in enumerate(sizes):
-        result = simulate(engine.with_num_blocks(num_blocks), trace, settings, bound=bound)
-        points.append(
-            SweepPoint(num_blocks, result.hit_rate, result.bound_hit_rate, result.preemptions)
-        )
-        if progress is not None:
-            progress(i + 1)
-    return points
+    """Hit rate (LRU and bound) for each block count in ``sizes``; each size is an
+    independent job: in local worker processes (``workers``: how many, None: one per CPU,
+    1: this process) or on a Ray cluster (``ray_address``), same results either way."""
+    from pagedkv.sim.jobs import run_jobs
+
+    jobs = [(_sweep_point, (engine, trace, n, settings, bound)) for n in sizes]
+    return run_jobs(jobs, workers=workers, ray_address=ray_address, progress=progress)
+
+
+def _sweep_point(
+    engine: SimEngine,
+    trace: Trace,
+    num_blocks: int,
+    settings: SchedulerSettings | None,
+    bound: bool,
+) -> SweepPoint:
+    result = simulate(engine.with_num_blocks(num_blocks), trace, settings, bound=bound)
+    return SweepPoint(num_blocks, result.hit_rate, result.bound_hit_rate, result.preemptions)
 
 
 def sweep_sizes(num_blocks: int, below: int = 3, above: int = 2) -> list[int]:
