@@ -10,15 +10,7 @@ from pagedkv.runtime.coordinators import (
     UnitaryCoordinator,
     make_coordinator,
 )
-from pagedkv.runtime.events import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    EventBatch,
-    KVCacheEvent,
-    decode_event_batch,
-    encode_event_batch,
-)
+from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from pagedkv.runtime.hashing import (
     BlockHasher,
     LoRA,
@@ -43,42 +35,3 @@ from pagedkv.runtime.managers import (
 )
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats
-
-__all__ = [
-    "NULL_BLOCK",
-    "AllBlocksCleared",
-    "BlockHasher",
-    "BlockPool",
-    "BlockRemoved",
-    "BlockStored",
-    "ChunkedLocalAttentionManager",
-    "CrossAttentionManager",
-    "EventBatch",
-    "FullAttentionManager",
-    "HybridCoordinator",
-    "KVCacheBlocks",
-    "KVCacheCoordinator",
-    "KVCacheEvent",
-    "KVCacheManager",
-    "LoRA",
-    "MambaManager",
-    "MultiModalFeature",
-    "NoPrefixCacheCoordinator",
-    "PrefixCacheStats",
-    "Request",
-    "SingleTypeKVCacheManager",
-    "SlidingWindowManager",
-    "UnitaryCoordinator",
-    "builtin",
-    "decode_event_batch",
-    "encode_event_batch",
-    "get_hash_fn",
-    "hash_token_blocks",
-    "make_coordinator",
-    "register_builtin_kv_cache_specs",
-    "sha256",
-    "sha256_cbor",
-    "xxhash",
-    "xxhash128",
-    "xxhash_cbor",
-]

@@ -1,29 +1,7 @@
 """The free queue: the order in which the block pool hands out (and evicts) free blocks.
 
-``FreeQueue`` is the narrow interface an eviction order implements; ``LRUFreeQueue`` is
-vLLM 0.33's order and the default. The pool calls, and only these:
-
-* ``pop(n)``: hand out ``n`` blocks from the head (the caller checked ``len``), with an
-  undo token;
-* ``push_uncached(blocks, priority)``: freed blocks without a hash (no reuse value),
-  ``blocks[0]`` first out; vLLM puts them at the head (LIFO reuse, warm memory);
-* ``push_cached(blocks, priority, evict_first=False)``: freed blocks that keep a hash,
-  ``blocks[0]`` evicted first; vLLM appends them (least recently used first).
-  ``priority`` is the freeing request's (vLLM: lower value = more important);
-  ``evict_first`` asks to evict them before every other cached block (the opt-in dense
-  retention's out-of-window blocks);
-* ``remove(block)`` (``remove_many(blocks)`` per touch): a cache hit revives a free cached
-  block; returns a position token;
-* ``hit(block)``: a cache hit on any block, called only if ``wants_hits`` (LRU does not
-  pay for it on the hot path; ``unhit`` undoes it);
-* ``order()``: every free block, head first (tests and tools).
-
-Undo: while an allocation is open the pool journals each ``pop`` and ``remove``. A
-rollback replays the journal newest first: ``unpop(blocks, token)`` puts popped blocks
-back at the head in their order, ``reinsert(block, token)`` puts a removed block back
-where ``remove`` found it. Undone in reverse, every call sees the queue exactly as it was right
-after the call it undoes, so ``order()`` ends identical to what it was before.
-Frees never happen inside an allocation's transaction, so pushes need no undo.
+A rolled-back allocation calls ``unpop`` / ``reinsert`` newest first, so each undo sees the
+queue as it was right after the call it undoes; frees never happen inside an allocation.
 """
 
 from __future__ import annotations
@@ -35,8 +13,7 @@ from typing import Any, ClassVar
 
 
 class FreeQueue(ABC):
-    """Eviction order of the free blocks of one pool (block 0, the null block, is never in
-    it). Built with every usable block free, in id order."""
+    """Eviction order of a pool's free blocks (never block 0), built all free in id order."""
 
     wants_hits: ClassVar[bool] = False
 
@@ -45,8 +22,7 @@ class FreeQueue(ABC):
 
     @abstractmethod
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
-        """Take ``num_blocks`` blocks from the head (``num_blocks <= len(self)``); returns
-        them, head first, and a token for ``unpop``."""
+        """Take ``num_blocks`` blocks from the head; returns them and a token for ``unpop``."""
 
     @abstractmethod
     def unpop(self, blocks: list[int], token: Any) -> None:
@@ -58,7 +34,8 @@ class FreeQueue(ABC):
 
     @abstractmethod
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
-        """Freed blocks that keep their hash, ``blocks[0]`` evicted first among them."""
+        """Freed blocks that keep their hash, ``blocks[0]`` evicted first among them
+        (``evict_first``: before every other cached block)."""
 
     @abstractmethod
     def remove(self, block: int) -> Any:
@@ -84,17 +61,9 @@ class FreeQueue(ABC):
 
 
 class LRUFreeQueue(FreeQueue):
-    """vLLM's order: one list, freed uncached blocks at the head (LIFO), freed cached ones
-    at the tail (LRU). Kept in three parts that concatenate to that list:
-
-    1. ``_stack``: pushed (or unpopped) blocks, head at the end of the Python list;
-    2. the fresh range ``[_next_fresh, num_blocks)``: never-used blocks in id order;
-    3. ``_lru``: cached blocks, block -> sequence number, in increasing sequence order
-       (O(1) removal from the middle on a cache hit).
-
-    A fresh pool costs nothing per block. ``reinsert`` is O(1) at either end of the LRU
-    part and O(n) in the middle; only the undo of a failed allocation calls it.
-    """
+    """vLLM's order: freed uncached blocks at the head (LIFO), freed cached ones at the
+    tail (LRU). Three parts concatenate to vLLM's one list: ``_stack`` (head at its end),
+    the never-used ids ``[_next_fresh, num_blocks)`` and ``_lru`` (block -> sequence)."""
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
