@@ -110,12 +110,21 @@ class BlockPool:
             )
         blocks, token = queue.pop(num_blocks)
         ref = self.ref_cnt
-        hashes = self.block_hash
+        hashes, groups, maps, dups = self.block_hash, self.block_group, self._maps, self._dups
+        plain = self._events is None
         evicted = []
         for block in blocks:
             ref[block] = 1
-            if hashes[block] is not None:
-                evicted.append((block, *self._drop_key(block)))
+            h = hashes[block]
+            if h is not None:
+                gid = groups[block]
+                m = maps[gid]
+                if plain and m.get(h) == block and h not in dups[gid]:  # _drop_key's common case
+                    del m[h]
+                    hashes[block] = None
+                    evicted.append((block, h, gid, 0))
+                else:
+                    evicted.append((block, *self._drop_key(block)))
         self.num_evictions += len(evicted)
         if self._journal is not None:
             self._journal.append((self._undo_pop, (blocks, evicted, token)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import islice
 from typing import Any, ClassVar
 
 
@@ -93,12 +94,10 @@ class LRUFreeQueue(FreeQueue):
             blocks.extend(range(self._next_fresh, self._next_fresh + fresh))
             self._next_fresh += fresh
             rest -= fresh
-        popitem = self._lru.popitem
-        seqs = []
-        for _ in range(rest):
-            block, seq = popitem(last=False)
-            blocks.append(block)
-            seqs.append(seq)
+        lru = self._lru
+        taken = list(islice(lru, rest))
+        seqs = list(map(lru.pop, taken))
+        blocks += taken
         return blocks, (fresh, seqs)
 
     def unpop(self, blocks: list[int], token: Any) -> None:
