@@ -84,7 +84,16 @@ class KVCacheManager:
         self.managers = managers = self.coordinator.managers
         self.num_groups = len(managers)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
-        self._skipping = [m for m in managers if m.skips_tokens]
+        # Runs of skipping managers of one class and spec share one skip count, in order.
+        self._skipping: list[tuple[SingleTypeKVCacheManager, list[SingleTypeKVCacheManager]]] = []
+        for m in managers:
+            if not m.skips_tokens:
+                continue
+            run = self._skipping[-1] if self._skipping else None
+            if run and _shares_skips(run[0], m):
+                run[1].append(m)
+            else:
+                self._skipping.append((m, []))
         self._caching = [m for m in managers if m.enable_caching]
         self._cross = [isinstance(m, CrossAttentionManager) for m in managers]
         # Fast path: every table ends at cdiv(tokens, block_size) entries (plain kinds,
@@ -233,8 +242,8 @@ class KVCacheManager:
                 return None
         cache = self.enable_caching and not delay_cache_blocks
         if running and self._skipping:
-            for m in self._skipping:
-                m.remove_skipped_blocks(request_id, total_computed)
+            for m, peers in self._skipping:
+                m.remove_skipped_blocks(request_id, total_computed, peers)
         growth = self._growth if running else None
         if growth is not None:
             # Fast path (bench_hot_path: most decode steps change nothing).
@@ -344,8 +353,8 @@ class KVCacheManager:
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Free blocks that fell out of the request's window (nulls in its table)."""
         if request_id in self._first_tables:
-            for m in self._skipping:
-                m.remove_skipped_blocks(request_id, num_computed_tokens)
+            for m, peers in self._skipping:
+                m.remove_skipped_blocks(request_id, num_computed_tokens, peers)
 
     def evict_blocks(self, block_ids: list[int]) -> None:
         """Drop the cached hashes of the given blocks (they stay allocated if in use)."""
@@ -393,4 +402,13 @@ def plain_growth(manager: SingleTypeKVCacheManager) -> bool:
     return (
         kind.allocate_new_blocks is base.allocate_new_blocks
         and kind.get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
+    )
+
+
+def _shares_skips(first: SingleTypeKVCacheManager, other: SingleTypeKVCacheManager) -> bool:
+    kind = type(first)
+    return (
+        type(other) is kind
+        and kind.remove_skipped_blocks is SingleTypeKVCacheManager.remove_skipped_blocks
+        and other.kv_cache_spec == first.kv_cache_spec
     )

@@ -194,24 +194,28 @@ class SingleTypeKVCacheManager(ABC):
             table.reverse()
             self._release(range(len(table) - 1, -1, -1), table, retained, priority)
 
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Null and free the blocks this kind no longer needs (a prefix), highest first."""
+    def remove_skipped_blocks(
+        self, request_id: str, num_computed_tokens: int, peers: Sequence[Any] = ()
+    ) -> None:
+        """Null and free the blocks this kind no longer needs (a prefix), highest first;
+        then the same for ``peers`` (managers of this class and spec), in order."""
         skipped = self.get_num_skipped_tokens(num_computed_tokens)
-        table = self.req_to_blocks.get(request_id)
-        if skipped <= 0 or not table:
+        if skipped <= 0:
             return
-        last = skipped // self.block_size
-        if last > len(table):
-            last = len(table)
-        if last <= 0 or table[last - 1] == NULL_BLOCK:
-            return
-        blocks = table[:last]
-        blocks.reverse()
-        blocks.append(NULL_BLOCK)
-        del blocks[blocks.index(NULL_BLOCK) :]
-        start = last - len(blocks)
-        table[start:last] = [NULL_BLOCK] * len(blocks)
-        self._release(range(last - 1, start - 1, -1), blocks, self._retained.get(request_id))
+        for m in (self, *peers) if peers else (self,):
+            table = m.req_to_blocks.get(request_id)
+            last = skipped // m.block_size
+            if table and last > len(table):
+                last = len(table)
+            if not table or last <= 0 or table[last - 1] == NULL_BLOCK:
+                continue
+            blocks = table[:last]
+            blocks.reverse()
+            blocks.append(NULL_BLOCK)
+            del blocks[blocks.index(NULL_BLOCK) :]
+            start = last - len(blocks)
+            table[start:last] = [NULL_BLOCK] * len(blocks)
+            m._release(range(last - 1, start - 1, -1), blocks, m._retained.get(request_id))
 
     def _release(
         self,

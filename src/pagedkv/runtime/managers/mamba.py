@@ -87,9 +87,11 @@ class MambaManager(SingleTypeKVCacheManager):
         table.extend(pool.get_new_blocks(1))
         return table[start:]
 
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
+    def remove_skipped_blocks(
+        self, request_id: str, num_computed_tokens: int, peers: Sequence[Any] = ()
+    ) -> None:
         if not self.align:
-            super().remove_skipped_blocks(request_id, num_computed_tokens)
+            super().remove_skipped_blocks(request_id, num_computed_tokens, peers)
             return
         table = self.req_to_blocks.get(request_id)
         if not table:
