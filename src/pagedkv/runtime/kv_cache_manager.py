@@ -86,12 +86,9 @@ class KVCacheManager:
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         # Runs of skipping managers of one class and spec share one skip count, in order.
         self._skipping: list[tuple[SingleTypeKVCacheManager, list[SingleTypeKVCacheManager]]] = []
-        for m in managers:
-            if not m.skips_tokens:
-                continue
-            run = self._skipping[-1] if self._skipping else None
-            if run and _shares_skips(run[0], m):
-                run[1].append(m)
+        for m in (m for m in managers if m.skips_tokens):
+            if self._skipping and _shares_skips(self._skipping[-1][0], m):
+                self._skipping[-1][1].append(m)
             else:
                 self._skipping.append((m, []))
         self._caching = [m for m in managers if m.enable_caching]
