@@ -35,6 +35,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     # planning/types.py holds the result types the runtime reads: it imports no other planning.
     "planning.types": BOTTOM | {"registry", "specs", "platforms"},
     "runtime": BOTTOM | {"registry", "specs", "planning.types"},
+    # extension grouping rules / builders, selected by name; the core never imports them.
+    "builders": BOTTOM | {"registry", "specs", "platforms", "planning"},
     "models": BOTTOM | {"registry", "specs"},
     "tensors": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "distributed"},
     "distributed": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "tensors"},

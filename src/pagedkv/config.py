@@ -11,6 +11,14 @@ from pagedkv.errors import ConfigError, PagedKVError
 
 MambaCacheMode = Literal["none", "align"]
 
+# KV cache grouping rules by name (CacheConfig.kv_cache_grouping_rule -> the qualname the
+# planner resolves): vLLM 0.33's rule, the default, and pagedkv's opt-in search in the
+# pagedkv.builders extension. A plugin adds a rule by adding an entry. See docs/planning.md.
+KV_CACHE_GROUPING_RULES: dict[str, str] = {
+    "vllm": "pagedkv.planning.grouping.vllm_grouping",
+    "least-waste": "pagedkv.builders.least_waste.least_waste_grouping",
+}
+
 
 def check_int(
     owner: str,
@@ -87,7 +95,9 @@ class CacheConfig:
     prefix_cache_retention: str = "vllm"
     enable_hybrid_kv_cache: bool = True
     kv_cache_layout: str | None = None
-    # Most KV cache groups the default grouping search may choose (None: its default).
+    # How layers form KV cache groups: a name in KV_CACHE_GROUPING_RULES.
+    kv_cache_grouping_rule: str = "vllm"
+    # Most KV cache groups a searching rule ("least-waste") may choose (None: its default).
     max_kv_cache_groups: int | None = None
 
     def __post_init__(self) -> None:
@@ -110,6 +120,18 @@ class CacheConfig:
             raise ConfigError(
                 "CacheConfig.prefix_cache_retention must be 'vllm' or 'dense', "
                 f"got {self.prefix_cache_retention!r}"
+            )
+        rule = self.kv_cache_grouping_rule
+        if not isinstance(rule, str) or rule not in KV_CACHE_GROUPING_RULES:
+            known = ", ".join(map(repr, KV_CACHE_GROUPING_RULES))
+            raise ConfigError(
+                f"CacheConfig.kv_cache_grouping_rule must be one of {known}, got {rule!r}"
+            )
+        if rule == "vllm" and self.max_kv_cache_groups is not None:
+            raise ConfigError(
+                "CacheConfig.max_kv_cache_groups bounds a searched grouping; vLLM's grouping "
+                "(kv_cache_grouping_rule='vllm', the default) has no group budget: set "
+                "kv_cache_grouping_rule='least-waste' with it"
             )
         if self.cache_dtype != "auto":
             object.__setattr__(self, "cache_dtype", canonical_dtype_name(self.cache_dtype))

@@ -33,8 +33,8 @@ from pagedkv.planning import KVCachePlan, plan_kv_cache
 from pagedkv.specs import KVCacheSpec
 
 # A 5:1 sliding-window hybrid on the most common serving GPU: its plan shows hybrid
-# grouping, the alternatives the planner weighed (vLLM's rule pads 8 layers here) and
-# how concurrency collapses from 4K to 128K contexts, all on one screen.
+# grouping (vLLM's rule pads 8 layer slots here; --grouping least-waste shows what the
+# search weighed) and how concurrency collapses from 4K to 128K contexts, on one screen.
 DEFAULT_MODEL = "gemma-3-27b-it"
 DEFAULT_CONTEXT_LENGTHS = (1024, 4096, 16384, 65536)
 
@@ -54,6 +54,7 @@ class PlanRequest:
     kv_cache_dtype: str = "auto"
     context_lengths: tuple[int, ...] = ()
     max_groups: int | None = None
+    grouping: str = "vllm"
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ def make_plan(request: PlanRequest) -> PlanResult:
         options["max_model_len"] = request.max_model_len
     if request.max_groups is not None:
         options["max_kv_cache_groups"] = request.max_groups
+    options["kv_cache_grouping_rule"] = request.grouping
     config = engine_config_for(layout, **options)
     weights = None if request.weights == "auto" else parse_bytes(request.weights, "--weights")
     kv_memory = request.kv_cache_memory
@@ -151,8 +153,14 @@ MAX_GROUPS_OPTION = typer.Option(
     None,
     "--max-groups",
     min=1,
-    help="Most KV cache groups for a hybrid model (default: the planner's budget); "
+    help="Most KV cache groups --grouping least-waste may choose (default 16); "
     "fewer groups cost less run time per call, more may waste less memory.",
+)
+GROUPING_OPTION = typer.Option(
+    "vllm",
+    "--grouping",
+    help="How layers form KV cache groups: vllm (vLLM 0.33's rule) or least-waste "
+    "(pagedkv's search for the fewest bytes per request).",
 )
 PLOT_OPTION = typer.Option(
     None, "--plot", help="Write max concurrency vs context length (PNG, needs matplotlib)."
@@ -187,6 +195,7 @@ def plan_command(
     ),
     context_len: list[int] = CONTEXT_LEN_OPTION,
     max_groups: int | None = MAX_GROUPS_OPTION,
+    grouping: str = GROUPING_OPTION,
     json_output: bool = JSON_OPTION,
     plot: Path | None = PLOT_OPTION,
 ) -> None:
@@ -207,6 +216,7 @@ def plan_command(
         kv_cache_dtype=kv_cache_dtype,
         context_lengths=tuple(context_len),
         max_groups=max_groups,
+        grouping=grouping,
     )
     result = make_plan(request)
     if plot is not None:

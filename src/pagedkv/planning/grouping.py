@@ -1,27 +1,40 @@
 """Layers into KV cache groups: buckets of mergeable specs, one group when the layers
-allow it, else the searched hybrid (``search``); the alternatives it scored; and the
-exact-partition check the planner runs on any builder's groups."""
+allow it, else vLLM's hybrid rule (one page size, groups of the smallest bucket); the
+rule a config names (``CacheConfig.kv_cache_grouping_rule``); and the exact-partition
+check the planner runs on any builder's groups."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from pagedkv.config import EngineConfig
-from pagedkv.errors import KVCacheSpecError, PlanningError
-from pagedkv.planning.search import Bucket, Scored, SearchResult, group_budget, search
+from pagedkv.config import KV_CACHE_GROUPING_RULES, EngineConfig
+from pagedkv.errors import ConfigError, KVCacheSpecError, PlanningError
 from pagedkv.planning.types import GroupingAlternative, KVCacheGroupSpec
-from pagedkv.specs.base import KVCacheSpec, cdiv
+from pagedkv.platforms import resolve_obj_by_qualname
+from pagedkv.specs.base import AttentionSpec, KVCacheSpec, cdiv
 from pagedkv.specs.full import FullAttentionSpec, MLAAttentionSpec
 from pagedkv.specs.local import ChunkedLocalAttentionSpec, SlidingWindowMLASpec, SlidingWindowSpec
+from pagedkv.specs.mamba import MambaSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
-# Length used to score groupings when max_model_len is -1 (the planner re-scores
-# at the fitted length).
-DEFAULT_REFERENCE_LEN = 32768
-MAX_ALTERNATIVES = 8
+
+@dataclass(frozen=True)
+class Bucket:
+    """Layers whose specs merge into one group spec, in model order, with their specs."""
+
+    layer_names: tuple[str, ...]
+    specs: tuple[KVCacheSpec, ...]
+
+    def __len__(self) -> int:
+        return len(self.layer_names)
+
+    @property
+    def first(self) -> KVCacheSpec:
+        return self.specs[0]
 
 
 def merge_specs(specs: Sequence[KVCacheSpec]) -> KVCacheSpec:
@@ -161,9 +174,187 @@ def check_exact_partition(
         )
 
 
+def vllm_group_size(bucket_sizes: Sequence[int]) -> int:
+    """vLLM's rule: the smallest bucket, unless the largest is under 1.5x of it."""
+    smallest, largest = min(bucket_sizes), max(bucket_sizes)
+    return largest if largest < 1.5 * smallest else smallest
+
+
+def is_state_spec(spec: KVCacheSpec) -> bool:
+    """Pages that hold a fixed-size state whatever the block size."""
+    return isinstance(spec, MambaSpec)
+
+
+def can_pad(spec: KVCacheSpec) -> bool:
+    """MLA kernels read latents densely, so MLA pages are never padded."""
+    if isinstance(spec, MLAAttentionSpec | SlidingWindowMLASpec):
+        return False
+    return any(f.name == "page_size_padded" for f in dataclasses.fields(spec))
+
+
+def pad_to(spec: KVCacheSpec, page_bytes: int) -> KVCacheSpec | None:
+    """``spec`` with its page padded to ``page_bytes`` (None when it cannot be)."""
+    if spec.page_size_bytes == page_bytes:
+        return spec
+    if spec.real_page_size_bytes > page_bytes or not can_pad(spec):
+        return None
+    padded = None if spec.real_page_size_bytes == page_bytes else page_bytes
+    return dataclasses.replace(spec, page_size_padded=padded)  # type: ignore[call-arg]
+
+
+def fit_page(spec: KVCacheSpec, page_bytes: int, state_block_size: int) -> KVCacheSpec | None:
+    """``spec`` refitted to a page of exactly ``page_bytes``, or None (vLLM's rule): a
+    state takes ``state_block_size`` and is padded; a page dividing ``page_bytes`` has
+    its block size scaled; any other page is padded."""
+    if is_state_spec(spec):
+        if spec.real_page_size_bytes > page_bytes:
+            return None
+        return pad_to(dataclasses.replace(spec, block_size=state_block_size), page_bytes)
+    page = spec.page_size_bytes
+    if page >= page_bytes:
+        return spec if page == page_bytes else None
+    if page_bytes % page == 0:
+        spec = spec.copy_with_new_block_size(spec.block_size * (page_bytes // page))
+        if spec.page_size_bytes > page_bytes:
+            return None
+    return pad_to(spec, page_bytes)
+
+
+def mamba_aligned_block_size(
+    attention_specs: Sequence[KVCacheSpec],
+    state_specs: Sequence[KVCacheSpec],
+    block_size: int,
+    multiple: int,
+) -> int:
+    """Smallest attention block size whose page holds the largest state: ``k * cdiv(m,
+    k * a)`` rounded up to the platform's ``multiple``, ``k`` the engine block size
+    rounded up to it (reference 6.4)."""
+    per_token = max(
+        s.bytes_per_token
+        if isinstance(s, AttentionSpec)
+        else cdiv(s.real_page_size_bytes, s.block_size)
+        for s in attention_specs
+    )
+    state_bytes = max(s.real_page_size_bytes for s in state_specs)
+    k = multiple * cdiv(block_size, multiple)
+    aligned = k * cdiv(state_bytes, k * per_token)
+    return max(block_size, multiple * cdiv(aligned, multiple))
+
+
+Fit = Callable[[KVCacheSpec, int, int], "KVCacheSpec | None"]
+
+
+def _refit(
+    buckets: Sequence[Bucket], fit: Callable[[KVCacheSpec], KVCacheSpec | None]
+) -> tuple[Bucket, ...] | None:
+    # Keyed with is_draft too: it does not take part in equality but must survive.
+    cache: dict[tuple[KVCacheSpec, bool], KVCacheSpec | None] = {}
+    out = []
+    for bucket in buckets:
+        specs = []
+        for spec in bucket.specs:
+            key = (spec, spec.is_draft)
+            if key not in cache:
+                cache[key] = fit(spec)
+            fitted = cache[key]
+            if fitted is None:
+                return None
+            specs.append(fitted)
+        out.append(Bucket(bucket.layer_names, tuple(specs)))
+    return tuple(out)
+
+
+def unify_pages(
+    buckets: Sequence[Bucket],
+    page_bytes: int,
+    attention_block_size: int | None,
+    fit: Fit = fit_page,
+) -> tuple[Bucket, ...] | None:
+    """The buckets refitted to ``page_bytes`` (None if one cannot be): attention-like
+    layers first (at ``attention_block_size`` when given); states then take the
+    attention block size."""
+
+    def fit_other(spec: KVCacheSpec) -> KVCacheSpec | None:
+        if is_state_spec(spec):
+            return spec
+        if attention_block_size is not None:
+            spec = spec.copy_with_new_block_size(attention_block_size)
+        return fit(spec, page_bytes, 0)
+
+    fitted = _refit(buckets, fit_other)
+    if fitted is None:
+        return None
+    sizes = [b.first.block_size for b in fitted if not is_state_spec(b.first)]
+    state_bs = max(sizes) if sizes else max(b.first.block_size for b in buckets)
+    return _refit(fitted, lambda s: fit(s, page_bytes, state_bs) if is_state_spec(s) else s)
+
+
+def vllm_page(buckets: Sequence[Bucket], block_size: int, multiple: int) -> tuple[int, int | None]:
+    """vLLM's page size and attention block size (None: unchanged): for attention +
+    Mamba the attention page at the aligned block size, else the largest page."""
+    attention = [b.first for b in buckets if not is_state_spec(b.first)]
+    states = [b.first for b in buckets if is_state_spec(b.first)]
+    if states and attention:
+        bs = mamba_aligned_block_size(attention, states, block_size, multiple)
+        return max(s.copy_with_new_block_size(bs).page_size_bytes for s in attention), bs
+    return max(b.first.page_size_bytes for b in buckets), None
+
+
 class GroupingChoice(NamedTuple):
     groups: tuple[KVCacheGroupSpec, ...]
-    alternatives: tuple[GroupingAlternative, ...]
+    alternatives: tuple[GroupingAlternative, ...] = ()
+
+
+# (config, the layers' specs, the platform's block size multiple) -> the groups.
+GroupingRule = Callable[[EngineConfig, Mapping[str, KVCacheSpec], int], GroupingChoice]
+
+
+def vllm_grouping(
+    config: EngineConfig, kv_cache_spec: Mapping[str, KVCacheSpec], block_size_multiple: int
+) -> GroupingChoice:
+    """vLLM 0.33's grouping: one group when the layers allow it; else every page
+    unified to vLLM's page size and each bucket split into groups of
+    ``vllm_group_size``; layers whose pages cannot be unified take vLLM's fallback."""
+    single = single_group(kv_cache_spec)
+    if single is not None:
+        return GroupingChoice(tuple(single))
+    buckets = make_buckets(kv_cache_spec)
+    page, attention_bs = vllm_page(buckets, config.block_size, block_size_multiple)
+    unified = unify_pages(buckets, page, attention_bs)
+    if unified is None:
+        return GroupingChoice(tuple(_full_allocation_fallback(kv_cache_spec, page)))
+    return GroupingChoice(
+        tuple(groups_from_buckets(unified, vllm_group_size(list(map(len, buckets)))))
+    )
+
+
+def _full_allocation_fallback(
+    kv_cache_spec: Mapping[str, KVCacheSpec], page_bytes: int
+) -> list[KVCacheGroupSpec]:
+    """vLLM's way out when pages cannot be unified: with MLA and plain sliding-window
+    layers (no sliding MLA or chunked ones) the windows become full attention in one
+    uniform-type group; otherwise a PlanningError naming the layer that does not fit."""
+    specs = kv_cache_spec.values()
+    mla = any(isinstance(s, MLAAttentionSpec) for s in specs)
+    other_local = any(
+        isinstance(s, SlidingWindowMLASpec | ChunkedLocalAttentionSpec) for s in specs
+    )
+    if mla and not other_local and any(isinstance(s, SlidingWindowSpec) for s in specs):
+        single = single_group({n: promote_to_full(s, None) for n, s in kv_cache_spec.items()})
+        if single is not None:
+            return single
+    unfit = (
+        n
+        for n, s in kv_cache_spec.items()
+        if not is_state_spec(s) and not fit_page(s, page_bytes, 0)
+    )
+    name = next(unfit, next(iter(kv_cache_spec)))
+    raise PlanningError(
+        f"layer {name!r}: its page ({kv_cache_spec[name].page_size_bytes} B) does not divide "
+        f"the largest page ({page_bytes} B) and cannot be padded (MLA pages never are), so "
+        "vLLM's grouping cannot unify the page sizes; kv_cache_grouping_rule='least-waste' "
+        "searches other page sizes"
+    )
 
 
 def choose_kv_cache_groups(
@@ -172,115 +363,25 @@ def choose_kv_cache_groups(
     *,
     block_size_multiple: int = 1,
     allow_hybrid: bool = True,
-    vllm_rule: bool = False,
+    rule: str | None = None,
 ) -> GroupingChoice:
-    """The default builder's grouping with the alternatives it scored (``vllm_rule``:
-    vLLM's fixed group-size rule whenever it applies, for comparisons)."""
-    if config.max_model_len <= 0:
-        config = config.replace(max_model_len=DEFAULT_REFERENCE_LEN)
+    """The groups (and any alternatives scored) of the grouping rule named ``rule``
+    (None: ``config.cache.kv_cache_grouping_rule``), after promoting local layers to
+    full attention when hybrid groups are disallowed."""
     if not kv_cache_spec:
-        return GroupingChoice((), ())
+        return GroupingChoice(())
     specs: Mapping[str, KVCacheSpec] = kv_cache_spec
     if not allow_hybrid and single_group(specs) is None:
         specs = promote_local_specs(specs)
-    single = single_group(specs)
-    if single is not None:
-        return GroupingChoice(tuple(single), (_single_alternative(single[0], config),))
-    max_groups = config.cache.max_kv_cache_groups
-    result = search(
-        make_buckets(specs), config, block_size_multiple, vllm_rule=vllm_rule, max_groups=max_groups
-    )
-    groups = groups_from_buckets(result.chosen.page.buckets, result.chosen.group_size)
-    alternatives = [_alternative(s, s is result.chosen, config, result) for s in _shortlist(result)]
-    alternatives.sort(key=lambda a: (not a.chosen, a.bytes_per_request))
-    return GroupingChoice(tuple(groups), tuple(alternatives))
-
-
-def _single_alternative(group: KVCacheGroupSpec, config: EngineConfig) -> GroupingAlternative:
-    spec = group.kv_cache_spec
-    width = spec.page_size_bytes * (
-        1 if isinstance(spec, UniformTypeKVCacheSpecs) else len(group.layer_names)
-    )
-    return GroupingAlternative(
-        name="single group",
-        chosen=True,
-        block_sizes=(spec.block_size,),
-        num_groups=1,
-        layers_per_group=len(group.layer_names),
-        bytes_per_block=width,
-        waste_fraction=spec.padding_bytes / spec.page_size_bytes,
-        bytes_per_request=spec.max_memory_usage_blocks(config) * width,
-        reference_len=config.max_model_len,
-        description="all layers share one block table (uniform or uniform-type specs)",
-        max_groups=group_budget(config.cache.max_kv_cache_groups),
+    return grouping_rule(rule or config.cache.kv_cache_grouping_rule)(
+        config, specs, block_size_multiple
     )
 
 
-def _describe(s: Scored) -> str:
-    sizes = ", ".join(str(len(b)) for b in s.page.buckets)
-    rule = "vLLM rule (smallest bucket unless largest < 1.5x)" if s.is_vllm else "searched"
-    notes = [
-        f"{-len(b) % s.group_size} padding layers for the {len(b)}-layer {b.first.kind} "
-        f"bucket (may waste up to {-len(b) % s.group_size / len(b) * 100:.2f}%)"
-        for b in s.page.buckets
-        if len(b) % s.group_size
-    ]
-    return (
-        f"{rule}: buckets of {sizes} layers split into groups of <= {s.group_size}, "
-        f"{s.num_groups} groups, page {s.page.page_size_bytes} B ({s.page.name}); "
-        + ("; ".join(notes) or "no padding layers")
-    )
-
-
-def _alternative(
-    s: Scored, chosen: bool, config: EngineConfig, result: SearchResult
-) -> GroupingAlternative:
-    name = "vllm" if s.is_vllm else f"{s.page.name}, group size {s.group_size}"
-    description = _describe(s)
-    within = result.within_budget(s)
-    if not within:
-        name += f" (over the {result.max_groups}-group budget)"
-        description += (
-            f"; excluded: {s.num_groups} groups > max_kv_cache_groups {result.max_groups}"
-        )
-    return GroupingAlternative(
-        name=name,
-        chosen=chosen,
-        block_sizes=s.block_sizes,
-        num_groups=s.num_groups,
-        layers_per_group=s.group_size,
-        bytes_per_block=s.bytes_per_block,
-        waste_fraction=s.waste_fraction,
-        bytes_per_request=s.bytes_per_request,
-        reference_len=config.max_model_len,
-        description=description,
-        max_groups=result.max_groups,
-        within_budget=within,
-    )
-
-
-def _by_bytes(s: Scored) -> tuple[int, int]:
-    return (s.bytes_per_request, s.num_groups)
-
-
-def _shortlist(result: SearchResult) -> list[Scored]:
-    """The chosen, vLLM's, the least-waste one the budget excluded, then the best of
-    each page size within the budget and the chosen page's runners-up. Candidates
-    with equal keys plan the same groups (vLLM's often equals a searched one)."""
-    chosen = result.chosen
-    within = sorted((s for s in result.scored if result.within_budget(s)), key=_by_bytes)
-    over = [s for s in result.scored if not result.within_budget(s)]
-    picked = [s for s in (chosen, result.vllm, min(over, key=_by_bytes, default=None)) if s]
-    best_per_page: dict[str, Scored] = {}
-    for s in within:
-        if not s.is_vllm:
-            best_per_page.setdefault(s.page.name, s)
-    page = (chosen.page.page_size_bytes, chosen.block_sizes)
-    same_page = [
-        s for s in within if s is not chosen and (s.page.page_size_bytes, s.block_sizes) == page
-    ]
-    out: dict[tuple[Any, ...], Scored] = {}
-    for s in [*picked, *best_per_page.values(), *same_page[:3]]:
-        key = (s.page.page_size_bytes, s.group_size, s.block_sizes, s.bytes_per_request)
-        out.setdefault(key, s)
-    return list(out.values())[:MAX_ALTERNATIVES]
+def grouping_rule(name: str) -> GroupingRule:
+    """The grouping rule registered as ``name`` in ``config.KV_CACHE_GROUPING_RULES``."""
+    if name not in KV_CACHE_GROUPING_RULES:
+        known = ", ".join(map(repr, KV_CACHE_GROUPING_RULES))
+        raise ConfigError(f"unknown KV cache grouping rule {name!r}; known: {known}")
+    rule: GroupingRule = resolve_obj_by_qualname(KV_CACHE_GROUPING_RULES[name])
+    return rule

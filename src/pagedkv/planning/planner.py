@@ -60,7 +60,7 @@ def _check_inputs(specs: Sequence[Mapping[str, KVCacheSpec]], available: Sequenc
             )
 
 
-def _uses_default_search(builder: KVCacheConfigBuilder, config: EngineConfig) -> bool:
+def _uses_grouping_rule(builder: KVCacheConfigBuilder, config: EngineConfig) -> bool:
     return (
         isinstance(builder, DefaultKVCacheConfigBuilder)
         and type(builder).get_kv_cache_groups is DefaultKVCacheConfigBuilder.get_kv_cache_groups
@@ -71,7 +71,7 @@ def _uses_default_search(builder: KVCacheConfigBuilder, config: EngineConfig) ->
 def _group(
     builder: KVCacheConfigBuilder, config: EngineConfig, specs: Mapping[str, KVCacheSpec]
 ) -> tuple[Groups, tuple[GroupingAlternative, ...]]:
-    if _uses_default_search(builder, config):
+    if _uses_grouping_rule(builder, config):
         assert isinstance(builder, DefaultKVCacheConfigBuilder)
         groups, alternatives = builder.choose_kv_cache_groups(config, specs)
     else:
@@ -193,8 +193,8 @@ def plan_kv_cache(
     builder = get_kv_cache_config_builder(config)
     groups, alternatives = _group(builder, config, merged)
     sized = _size(builder, config, groups, specs_per_worker, available, limit)
-    if sized[-1] and _uses_default_search(builder, config) and merged:
-        # Auto-fitted: score the groupings again at the length that fits.
+    if sized[-1] and alternatives:
+        # Auto-fitted: a rule that scored groupings scores them again at the length that fits.
         regrouped, realternatives = _group(builder, config.replace(max_model_len=sized[-2]), merged)
         if regrouped != groups:
             groups, alternatives = regrouped, realternatives
