@@ -135,7 +135,7 @@ def test_default_plan_is_readable() -> None:
         (["plan", "gemma-3-27b-it", "--max-groups", "8"], "kv_cache_grouping_rule='least-waste'"),
         (
             ["plan", "gemma-3-27b-it", "--grouping", "fewest"],
-            "must be one of 'vllm', 'least-waste'",
+            "must be 'vllm' or 'least-waste'",
         ),
     ],
 )

@@ -31,7 +31,7 @@ from pagedkv.planning.grouping import (
 )
 from pagedkv.planning.sizing import RequestCost, scheduler_block_size
 
-from .models import GiB, full, gemma3_27b, llama_8b, sliding
+from .models import GiB, full, gemma3_27b, group_spec_of, llama_8b, sliding
 
 CONFIG = EngineConfig.create(max_model_len=8192)
 LEAST_WASTE = CONFIG.replace(kv_cache_grouping_rule="least-waste")
@@ -268,10 +268,10 @@ def test_63_sliding_window_keeps_lookahead_tokens() -> None:
     config = CONFIG.replace(num_lookahead_tokens=4)
     specs = {"s": sliding(128), "f": full()}
     (kv,) = get_kv_cache_configs(config, [specs], [GiB])
-    spec = kv.kv_cache_groups[kv.group_of("s")].kv_cache_spec
+    spec = group_spec_of(kv, "s")
     assert isinstance(spec, SlidingWindowSpec) and spec.extra_retained_tokens == 3
     (plain,) = get_kv_cache_configs(CONFIG, [specs], [GiB])
-    assert plain.kv_cache_groups[plain.group_of("s")].kv_cache_spec.extra_retained_tokens == 0  # type: ignore[attr-defined]
+    assert group_spec_of(plain, "s").extra_retained_tokens == 0  # type: ignore[attr-defined]
 
 
 def test_64_draft_layers_group_with_targets() -> None:

@@ -84,7 +84,7 @@ def test_vllm_rule_builder_is_not_held_to_the_budget() -> None:
 def test_the_budget_needs_a_searching_rule() -> None:
     with pytest.raises(ConfigError, match="max_kv_cache_groups bounds a searched grouping"):
         EngineConfig.create(max_kv_cache_groups=8)  # vLLM's grouping has no budget
-    with pytest.raises(ConfigError, match="kv_cache_grouping_rule must be one of 'vllm'"):
+    with pytest.raises(ConfigError, match="kv_cache_grouping_rule must be 'vllm' or 'least-waste'"):
         EngineConfig.create(kv_cache_grouping_rule="fewest")
 
 

@@ -8,7 +8,7 @@ import pytest
 from pagedkv import EngineConfig, MambaSpec, plan_kv_cache
 from pagedkv.planning import KVCachePlan
 
-from .models import GiB, KiB, deepseek_v3, gemma3_27b, jamba, llama_8b
+from .models import GiB, KiB, deepseek_v3, gemma3_27b, group_spec_of, jamba, llama_8b
 
 
 def vllm_alternative(plan: KVCachePlan):  # type: ignore[no-untyped-def]
@@ -134,7 +134,7 @@ class TestJamba:
         assert all(g.padding_bytes == 4 * 16_384 for g in mamba)
         spec = plan.groups[0].layer_names[0]
         (kv,) = plan.configs
-        group_spec = kv.kv_cache_groups[kv.group_of(spec)].kv_cache_spec
+        group_spec = group_spec_of(kv, spec)
         assert isinstance(group_spec, MambaSpec)
         assert group_spec.page_size_bytes == 327_680
         assert group_spec.real_page_size_bytes == 311_296

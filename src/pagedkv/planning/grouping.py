@@ -9,7 +9,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from pagedkv.config import KV_CACHE_GROUPING_RULES, EngineConfig
 from pagedkv.errors import ConfigError, KVCacheSpecError, PlanningError
@@ -86,25 +86,21 @@ def single_group(kv_cache_spec: Mapping[str, KVCacheSpec]) -> list[KVCacheGroupS
     return None if spec is None else [KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec)]
 
 
-_ATTENTION_FIELDS = (
-    "block_size", "is_draft", "num_kv_heads", "head_size", "dtype",
-    "head_size_v", "page_size_padded", "state_content_bytes", "max_tp_shards",
-)  # fmt: skip
+# Local kinds and the full-attention kind each is promoted to (subclasses first).
+_PROMOTED = (
+    (SlidingWindowMLASpec, MLAAttentionSpec),
+    (SlidingWindowSpec, FullAttentionSpec),
+    (ChunkedLocalAttentionSpec, FullAttentionSpec),
+)
 
 
 def promote_to_full(spec: KVCacheSpec, block_size: int | None) -> KVCacheSpec:
     """A sliding-window or chunked layer as full attention (window kept as metadata)."""
-    target: type[FullAttentionSpec] = FullAttentionSpec
-    extra: dict[str, Any]
-    if isinstance(spec, SlidingWindowMLASpec):
-        target, extra = MLAAttentionSpec, {"sliding_window": spec.sliding_window}
-    elif isinstance(spec, SlidingWindowSpec):
-        extra = {"sliding_window": spec.sliding_window}
-    elif isinstance(spec, ChunkedLocalAttentionSpec):
-        extra = {"attention_chunk_size": spec.attention_chunk_size}
-    else:
+    target = next((full for local, full in _PROMOTED if isinstance(spec, local)), None)
+    if target is None:
         return spec
-    promoted = target(**{name: getattr(spec, name) for name in _ATTENTION_FIELDS}, **extra)
+    names = [f.name for f in dataclasses.fields(target) if hasattr(spec, f.name)]
+    promoted = target(**{name: getattr(spec, name) for name in names})
     if block_size is not None and block_size != promoted.block_size:
         promoted = promoted.copy_with_new_block_size(block_size)
     return promoted

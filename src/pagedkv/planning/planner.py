@@ -60,19 +60,15 @@ def _check_inputs(specs: Sequence[Mapping[str, KVCacheSpec]], available: Sequenc
             )
 
 
-def _uses_grouping_rule(builder: KVCacheConfigBuilder, config: EngineConfig) -> bool:
-    return (
-        isinstance(builder, DefaultKVCacheConfigBuilder)
-        and type(builder).get_kv_cache_groups is DefaultKVCacheConfigBuilder.get_kv_cache_groups
-        and config.model.kv_cache_grouping is None
-    )
-
-
 def _group(
     builder: KVCacheConfigBuilder, config: EngineConfig, specs: Mapping[str, KVCacheSpec]
 ) -> tuple[Groups, tuple[GroupingAlternative, ...]]:
-    if _uses_grouping_rule(builder, config):
-        assert isinstance(builder, DefaultKVCacheConfigBuilder)
+    # The default builder's own grouping also reports the alternatives its rule scored.
+    if (
+        isinstance(builder, DefaultKVCacheConfigBuilder)
+        and type(builder).get_kv_cache_groups is DefaultKVCacheConfigBuilder.get_kv_cache_groups
+        and config.model.kv_cache_grouping is None
+    ):
         groups, alternatives = builder.choose_kv_cache_groups(config, specs)
     else:
         groups, alternatives = tuple(builder.get_kv_cache_groups(config, specs)), ()
