@@ -2,8 +2,9 @@
 
 Prints JSON: median build seconds over runs, bytes per block by tracemalloc (Python
 allocations the pool holds) and by resident memory (RSS growth of a fresh child process),
-the bytes per block once every block is cached and free (hash map and LRU entries), and
-the same figures for a reference pool in the same process: one Python object per
+the bytes per block once every block has been used once (freed uncached: the free queue
+lists every id) and once every block is cached and free (hash map and LRU entries), and the
+same figures for a reference pool in the same process: one Python object per
 block linked into a doubly linked free list (the layout vLLM 0.33 uses), built at a
 smaller size and reported per block.
 
@@ -57,15 +58,20 @@ def _time_build(build: Any, num_blocks: int, runs: int) -> float:
     return statistics.median(times)
 
 
-def _traced_bytes(build: Any, num_blocks: int) -> int:
+def _held_bytes(build: Any) -> int:
+    """Python allocations the object ``build()`` returns still holds (tracemalloc)."""
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    pool = build(num_blocks)
+    kept = build()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    del pool
+    del kept
     return after - before
+
+
+def _traced_bytes(build: Any, num_blocks: int) -> int:
+    return _held_bytes(lambda: build(num_blocks))
 
 
 class _HashedRequest:
@@ -80,20 +86,31 @@ class _HashedRequest:
 def _all_cached_bytes(num_blocks: int) -> int:
     """Bytes the pool holds when every block is cached and free (hash objects excluded:
     requests own them)."""
-    hashes = [hashlib.sha256(i.to_bytes(8, "big")).digest() for i in range(num_blocks - 1)]
-    request = _HashedRequest(hashes)
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    pool = BlockPool(num_blocks, hash_block_size=1)
-    blocks = pool.get_new_blocks(num_blocks - 1)
-    pool.cache_full_blocks(request, blocks, 0, num_blocks - 1, 1, 0)  # type: ignore[arg-type]
-    pool.free_blocks(blocks)
-    del blocks
-    after = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    del pool
-    return after - before
+    request = _HashedRequest(
+        [hashlib.sha256(i.to_bytes(8, "big")).digest() for i in range(num_blocks - 1)]
+    )
+
+    def build() -> BlockPool:
+        pool = BlockPool(num_blocks, hash_block_size=1)
+        blocks = pool.get_new_blocks(num_blocks - 1)
+        pool.cache_full_blocks(request, blocks, 0, num_blocks - 1, 1, 0)  # type: ignore[arg-type]
+        pool.free_blocks(blocks)
+        return pool
+
+    return _held_bytes(build)
+
+
+def _used_once_bytes(num_blocks: int) -> int:
+    """Bytes the pool holds once every block has been handed out and freed uncached: the
+    free queue then lists every id (vLLM's LIFO part), so the fresh pool's lazy id range
+    has become one list entry and one int object per block."""
+
+    def build() -> BlockPool:
+        pool = BlockPool(num_blocks, enable_caching=False)
+        pool.free_blocks(pool.get_new_blocks(num_blocks - 1))
+        return pool
+
+    return _held_bytes(build)
 
 
 _CHILD = """
@@ -135,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     traced = _traced_bytes(BlockPool, n)
     rss = _rss_bytes(n)
     cached = _all_cached_bytes(m)
+    used_once = _used_once_bytes(n)
     ref_s = _time_build(_reference_pool, m, max(1, args.runs // 2))
     ref_traced = _traced_bytes(_reference_pool, m)
     result = {
@@ -143,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         "build_seconds_median": round(build_s, 4),
         "bytes_per_block_tracemalloc": round(traced / n, 2),
         "bytes_per_block_rss": None if rss is None else round(rss / n, 2),
+        "bytes_per_block_after_every_block_used_once": round(used_once / n, 2),
         "bytes_per_block_all_cached_and_free": round(cached / m, 2),
         "all_cached_measured_at_num_blocks": m,
         "reference": {

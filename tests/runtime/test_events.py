@@ -111,3 +111,11 @@ def test_events_per_kind_match_the_documented_table() -> None:
     m = make_manager([full(), cross()], num_blocks=32, enable_events=True)
     m.allocate_slots(Request("c", list(range(9))), 9, num_encoder_tokens=8)
     assert m.take_events() == []
+
+
+def test_events_can_leave_token_ids_out() -> None:
+    manager = make_manager([full()], num_blocks=16, enable_events=True, event_token_ids=False)
+    manager.allocate_slots(Request("a", list(range(9))), 9)
+    (stored,) = manager.take_events()
+    assert isinstance(stored, BlockStored) and len(stored.block_hashes) == 2
+    assert stored.token_ids == []

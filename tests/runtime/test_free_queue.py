@@ -137,3 +137,33 @@ def test_rollback_restores_a_free_block_whose_hash_was_evicted() -> None:
     assert (pool.free_queue(), pool.cached_blocks(), list(pool.ref_cnt)) == before
     with pytest.raises(NoFreeBlocksError):
         pool.get_new_blocks(6)
+
+
+class CountingQueue(FIFOQueue):
+    wants_hits = True
+
+    def __init__(self, num_blocks: int) -> None:
+        super().__init__(num_blocks)
+        self.hits: dict[int, int] = {}
+
+    def hit(self, block: int) -> None:
+        self.hits[block] = self.hits.get(block, 0) + 1
+
+    def unhit(self, block: int) -> None:
+        self.hits[block] -= 1
+
+
+def test_hits_reach_a_queue_that_wants_them_and_are_undone_by_a_rollback() -> None:
+    queue = CountingQueue(8)
+    pool = BlockPool(8, hash_block_size=4, free_queue=queue)
+    blocks = pool.get_new_blocks(2)
+    req = Request("r", list(range(8)), hasher=BlockHasher(4))
+    pool.cache_full_blocks(req, blocks, 0, 2, 4, 0)
+    pool.free_blocks(blocks)
+    pool.touch(blocks[:1])
+    assert queue.hits == {blocks[0]: 1}
+    savepoint = pool.begin()
+    pool.touch(blocks)
+    assert queue.hits == {blocks[0]: 2, blocks[1]: 1}
+    pool.rollback(savepoint)
+    assert queue.hits == {blocks[0]: 1, blocks[1]: 0}

@@ -152,3 +152,33 @@ def test_manager_rejects_a_request_hashed_at_another_block_size() -> None:
     req = Request("r", list(range(8)), hasher=BlockHasher(8))
     with pytest.raises(KVCacheRuntimeError, match="block size 8"):
         manager.get_computed_blocks(req)
+
+
+def test_every_algorithm_is_vllms_definition() -> None:
+    import hashlib
+    import pickle
+
+    import cbor2
+    import xxhash as xx
+
+    obj = (b"\x01" * 32, (1, 2, 3), (("lora", "a", "/p"), ("cache_salt", "s")))
+    pickled = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    cbor = cbor2.dumps(obj, canonical=True)
+    assert get_hash_fn("sha256")(obj) == hashlib.sha256(pickled).digest()
+    assert get_hash_fn("sha256_cbor")(obj) == hashlib.sha256(cbor).digest()
+    assert get_hash_fn("xxhash")(obj) == xx.xxh3_128_digest(pickled)
+    assert get_hash_fn("xxhash_cbor")(obj) == get_hash_fn("xxhash128")(obj)
+    assert get_hash_fn("xxhash_cbor")(obj) == xx.xxh3_128_digest(cbor)
+    with pytest.raises(ConfigError, match="unknown hash_algo"):
+        get_hash_fn("md5")
+
+
+def test_prompt_embeddings_and_an_empty_salt_follow_vllms_keys() -> None:
+    import hashlib
+
+    np = pytest.importorskip("numpy")
+    embeds = np.arange(8 * 3, dtype=np.float32).reshape(8, 3)
+    req = Request("r", list(range(8)), prompt_embeds=embeds, cache_salt="")
+    digest = hashlib.sha256(embeds[4:8].tobytes()).digest()
+    assert block_extra_keys(req, 4, 8, 0)[0] == (("prompt_embeds", digest),)
+    assert block_extra_keys(Request("s", [1], cache_salt=""), 0, 4, 0)[0] is None

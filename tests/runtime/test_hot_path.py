@@ -6,7 +6,6 @@ import pytest
 
 from pagedkv import KVCacheSpec
 from pagedkv.runtime import KVCacheManager, Request
-from pagedkv.runtime.block_pool import Savepoint
 
 from .helpers import full, make_manager, swa
 
@@ -17,7 +16,7 @@ def count_begins(manager: KVCacheManager) -> list[int]:
     begin = pool.begin
     calls = [0]
 
-    def counting_begin() -> Savepoint:
+    def counting_begin() -> int:
         calls[0] += 1
         return begin()
 

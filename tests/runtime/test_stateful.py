@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
 import hypothesis.strategies as st
@@ -21,11 +22,34 @@ CHUNK_TOKENS = 12
 MAX_MODEL_LEN = 96
 
 
+class Injected(RuntimeError):
+    pass
+
+
+def exact_state(manager: KVCacheManager) -> dict[str, object]:
+    """Everything a rolled-back allocation must restore, order included."""
+    pool = manager.block_pool
+    groups = [
+        {k: copy.deepcopy(v) for k, v in vars(m).items() if isinstance(v, dict | set)}
+        for m in manager.managers
+    ]
+    return {
+        "free_queue": pool.free_queue(),
+        "cached": pool.cached_blocks(),
+        "hashes": list(pool.block_hash),
+        "ref": list(pool.ref_cnt),
+        "evictions": pool.num_evictions,
+        "events": len(pool._events or ()),
+        "groups": groups,
+    }
+
+
 class KVCacheMachine(RuleBasedStateMachine):
     specs: Callable[[], Sequence[KVCacheSpec]]
     num_blocks = 40
     encoder_tokens = 0  # > 0 for encoder-decoder layouts (cross attention)
     enable_events = False  # True: evictions are checked against BlockRemoved events
+    retention = "vllm"
 
     def __init__(self) -> None:
         super().__init__()
@@ -34,6 +58,7 @@ class KVCacheMachine(RuleBasedStateMachine):
             num_blocks=self.num_blocks,
             max_model_len=MAX_MODEL_LEN,
             enable_events=self.enable_events,
+            retention=self.retention,
         )
         self.num_removed = 0
         self.waiting: list[Request] = []
@@ -131,6 +156,74 @@ class KVCacheMachine(RuleBasedStateMachine):
         )
         assert after == before
 
+    @rule(ids=st.lists(st.integers(0, 39), max_size=6))
+    def evict_blocks(self, ids: list[int]) -> None:
+        """Drop hashes of random blocks (free or in use); they stay where they are."""
+        pool = self.manager.block_pool
+        ids = [i % pool.num_blocks for i in ids]
+        queue = pool.free_queue()
+        self.manager.evict_blocks(ids)
+        assert pool.free_queue() == queue
+        assert all(pool.key_of(i) is None for i in ids)
+
+    @rule(
+        index=st.integers(0, 100),
+        method=st.sampled_from(["get_new_blocks", "touch", "cache_full_blocks"]),
+        call=st.integers(1, 3),
+        admit=st.booleans(),
+    )
+    def failing_allocation(self, index: int, method: str, call: int, admit: bool) -> None:
+        """An exception injected after the ``call``-th call of a pool method: the pool
+        (free blocks in order, hash map, references) and every manager's state are
+        exactly as before the allocation (window releases happen before it, as in vLLM)."""
+        manager = self.manager
+        manager.new_step_starts()
+        if admit and self.waiting:
+            req = self.waiting[index % len(self.waiting)]
+            hit, num_hit = manager.get_computed_blocks(req)
+            num_new = min(req.num_tokens - num_hit, CHUNK_TOKENS)
+        elif self.running:
+            req = self.running[index % len(self.running)]
+            if req.num_computed_tokens >= req.num_tokens:
+                return
+            hit, num_hit = None, 0
+            num_new = min(req.num_tokens - req.num_computed_tokens, CHUNK_TOKENS)
+            manager.remove_skipped_blocks(req.request_id, req.num_computed_tokens)
+        else:
+            return
+        before = exact_state(manager)
+        pool = manager.block_pool
+        original = getattr(pool, method)
+        calls = [0]
+
+        def failing(*args: object, **kwargs: object) -> object:
+            calls[0] += 1
+            result = original(*args, **kwargs)
+            if calls[0] == call:
+                raise Injected(method)
+            return result
+
+        setattr(pool, method, failing)
+        try:
+            out = manager.allocate_slots(
+                req, num_new, num_hit, hit, num_encoder_tokens=self.encoder_tokens
+            )
+        except Injected:
+            out = None
+            assert exact_state(manager) == before
+            return
+        finally:
+            delattr(pool, method)
+        if req in self.waiting and out is not None:
+            req.num_computed_tokens = num_hit + num_new
+            self.waiting.remove(req)
+            self.running.append(req)
+        elif req in self.running:
+            if out is None:
+                self.preempt(req)
+            else:
+                req.num_computed_tokens += num_new
+
     @rule()
     def reset_prefix_cache(self) -> None:
         busy = bool(self.running)
@@ -209,11 +302,13 @@ def machine(
     specs: Callable[[], Sequence[KVCacheSpec]],
     encoder_tokens: int = 0,
     enable_events: bool = False,
+    retention: str = "vllm",
 ) -> type:
     attrs = {
         "specs": staticmethod(specs),
         "encoder_tokens": encoder_tokens,
         "enable_events": enable_events,
+        "retention": retention,
     }
     return type(name, (KVCacheMachine,), attrs)
 
@@ -232,6 +327,9 @@ EncoderDecoderMachine = machine("EncoderDecoderMachine", lambda: [full(), cross(
 EventsHybridMachine = machine(
     "EventsHybridMachine", lambda: [full(), swa(8), swa(8)], enable_events=True
 )
+DenseHybridMachine = machine(
+    "DenseHybridMachine", lambda: [full(), swa(8), mamba()], retention="dense"
+)
 
 TestFull = FullMachine.TestCase
 TestSlidingWindow = SlidingWindowMachine.TestCase
@@ -243,6 +341,7 @@ TestMixedBlockHybrid = MixedBlockHybridMachine.TestCase
 TestEncoderDecoder = EncoderDecoderMachine.TestCase
 TestSharedWindow = SharedWindowMachine.TestCase
 TestEventsHybrid = EventsHybridMachine.TestCase
+TestDenseHybrid = DenseHybridMachine.TestCase
 for _case in (
     TestFull,
     TestSlidingWindow,
@@ -254,5 +353,6 @@ for _case in (
     TestEncoderDecoder,
     TestSharedWindow,
     TestEventsHybrid,
+    TestDenseHybrid,
 ):
     _case.settings = SETTINGS

@@ -1,45 +1,40 @@
 """The block pool: block ids, reference counts, the free queue and the prefix-cache hash map.
 
-Blocks are plain integer ids ``0 .. num_blocks - 1``; block 0 is the permanent null
-block (placeholder for positions a request does not need). Per-block state lives in three
-flat lists (reference count, block hash, group id), so a fresh pool of millions of blocks
-costs 24 bytes per block and builds in milliseconds; a cached block adds its map entries.
+Blocks are plain integer ids ``0 .. num_blocks - 1``; block 0 is the permanent null block
+(placeholder for positions a request does not need). Per-block state lives in flat lists
+(reference count, block hash, group id), so a fresh pool of millions of blocks costs 24
+bytes per block and builds in milliseconds. The order of free blocks is the
+``FreeQueue``'s (vLLM's LRU by default). A cached block is found through
+``_maps[group_id][block_hash] -> block``; more blocks with the same key (duplicate content)
+wait in ``_dups[group_id][block_hash]`` and are promoted when the first goes.
 
-The order of free blocks is the ``FreeQueue``'s (free_queue.py; vLLM's LRU by default).
-Which cached block holds which hash is kept by ``PrefixCacheIndex`` (prefix_cache.py).
-
-Transactions: between ``begin`` and ``commit`` the pool journals every change
-(``("pop", blocks, evicted, token)``, ``("touch", [(block, token)])``, ``("cache", blocks)``
-and the managers' ``("call", undo, args)``, see ``record``);
-``rollback`` undoes them newest first, so the free blocks, their order, the reference
-counts and the hash map are exactly as at ``begin``.
+Transactions: between ``begin`` and ``commit`` every change is journaled (``("pop",
+blocks, evicted, token)``, ``("touch", blocks, revived, tokens)``, ``("cache", blocks)`` and the
+managers' ``("call", undo, args)``, see ``record``); ``rollback`` undoes them newest
+first, so the free blocks and their order, the references, the hash map and the tables
+are exactly as at ``begin``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
-from pagedkv.runtime.events import AllBlocksCleared, KVCacheEvent
+from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
-from pagedkv.runtime.prefix_cache import NULL_BLOCK, PrefixCacheIndex
 
-__all__ = ["NULL_BLOCK", "BlockPool", "Savepoint"]
+if TYPE_CHECKING:
+    from pagedkv.runtime.request import Request
 
-
-class Savepoint(NamedTuple):
-    """Where the pool was when a transaction began (see ``BlockPool.begin``)."""
-
-    num_events: int
+NULL_BLOCK = 0
 
 
-class BlockPool(PrefixCacheIndex):
+class BlockPool:
     """Fixed set of KV cache blocks shared by every group of a model.
 
     ``hash_block_size``: token granularity of the requests' hash chains (None: every
-    group's block size, i.e. block ``i`` uses hash ``i``). ``free_queue``: the eviction
-    order (default: vLLM's, ``LRUFreeQueue``), built for ``num_blocks``.
+    group's block size). ``free_queue``: the eviction order, built for ``num_blocks``.
     """
 
     def __init__(
@@ -74,8 +69,7 @@ class BlockPool(PrefixCacheIndex):
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
         self.event_token_ids = True  # False: BlockStored events carry no token ids
         self._journal: list[tuple[Any, ...]] | None = None
-        # Cached blocks whose hash was dropped to reuse them (or by evict_blocks): one
-        # BlockRemoved event each when events are on.
+        # Cached blocks whose hash was dropped to reuse them or by evict_blocks.
         self.num_evictions = 0
 
     # ----------------------------------------------------------------- queries
@@ -96,13 +90,41 @@ class BlockPool(PrefixCacheIndex):
         """All free blocks in the order they would be handed out (for tests and tools)."""
         return self.queue.order()
 
+    def hash_map(self, group_id: int) -> dict[Any, int]:
+        """The ``block hash -> first cached block id`` map of one group."""
+        while len(self._maps) <= group_id:
+            self._maps.append({})
+            self._dups.append({})
+        return self._maps[group_id]
+
+    def get_cached_block(self, block_hash: Any, group_ids: Sequence[int]) -> list[int] | None:
+        """One cached block per group id, or None if any group misses."""
+        out = []
+        for gid in group_ids:
+            block = self.hash_map(gid).get(block_hash)
+            if block is None:
+                return None
+            out.append(block)
+        return out
+
+    def key_of(self, block: int) -> tuple[Any, int] | None:
+        """``(block hash, group id)`` of a cached block, None if it is not cached."""
+        h = self.block_hash[block]
+        return None if h is None else (h, self.block_group[block])
+
+    def cached_blocks(self) -> dict[tuple[Any, int], list[int]]:
+        """Every ``(block hash, group id)`` key with its blocks, first-inserted first."""
+        return {
+            (h, gid): [block, *self._dups[gid].get(h, ())]
+            for gid, m in enumerate(self._maps)
+            for h, block in m.items()
+        }
+
     # ------------------------------------------------------------- allocation
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop ``num_blocks`` blocks from the head of the free queue, each with ref count 1.
-
         Cached blocks handed out lose their hash (one BlockRemoved event each).
-        NoFreeBlocksError, with nothing changed, if fewer are free.
-        """
+        NoFreeBlocksError, with nothing changed, if fewer are free."""
         if num_blocks <= 0:
             return []
         queue = self.queue
@@ -113,49 +135,41 @@ class BlockPool(PrefixCacheIndex):
         blocks, token = queue.pop(num_blocks)
         ref = self.ref_cnt
         hashes = self.block_hash
-        evicted: list[tuple[int, Any, int, int]] = []
+        evicted = []
         for block in blocks:
             ref[block] = 1
-            h = hashes[block]
-            if h is not None:
-                gid = self.block_group[block]
-                evicted.append((block, h, gid, self._drop_key(block, h, gid)))
-        if evicted:
-            self.num_evictions += len(evicted)
+            if hashes[block] is not None:
+                evicted.append((block, *self._drop_key(block)))
+        self.num_evictions += len(evicted)
         if self._journal is not None:
             self._journal.append(("pop", blocks, evicted, token))
         return blocks
 
-    def touch(self, blocks: Iterable[int]) -> None:
+    def touch(self, blocks: Sequence[int]) -> None:
         """Take one more reference on each (non-null) block; free ones leave the queue."""
         ref = self.ref_cnt
-        remove = self.queue.remove
-        touched = []
-        for block in blocks:
-            if block:
-                token = remove(block) if ref[block] == 0 else None
-                ref[block] += 1
-                touched.append((block, token))
-                if self._queue_hits:
-                    self.queue.hit(block)
+        touched = [block for block in blocks if block]
+        freed = [block for block in touched if ref[block] == 0]
+        tokens = self.queue.remove_many(freed) if freed else []
+        for block in touched:
+            ref[block] += 1
+        if self._queue_hits:
+            for block in touched:
+                self.queue.hit(block)
         if self._journal is not None:
-            self._journal.append(("touch", touched))
+            self._journal.append(("touch", touched, freed, tokens))
 
     def free_blocks(
         self, ordered_blocks: Iterable[int], priority: int = 0, evict_first: bool = False
     ) -> None:
-        """Drop one reference on each block; the first given is evicted first.
-
-        Blocks reaching zero without a hash go to the queue's uncached side (vLLM: the
-        head, reused next); cached ones to its cached side (vLLM: the tail). ``priority``
-        is the freeing request's; ``evict_first`` asks the queue to evict these cached
-        blocks before the others (the opt-in dense retention).
-        """
+        """Drop one reference on each block; the first given is evicted first. Blocks
+        reaching zero go to the queue's uncached side (vLLM: the head) or, if they keep a
+        hash, its cached side (vLLM: the tail; ``evict_first``: before the others)."""
         ref = self.ref_cnt
         hashes = self.block_hash
         caching = self.enable_caching
-        uncached = []
-        cached = []
+        uncached: list[int] = []
+        cached: list[int] = []
         for block in ordered_blocks:
             if block:
                 count = ref[block] - 1
@@ -170,6 +184,71 @@ class BlockPool(PrefixCacheIndex):
         if cached:
             self.queue.push_cached(cached, priority, evict_first)
 
+    # ---------------------------------------------------------------- caching
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: Sequence[int],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        group_id: int,
+        keep: set[int] | None = None,
+    ) -> None:
+        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hash (the request's chain
+        hash at the block's end), skipping null blocks and indices not in ``keep``."""
+        if num_cached_blocks >= num_full_blocks:
+            return
+        hashes = request.block_hashes
+        scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
+        m = self.hash_map(group_id)
+        block_hash = self.block_hash
+        stored = []
+        for i in range(num_cached_blocks, num_full_blocks):
+            block = blocks[i]
+            if block == NULL_BLOCK or block_hash[block] is not None:
+                continue
+            if keep is not None and i not in keep:
+                continue
+            h = hashes[(i + 1) * scale - 1]
+            block_hash[block] = h
+            self.block_group[block] = group_id
+            if h in m:
+                self._dups[group_id].setdefault(h, []).append(block)
+            else:
+                m[h] = block
+            stored.append(block)
+        if self._journal is not None:
+            self._journal.append(("cache", stored))
+        if self._events is not None:
+            first, end = num_cached_blocks, num_full_blocks
+            self._events.append(
+                BlockStored(
+                    block_hashes=[block_hash[b] for b in stored],
+                    parent_block_hash=hashes[first * scale - 1] if first > 0 else None,
+                    token_ids=request.all_token_ids[first * block_size : end * block_size]
+                    if self.event_token_ids
+                    else [],
+                    block_size=block_size,
+                    lora_id=None if request.lora is None else request.lora.id,
+                    medium=self.medium,
+                    lora_name=request.lora_name,
+                    group_idx=group_id,
+                )
+            )
+
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        """Drop the hash of each block (in use or not); the blocks stay where they are."""
+        for block in block_ids:
+            if not isinstance(block, int) or not 0 <= block < self.num_blocks:
+                raise KVCacheRuntimeError(
+                    f"evict_blocks: block id {block!r} is outside the pool "
+                    f"(0 .. {self.num_blocks - 1})"
+                )
+            if self.block_hash[block] is not None:
+                self.num_evictions += 1
+                self._drop_key(block)
+
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refused (False) while any block is in use. The free
         queue keeps its order."""
@@ -177,10 +256,44 @@ class BlockPool(PrefixCacheIndex):
             return False
         self._maps = []
         self._dups = []
-        self.block_hash = [None] * self.num_blocks
+        self.block_hash[:] = [None] * self.num_blocks
         if self._events is not None:
             self._events.append(AllBlocksCleared())
         return True
+
+    def _drop_key(self, block: int) -> tuple[Any, int, int]:
+        """Uncache ``block``; returns its key and its index among the key's blocks (0: the
+        one lookups return), for ``_restore_key``."""
+        h, gid = self.block_hash[block], self.block_group[block]
+        self.block_hash[block] = None
+        m, dups = self._maps[gid], self._dups[gid]
+        others = dups.get(h)
+        index = 0
+        if m.get(h) == block:
+            if others:
+                m[h] = others.pop(0)
+            else:
+                del m[h]
+        elif others is not None:
+            index = others.index(block) + 1
+            del others[index - 1]
+        if others == []:
+            del dups[h]
+        if self._events is not None:
+            self._events.append(BlockRemoved(block_hashes=[h], medium=self.medium, group_idx=gid))
+        return h, gid, index
+
+    def _restore_key(self, block: int, h: Any, gid: int, index: int) -> None:
+        self.block_hash[block] = h
+        self.block_group[block] = gid
+        m = self.hash_map(gid)
+        if h not in m:
+            m[h] = block
+        elif index == 0:
+            self._dups[gid].setdefault(h, []).insert(0, m[h])
+            m[h] = block
+        else:
+            self._dups[gid].setdefault(h, []).insert(index - 1, block)
 
     def take_events(self) -> list[KVCacheEvent]:
         """Events since the last call (empty when events are disabled)."""
@@ -191,10 +304,10 @@ class BlockPool(PrefixCacheIndex):
         return events
 
     # ------------------------------------------------------------ transactions
-    def begin(self) -> Savepoint:
-        """Start journaling changes so ``rollback`` can undo them."""
+    def begin(self) -> int:
+        """Start journaling changes; returns the savepoint ``rollback`` takes."""
         self._journal = []
-        return Savepoint(len(self._events) if self._events is not None else 0)
+        return len(self._events) if self._events is not None else 0
 
     def commit(self) -> None:
         self._journal = None
@@ -205,32 +318,30 @@ class BlockPool(PrefixCacheIndex):
         if self._journal is not None:
             self._journal.append(("call", undo, args))
 
-    def rollback(self, savepoint: Savepoint) -> None:
-        """Undo everything since ``begin``, newest first: popped blocks go back to the
-        head of the queue with their hash and map position, touched ones are released
-        (free ones back at their queue position), hashes given are taken back."""
+    def rollback(self, savepoint: int) -> None:
+        """Undo everything since ``begin``, newest first."""
         journal = self._journal or []
         self._journal = None
-        ref = self.ref_cnt
-        queue = self.queue
         for entry in reversed(journal):
             kind = entry[0]
             if kind == "pop":
-                for block, h, gid, index in reversed(entry[2]):
-                    self._restore_key(block, h, gid, index)
+                for evicted in reversed(entry[2]):
+                    self._restore_key(*evicted)
                 self.num_evictions -= len(entry[2])
                 for block in entry[1]:
-                    ref[block] = 0
-                queue.unpop(entry[1], entry[3])
+                    self.ref_cnt[block] = 0
+                self.queue.unpop(entry[1], entry[3])
             elif kind == "touch":
-                for block, token in reversed(entry[1]):
-                    ref[block] -= 1
-                    if token is not None:
-                        queue.reinsert(block, token)
+                for block in reversed(entry[1]):
+                    self.ref_cnt[block] -= 1
+                    if self._queue_hits:
+                        self.queue.unhit(block)
+                for block, token in zip(reversed(entry[2]), reversed(entry[3])):
+                    self.queue.reinsert(block, token)
             elif kind == "call":
                 entry[1](*entry[2])
             else:  # "cache"
                 for block in reversed(entry[1]):
-                    self._drop_key(block, self.block_hash[block], self.block_group[block])
+                    self._drop_key(block)
         if self._events is not None:
-            del self._events[savepoint.num_events :]
+            del self._events[savepoint:]

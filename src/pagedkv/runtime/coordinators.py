@@ -3,7 +3,6 @@ cache-hit searches into one hit length valid for every group."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +40,21 @@ def manager_class_for(group: KVCacheGroupSpec, group_id: int) -> type[SingleType
     return manager_cls
 
 
-class KVCacheCoordinator(ABC):
-    """Owns the block pool and the managers; subclasses decide how hits are searched."""
+@dataclass(frozen=True)
+class SpecGroup:
+    """Groups with equal spec and manager class, looked up together (all must hit)."""
+
+    spec: KVCacheSpec
+    group_ids: tuple[int, ...]
+    manager_cls: type[SingleTypeKVCacheManager]
+
+
+class KVCacheCoordinator:
+    """Owns the block pool and one manager per group, and combines the groups' cache-hit
+    searches (vLLM's fixed point): downward-closed kinds (full attention) are searched
+    once, first; each other kind is searched within the current bound; the passes repeat
+    until no kind shortens the hit (one pass with one downward-closed kind plus one other,
+    or a single kind). Every kind rounds down to ``alignment_tokens``."""
 
     def __init__(
         self,
@@ -67,78 +79,20 @@ class KVCacheCoordinator(ABC):
             enable_events,
             free_queue=free_queue,
         )
-        self.managers: list[SingleTypeKVCacheManager] = []
-        for gid, group in enumerate(kv_cache_config.kv_cache_groups):
-            manager_cls = manager_class_for(group, gid)
-            self.managers.append(
-                manager_cls(
-                    group_behaviour_spec(group),
-                    self.block_pool,
-                    kv_cache_group_id=gid,
-                    enable_caching=enable_caching,
-                    hash_block_size=hash_block_size,
-                    alignment_tokens=alignment_tokens,
-                    max_model_len=max_model_len,
-                    in_flight_tokens=in_flight_tokens,
-                    retention=retention,
-                )
-            )
-
-    @abstractmethod
-    def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
-    ) -> tuple[list[list[int]], int, int]:
-        """Hit blocks per group, the hit length in tokens (valid for every group) and the
-        longest prefix some group had cached (> hit when another group cut it short)."""
-
-
-class NoPrefixCacheCoordinator(KVCacheCoordinator):
-    """Prefix caching off: never a hit. Any number of groups, including none."""
-
-    def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
-    ) -> tuple[list[list[int]], int, int]:
-        return [[] for _ in self.managers], 0, 0
-
-
-class UnitaryCoordinator(KVCacheCoordinator):
-    """One group: its manager's search is the answer."""
-
-    def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
-    ) -> tuple[list[list[int]], int, int]:
-        manager = self.managers[0]
-        lists, hit = type(manager).find_longest_cache_hit(
-            HitQuery(
-                block_hashes,
-                max_length,
-                (0,),
+        self.managers: list[SingleTypeKVCacheManager] = [
+            manager_class_for(group, gid)(
+                group_behaviour_spec(group),
                 self.block_pool,
-                manager.kv_cache_spec,
-                self.alignment_tokens,
-                self.hash_block_size,
+                kv_cache_group_id=gid,
+                enable_caching=enable_caching,
+                hash_block_size=hash_block_size,
+                alignment_tokens=alignment_tokens,
+                max_model_len=max_model_len,
+                in_flight_tokens=in_flight_tokens,
+                retention=retention,
             )
-        )
-        return lists, hit, hit
-
-
-@dataclass(frozen=True)
-class SpecGroup:
-    """Groups with equal spec and manager class, looked up together (all must hit)."""
-
-    spec: KVCacheSpec
-    group_ids: tuple[int, ...]
-    manager_cls: type[SingleTypeKVCacheManager]
-
-
-class HybridCoordinator(KVCacheCoordinator):
-    """Several kinds. Downward-closed kinds (full attention) are searched once, first;
-    each other kind is then searched within the current bound, and the passes repeat
-    until no kind shortens the hit. Every kind rounds down to ``alignment_tokens``
-    (the LCM of the block sizes), so the result is a multiple of every block size."""
-
-    def __init__(self, kv_cache_config: KVCacheConfig, **kwargs: Any) -> None:
-        super().__init__(kv_cache_config, **kwargs)
+            for gid, group in enumerate(kv_cache_config.kv_cache_groups)
+        ]
         by_key: dict[tuple[Any, type], list[int]] = {}
         for gid, manager in enumerate(self.managers):
             if manager.enable_caching:
@@ -146,7 +100,6 @@ class HybridCoordinator(KVCacheCoordinator):
         groups = [SpecGroup(spec, tuple(ids), cls) for (spec, cls), ids in by_key.items()]
         # Stable sort: downward-closed kinds first, otherwise in group order.
         self.spec_groups = sorted(groups, key=lambda g: not g.manager_cls.downward_closed_hits)
-        # One downward-closed kind plus one other: one pass settles the hit (as in vLLM).
         self._one_pass = (
             len(self.spec_groups) == 2 and self.spec_groups[0].manager_cls.downward_closed_hits
         )
@@ -154,14 +107,31 @@ class HybridCoordinator(KVCacheCoordinator):
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
     ) -> tuple[list[list[int]], int, int]:
+        """Hit blocks per group, the hit length in tokens (valid for every group) and the
+        longest prefix some group had cached (> hit when another group cut it short)."""
         lists: list[list[int]] = [[] for _ in self.managers]
+        if len(self.spec_groups) <= 1:  # no caching, or one kind: its search is the answer
+            if not self.spec_groups:
+                return lists, 0, 0
+            sg = self.spec_groups[0]
+            found, hit = sg.manager_cls.find_longest_cache_hit(
+                HitQuery(
+                    block_hashes,
+                    max_length,
+                    sg.group_ids,
+                    self.block_pool,
+                    sg.spec,
+                    self.alignment_tokens,
+                    self.hash_block_size,
+                )
+            )
+            for gid, blocks in zip(sg.group_ids, found):
+                lists[gid] = blocks
+            return lists, hit, hit
         candidate = max_length
         longest = 0
         searched_once: dict[int, int] = {}
         pool, align, hash_bs = self.block_pool, self.alignment_tokens, self.hash_block_size
-        query = HitQuery(
-            block_hashes, max_length, (), pool, self.managers[0].kv_cache_spec, align, hash_bs
-        )
         while True:
             current = candidate
             for index, sg in enumerate(self.spec_groups):
@@ -169,15 +139,14 @@ class HybridCoordinator(KVCacheCoordinator):
                     current = min(current, searched_once[index])
                     continue
                 found, hit = sg.manager_cls.find_longest_cache_hit(
-                    query._replace(max_length=current, group_ids=sg.group_ids, spec=sg.spec)
+                    HitQuery(block_hashes, current, sg.group_ids, pool, sg.spec, align, hash_bs)
                 )
                 for gid, blocks in zip(sg.group_ids, found):
                     lists[gid] = blocks
                 if sg.manager_cls.downward_closed_hits:
                     searched_once[index] = hit
                 current = hit
-                if hit > longest:
-                    longest = hit
+                longest = max(longest, hit)
             if current >= candidate:
                 break
             candidate = current
@@ -189,6 +158,18 @@ class HybridCoordinator(KVCacheCoordinator):
             for gid in sg.group_ids:
                 del lists[gid][keep:]
         return lists, candidate, longest
+
+
+class NoPrefixCacheCoordinator(KVCacheCoordinator):
+    """Prefix caching off: never a hit. Any number of groups, including none."""
+
+
+class UnitaryCoordinator(KVCacheCoordinator):
+    """One group: its manager's search is the answer."""
+
+
+class HybridCoordinator(KVCacheCoordinator):
+    """Several kinds, combined by the fixed point."""
 
 
 def make_coordinator(kv_cache_config: KVCacheConfig, **kwargs: Any) -> KVCacheCoordinator:

@@ -12,9 +12,10 @@ vLLM 0.33's order and the default. The pool calls, and only these:
   ``priority`` is the freeing request's (vLLM: lower value = more important);
   ``evict_first`` asks to evict them before every other cached block (the opt-in dense
   retention's out-of-window blocks);
-* ``remove(block)``: a cache hit revives a free cached block; returns a position token;
+* ``remove(block)`` (``remove_many(blocks)`` per touch): a cache hit revives a free cached
+  block; returns a position token;
 * ``hit(block)``: a cache hit on any block, called only if ``wants_hits`` (LRU does not
-  pay for it on the hot path);
+  pay for it on the hot path; ``unhit`` undoes it);
 * ``order()``: every free block, head first (tests and tools).
 
 Undo: while an allocation is open the pool journals each ``pop`` and ``remove``. A
@@ -63,12 +64,19 @@ class FreeQueue(ABC):
     def remove(self, block: int) -> Any:
         """Take a free block out of the queue (a cache hit); returns a position token."""
 
+    def remove_many(self, blocks: Sequence[int]) -> list[Any]:
+        """``remove`` of each block in order (one call per touch; override to batch)."""
+        return [self.remove(block) for block in blocks]
+
     @abstractmethod
     def reinsert(self, block: int, token: Any) -> None:
         """Undo of ``remove``: ``block`` back at the position ``token`` records."""
 
     def hit(self, block: int) -> None:  # noqa: B027 - optional hook
         """A cache hit on ``block`` (free or in use); called only if ``wants_hits``."""
+
+    def unhit(self, block: int) -> None:  # noqa: B027 - optional hook
+        """Undo of ``hit`` (a rolled-back allocation); called only if ``wants_hits``."""
 
     @abstractmethod
     def order(self) -> list[int]:
@@ -157,6 +165,9 @@ class LRUFreeQueue(FreeQueue):
 
     def remove(self, block: int) -> Any:
         return self._lru.pop(block)  # only cached blocks are hit; they are in the LRU part
+
+    def remove_many(self, blocks: Sequence[int]) -> list[Any]:
+        return list(map(self._lru.pop, blocks))
 
     def reinsert(self, block: int, token: Any) -> None:
         lru = self._lru

@@ -278,8 +278,9 @@ class KVCacheManager:
             if needed + self._reserve(running, has_scheduled_reqs) > pool.num_free_blocks:
                 return None
         if running:
-            for m in self._skipping:
-                m.remove_skipped_blocks(request_id, total_computed)
+            if self._skipping:
+                for m in self._skipping:
+                    m.remove_skipped_blocks(request_id, total_computed)
             if self._growth is not None:
                 # Fast path (bench_hot_path: most decode steps change nothing): every kind
                 # grows plainly, by cdiv(tokens, block_size) - len(table) blocks.

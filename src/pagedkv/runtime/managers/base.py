@@ -180,8 +180,9 @@ class SingleTypeKVCacheManager(ABC):
         keep = None
         if self.dense:
             # Every block is cached; those a boundary hit needs keep LRU order when freed.
-            self._retained[request_id] = self._reachable_blocks(
-                request, 0, num_full, request.num_cached_tokens
+            self.block_pool.record(self._set_retained, request_id, self._retained.get(request_id))
+            self._set_retained(
+                request_id, self._reachable_blocks(request, 0, num_full, request.num_cached_tokens)
             )
         elif self.sparse_retention:
             keep = self._reachable_blocks(request, num_cached, num_full)
@@ -277,6 +278,12 @@ class SingleTypeKVCacheManager(ABC):
         self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
         self._retained.pop(request_id, None)
+
+    def _set_retained(self, request_id: str, retained: set[int] | None) -> None:
+        if retained is None:
+            self._retained.pop(request_id, None)
+        else:
+            self._retained[request_id] = retained
 
     @staticmethod
     def _truncate(table: list[int], length: int) -> None:
