@@ -332,10 +332,8 @@ def _full_allocation_fallback(
     uniform-type group; otherwise a PlanningError naming the layer that does not fit."""
     specs = kv_cache_spec.values()
     mla = any(isinstance(s, MLAAttentionSpec) for s in specs)
-    other_local = any(
-        isinstance(s, SlidingWindowMLASpec | ChunkedLocalAttentionSpec) for s in specs
-    )
-    if mla and not other_local and any(isinstance(s, SlidingWindowSpec) for s in specs):
+    local = any(isinstance(s, SlidingWindowMLASpec | ChunkedLocalAttentionSpec) for s in specs)
+    if mla and not local and any(isinstance(s, SlidingWindowSpec) for s in specs):
         single = single_group({n: promote_to_full(s, None) for n, s in kv_cache_spec.items()})
         if single is not None:
             return single
