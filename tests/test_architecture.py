@@ -211,6 +211,18 @@ def test_registry_imports_only_the_bootstrap_by_name() -> None:
     assert names <= {"pagedkv.bootstrap"}, names
 
 
+def test_core_names_the_builders_extension_only_in_the_rule_table() -> None:
+    # The core selects pagedkv.builders by name (config.KV_CACHE_GROUPING_RULES), never imports it.
+    core = [PACKAGE / f"{m}.py" for m in ("dtypes", "config", "errors", "registry")]
+    for package in ("specs", "platforms", "planning", "runtime"):
+        core += sorted((PACKAGE / package).rglob("*.py"))
+    naming = [p.relative_to(PACKAGE) for p in core if "pagedkv.builders" in p.read_text()]
+    assert naming == [Path("config.py")], naming
+    assert not [
+        i for p in core for i in collect_imports(p, SRC) if i.target.startswith("pagedkv.builders")
+    ]
+
+
 def test_every_package_directory_has_a_layer() -> None:
     for path in PACKAGE.rglob("*.py"):
         assert layer_of(module_name(path, SRC)) in ALLOWED, path
