@@ -19,7 +19,8 @@ from typing import NamedTuple
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import PlanningError
-from pagedkv.planning.grouping import (
+from pagedkv.planning.grouping import vllm_group_size
+from pagedkv.planning.pages import (
     Bucket,
     Fit,
     can_pad,
@@ -27,7 +28,6 @@ from pagedkv.planning.grouping import (
     is_state_spec,
     mamba_aligned_block_size,
     unify_pages,
-    vllm_group_size,
     vllm_page,
 )
 from pagedkv.specs.base import KVCacheSpec, cdiv
