@@ -45,6 +45,8 @@ _DTYPES: tuple[tuple[KVCacheDtype, tuple[str, ...]], ...] = (
     (KVCacheDtype("int8_per_token_head", 8, 4, 0, is_float=False), ()),
     (KVCacheDtype("fp8_per_token_head", 8, 4, 0), ()),
     (KVCacheDtype("int4_per_token_head", 4, 4, 0, is_float=False), ("int4",)),
+    # DeepSeek's packed MLA format; models/ sizes its 656-byte token blob (MLA only).
+    (KVCacheDtype("fp8_ds_mla", 8), ()),
     # NVFP4: 4-bit elements with one 1-byte (e4m3) scale per 16 elements.
     (KVCacheDtype("nvfp4", 4, 1, 16), ("fp4",)),
 )

@@ -44,7 +44,10 @@ def run_json(*args: str) -> dict[str, Any]:
 def test_plan_json_matches_the_planner() -> None:
     out = run_json("plan", "Llama-3.1-8B", "--gpu", "H100-80GB", "--max-model-len", "32768")
     layout = describe_model("Llama-3.1-8B", use_transformers=False)
-    config = engine_config_for(layout, max_model_len=32768)
+    # vllm serve's defaults on a >= 70 GiB GPU other than an A100.
+    config = engine_config_for(
+        layout, max_model_len=32768, max_num_seqs=1024, max_num_batched_tokens=8192
+    )
     budgets = memory_budgets(
         layout, config, device_bytes=get_gpu("H100-80GB").planning_memory_bytes
     )
@@ -64,10 +67,14 @@ def test_plan_json_matches_the_planner() -> None:
         == budgets[0].kv_cache_bytes
         == (memory["usable_bytes"] - memory["weight_bytes"] - memory["activation_bytes"])
     )
-    at_max = out["max_concurrency"][0]
+    at_max = out["concurrency_by_context_len"][0]
     assert at_max["context_len"] == 32768
     assert at_max["max_concurrency"] == plan.max_concurrency[0].max_concurrency
-    assert {p["context_len"] for p in out["max_concurrency"]} == {1024, 4096, 16384, 32768}
+    assert out["max_concurrency"] == plan.max_concurrency[0].vllm_max_concurrency
+    assert out["schema_version"] == 2
+    assert (out["max_num_seqs"], out["max_num_batched_tokens"]) == (1024, 8192)
+    table = out["concurrency_by_context_len"]
+    assert {p["context_len"] for p in table} == {1024, 4096, 16384, 32768}
     # The largest length that fits comes from the planner's auto-fit, capped at the model's limit.
     available = [b.kv_cache_bytes for b in budgets]
     auto = config.replace(max_model_len=-1)
@@ -80,9 +87,10 @@ def test_kv_cache_memory_skips_the_estimate() -> None:
     # Reference 8.1: 40 GiB / 2 MiB = 20,480 blocks; 8,192 per 131,072-token request.
     assert out["num_blocks"] == 20480
     assert out["memory"]["given"] is True and out["memory"]["kv_cache_bytes"] == 40 * 2**30
-    point = out["max_concurrency"][0]
+    point = out["concurrency_by_context_len"][0]
     assert point["blocks_per_request"] == 8192 and point["vllm_max_concurrency"] == 2.5
-    assert 2048 in {p["context_len"] for p in out["max_concurrency"]}
+    assert out["max_concurrency"] == 2.5  # vLLM's "Maximum concurrency" line
+    assert 2048 in {p["context_len"] for p in out["concurrency_by_context_len"]}
 
 
 def test_hybrid_mamba_plan_matches_reference_example() -> None:
@@ -124,7 +132,6 @@ def test_default_plan_is_readable() -> None:
         (["plan", "Llama-3.1-8B", "--gpu", "H100", "--memory", "80GB"], "--gpu and --memory"),
         (["plan", "Llama-3.1-8B", "--memory", "lots"], "--memory: cannot read 'lots'"),
         (["plan", "Llama-3.1-8B", "--gpu", "V100"], "GPU 'V100' is not in the GPU table"),
-        (["plan", "Llama-3.1-8B", "--kv-cache-dtype", "fp3"], "unknown KV cache dtype 'fp3'"),
         (["plan", "Llama-3.1-8B", "--memory", "24GB"], "the largest max_model_len that fits is"),
         (["plan", "Kimi-K2-Instruct", "--gpu", "L4"], "no memory left for the KV cache"),
         (["plan", "t5-small", "--pp", "9"], "pipeline_parallel_size (9) is larger"),
@@ -232,7 +239,7 @@ def test_max_groups_bounds_the_hybrid_grouping(
     monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
     vllm = plan_in_process(capsys, "gemma-3-27b-it")
     assert (vllm["num_groups"], vllm["alternatives"]) == (7, [])  # vLLM's rule by default
-    assert round(vllm["max_concurrency"][0]["bytes_per_request"] / 2**30, 2) == 14.23
+    assert round(vllm["concurrency_by_context_len"][0]["bytes_per_request"] / 2**30, 2) == 14.23
     least_waste = ("gemma-3-27b-it", "--grouping", "least-waste")
     default = plan_in_process(capsys, *least_waste)
     assert default["num_groups"] == 13  # 52 sliding + 10 full layers, 5 per group
@@ -244,7 +251,9 @@ def test_max_groups_bounds_the_hybrid_grouping(
     assert all(a["within_budget"] for a in widest["alternatives"])
     narrow = plan_in_process(capsys, *least_waste, "--max-groups", "7")
     assert narrow["num_groups"] == 7
-    per_request = [p["max_concurrency"][0]["bytes_per_request"] for p in (widest, default, narrow)]
+    per_request = [
+        p["concurrency_by_context_len"][0]["bytes_per_request"] for p in (widest, default, narrow)
+    ]
     assert per_request == sorted(per_request) and len(set(per_request)) == 3
     llama = plan_in_process(
         capsys, "Llama-3.1-8B", "--grouping", "least-waste", "--max-groups", "1"
@@ -279,6 +288,7 @@ def test_groups_table_waste_share_is_the_planners(
     # gemma-3-27b-it on H200: one sliding group leaves layer slots of a block id empty, so
     # waste over the group's own page (25%) differs from the planner's waste over a block id
     monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
+    monkeypatch.setenv("COLUMNS", "120")  # one table row per line (at 80 the cell wraps)
     data = plan_in_process(capsys, "gemma-3-27b-it", "--gpu", "H200")
     assert main(["plan", "gemma-3-27b-it", "--gpu", "H200"]) == 0
     text = capsys.readouterr().out

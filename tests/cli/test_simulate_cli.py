@@ -91,17 +91,18 @@ def test_human_summary_and_sweep_tables():
 
 
 def test_defaults_with_bound_and_a_planned_sweep():
-    # no model, trace or size: Llama-3.1-8B, Mooncake, the H100-80GB plan (28,535 blocks)
+    # no model, trace or size: Llama-3.1-8B, Mooncake, the H100-80GB plan
+    # (with the replay's 64 seqs in the activation reserve: 28,582 blocks)
     proc = _run("simulate", "--limit", "3", "--bound", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert (data["model"], data["trace"]) == ("Llama-3.1-8B", "mooncake_conversation")
-    assert data["num_blocks"] == 28535 and data["requests_done"] == 3
+    assert data["num_blocks"] == 28582 and data["requests_done"] == 3
     assert data["bound_hit_rate"] >= data["hit_rate"]
     proc = _run("simulate", "--limit", "3", "--sweep", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["sweep"]
-    assert [r["num_blocks"] for r in rows] == [3566, 7133, 14267, 28535, 57070, 114140]
+    assert [r["num_blocks"] for r in rows] == [3572, 7145, 14291, 28582, 57164, 114328]
 
 
 def test_num_blocks_too_small_for_an_explicit_max_model_len_is_a_one_line_error():
@@ -113,6 +114,8 @@ def test_num_blocks_too_small_for_an_explicit_max_model_len_is_a_one_line_error(
 
 def test_gpu_sizes_the_cache_as_plan_does():
     shared = ("Llama-3.1-8B", "--gpu", "A100-40GB", "--tp", "2", "--block-size", "32", "--json")
+    # The same scheduler limits: they size the activation reserve in both.
+    shared += ("--max-num-seqs", "64", "--max-num-batched-tokens", "8192")
     proc = _run("simulate", *shared, "--trace", "synthetic:3:1")
     assert proc.returncode == 0, proc.stderr
     simulated = json.loads(proc.stdout)

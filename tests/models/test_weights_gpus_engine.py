@@ -79,7 +79,7 @@ def test_gpu_table() -> None:
     assert h100.memory_bytes == 80 * 10**9
     assert h100.planning_memory_bytes == 80 * 2**30  # HBM stacks are binary-sized
     assert get_gpu("L4").planning_memory_bytes == 24 * 10**9  # GDDR: the decimal figure
-    assert get_gpu("H100") is h100  # unique prefix
+    assert get_gpu("H100 SXM5") is h100  # an alias
     a100 = get_gpu("A100-40GB")
     assert a100.planning_memory_bytes == 42_405_855_232  # observed usable memory
     with pytest.raises(ConfigError, match="ambiguous"):

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 import typer
+from typer._click.exceptions import ClickException, UsageError
 
 from pagedkv.cli.catalog import gpus_command, models_command
 from pagedkv.cli.common import stderr_console
@@ -21,9 +22,18 @@ app = typer.Typer(
     name="pagedkv",
     help="Plan and inspect the paged KV cache of LLM inference engines.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from pagedkv._version import __version__
+
+        print(f"pagedkv {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -31,14 +41,39 @@ def _root(
     debug: bool = typer.Option(
         False, "--debug", help="Show tracebacks on errors (accepted by every command)."
     ),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
 ) -> None:
     """Plan and inspect the paged KV cache of LLM inference engines."""
 
 
-app.command("plan")(plan_command)
-app.command("simulate")(simulate_command)
-app.command("models")(models_command)
-app.command("gpus")(gpus_command)
+app.command("plan", short_help="Plan a model's KV cache on a GPU.")(plan_command)
+app.command("simulate", short_help="Replay a trace through the KV cache.")(simulate_command)
+app.command("models", short_help="List the bundled model configs.")(models_command)
+app.command("gpus", short_help="List the GPU table and its aliases.")(gpus_command)
+
+
+def _usage_line(exc: UsageError) -> str:
+    """Click's usage error as one line, naming the command's --help."""
+    message = " ".join(exc.format_message().split())
+    command = exc.ctx.command_path if exc.ctx is not None else "pagedkv"
+    return f"{message} (see '{command} --help')"
+
+
+def _one_line(exc: Exception) -> tuple[str, int]:
+    """The error line and exit code: 2 for usage errors, 1 for bad input and the rest."""
+    if isinstance(exc, UsageError):
+        return _usage_line(exc), 2
+    if isinstance(exc, ClickException):
+        return exc.format_message(), int(exc.exit_code)
+    if isinstance(exc, PagedKVError):
+        return str(exc), 1
+    return f"{type(exc).__name__}: {exc} (run with --debug for the traceback)", 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,26 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except typer.Abort:
         stderr_console().print("aborted")
         return 1
-    except typer.TyperException as exc:  # typer vendors click: usage errors land here
-        if debug:
-            raise
-        show = getattr(exc, "show", None)
-        if show is None:
-            stderr_console().print(f"error: {exc}", markup=False)
-        else:
-            show()
-        return int(getattr(exc, "exit_code", 2))
-    except PagedKVError as exc:
-        if debug:
-            raise
-        stderr_console().print(f"error: {exc}", markup=False)
-        return 1
     except Exception as exc:
         if debug:
             raise
-        stderr_console().print(
-            f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
-            markup=False,
-        )
-        return 1
+        message, code = _one_line(exc)
+        stderr_console().print(f"error: {message}", markup=False)
+        return code
     return result if isinstance(result, int) else 0

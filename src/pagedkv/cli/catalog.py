@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import typer
@@ -33,8 +34,10 @@ def models_command(
         print(json.dumps(rows, indent=2))
         return
     table = Table(title="Bundled models")
-    for column in ("model", "layers by kind", "params", "dtype", "max len"):
-        table.add_column(column, justify="right" if column in ("params", "max len") else "left")
+    table.add_column("model", overflow="fold")
+    table.add_column("layers by kind", overflow="fold")
+    for column in ("params", "dtype", "max len"):
+        table.add_column(column, justify="left" if column == "dtype" else "right", no_wrap=True)
     for row in rows:
         kinds = ", ".join(f"{n} {k}" for k, n in row["layer_kinds"].items())
         length = f"{row['max_model_len']:,}" if row["max_model_len"] else "-"
@@ -45,7 +48,8 @@ def models_command(
 def gpus_command(
     json_output: bool = typer.Option(False, "--json", help="Print a JSON list."),
 ) -> None:
-    """List the bundled GPU table (memory the plans use, bandwidth, confidence)."""
+    """List the bundled GPU table (memory the plans use, bandwidth, aliases); --json adds
+    memory type, confidence and the rest."""
     gpus = list_gpus()
     if json_output:
         print(
@@ -55,18 +59,20 @@ def gpus_command(
             )
         )
         return
-    table = Table(title="Bundled GPUs")
-    for column in ("gpu", "memory", "plans use", "bandwidth", "type", "confidence"):
-        table.add_column(
-            column, justify="right" if column in ("memory", "plans use", "bandwidth") else "left"
-        )
+    table = Table(title="Bundled GPUs (`--gpu` takes a name or an alias)")
+    table.add_column("gpu", no_wrap=True)
+    for column in ("memory", "plans use", "bandwidth"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("aliases", overflow="fold")
+    shared = Counter(alias for g in gpus for alias in g.aliases)
     for g in gpus:
+        aliases = [f"{a}*" if shared[a] > 1 else a for a in g.aliases]
         table.add_row(
             g.name,
             f"{g.memory_bytes / 1e9:g} GB",
             format_bytes(g.planning_memory_bytes),
             f"{g.bandwidth_bytes_per_s / 1e12:.2f} TB/s" if g.bandwidth_bytes_per_s else "-",
-            g.memory_type,
-            g.confidence,
+            ", ".join(aliases),
         )
+    table.caption = "* shared by several entries: ambiguous, `--gpu` asks you to pick one"
     stdout_console().print(table)

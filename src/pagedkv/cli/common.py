@@ -4,50 +4,47 @@ from __future__ import annotations
 
 import re
 
-import typer
 from rich.console import Console
 
 from pagedkv.errors import ConfigError
 
 DEFAULT_GPU = "H100-80GB"
 
-# Options that `plan` and `simulate` take with the same meaning.
-TP_OPTION = typer.Option(1, "--tp", min=1, help="Tensor parallel size.")
-PP_OPTION = typer.Option(1, "--pp", min=1, help="Pipeline parallel size.")
-BLOCK_SIZE_OPTION = typer.Option(16, "--block-size", min=1, help="Tokens per block.")
-JSON_OPTION = typer.Option(False, "--json", help="Print one JSON object.")
-
 _UNITS = {
     "": 1,
     "b": 1,
-    "k": 10**3,
     "kb": 10**3,
-    "m": 10**6,
     "mb": 10**6,
-    "g": 10**9,
     "gb": 10**9,
-    "t": 10**12,
     "tb": 10**12,
     "kib": 2**10,
     "mib": 2**20,
     "gib": 2**30,
     "tib": 2**40,
 }
+# One-letter suffixes as vLLM reads them: lowercase decimal, uppercase binary.
+_LETTERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_LETTERS |= {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+# Nothing pagedkv plans has a petabyte per device; larger figures are typos.
+MAX_BYTES = 2**50
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
 def parse_bytes(text: str, option: str) -> int:
-    """``80GiB``, ``80GB`` (decimal), ``1.5e9`` or a plain integer, as bytes."""
+    """``80GiB``, ``80GB`` (decimal), ``40G`` (vLLM: GiB), ``1.5e9`` or an integer, as bytes."""
     match = _SIZE.match(text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _UNITS:
+    unit = match.group(2) if match else ""
+    scale = _LETTERS.get(unit) or _UNITS.get(unit.lower())
+    if match is None or scale is None:
         raise ConfigError(
             f"{option}: cannot read {text!r} as a size (examples: 80GiB, 80GB, 85899345920)"
         )
-    value = int(float(match.group(1)) * _UNITS[unit])
-    if value <= 0:
-        raise ConfigError(f"{option}: size must be positive, got {text!r}")
-    return value
+    value = float(match.group(1)) * scale
+    if not 1 <= value <= MAX_BYTES:
+        raise ConfigError(
+            f"{option}: size must be between 1 byte and {MAX_BYTES:,} bytes (1 PiB), got {text!r}"
+        )
+    return int(value)
 
 
 def format_bytes(num_bytes: float) -> str:
@@ -67,11 +64,8 @@ def format_int(value: int) -> str:
 
 
 def stdout_console() -> Console:
-    """Rich output; when piped, wide enough that tables never truncate."""
-    console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=False, width=120)
-    return console
+    """Rich output at the terminal's width, or ``$COLUMNS`` (80 if unset) when piped."""
+    return Console(highlight=False, soft_wrap=False)
 
 
 def stderr_console() -> Console:

@@ -2,149 +2,26 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
-from pagedkv.cli.common import (
+from pagedkv.cli.common import DEFAULT_GPU
+from pagedkv.cli.options import (
     BLOCK_SIZE_OPTION,
-    DEFAULT_GPU,
     JSON_OPTION,
+    KV_CACHE_DTYPE_OPTION,
+    MAX_MODEL_LEN_OPTION,
+    PLATFORM_OPTION,
     PP_OPTION,
+    PREFIX_CACHING_OPTION,
+    REVISION_OPTION,
     TP_OPTION,
-    format_bytes,
-    parse_bytes,
+    check_hash_algo,
+    parse_max_model_len,
 )
-from pagedkv.config import EngineConfig, ModelConfig
-from pagedkv.errors import ConfigError, InsufficientMemoryError, PlanningError
-from pagedkv.models import (
-    GPU,
-    MemoryBudget,
-    ModelLayout,
-    describe_model,
-    engine_config_for,
-    get_gpu,
-    get_kv_cache_specs,
-    memory_budgets,
-)
-from pagedkv.planning import KVCachePlan, plan_kv_cache
-from pagedkv.specs import KVCacheSpec
-
-# A 5:1 sliding-window hybrid on the most common serving GPU: its plan shows hybrid
-# grouping (vLLM's rule pads 8 layer slots here; --grouping least-waste shows what the
-# search weighed) and how concurrency collapses from 4K to 128K contexts, on one screen.
-DEFAULT_MODEL = "gemma-3-27b-it"
-DEFAULT_CONTEXT_LENGTHS = (1024, 4096, 16384, 65536)
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    model: str
-    gpu: str | None = None
-    memory: str | None = None
-    gpu_memory_utilization: float = 0.9
-    weights: str = "auto"
-    kv_cache_memory: str | None = None
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    max_model_len: int | None = None
-    block_size: int = 16
-    kv_cache_dtype: str = "auto"
-    context_lengths: tuple[int, ...] = ()
-    max_groups: int | None = None
-    grouping: str = "vllm"
-
-
-@dataclass(frozen=True)
-class PlanResult:
-    """What ``plan`` prints: the planner's plan plus the inputs it was given."""
-
-    layout: ModelLayout
-    config: EngineConfig
-    gpu: GPU | None
-    budgets: tuple[MemoryBudget, ...]
-    plan: KVCachePlan
-    largest_max_model_len: int
-    model_limit: int
-    kv_cache_specs: tuple[dict[str, KVCacheSpec], ...]
-
-
-def _device(request: PlanRequest) -> tuple[GPU | None, int | None]:
-    if request.gpu and request.memory:
-        raise ConfigError("--gpu and --memory are alternatives; give one")
-    if request.memory:
-        return None, parse_bytes(request.memory, "--memory")
-    if request.gpu or not request.kv_cache_memory:
-        gpu = get_gpu(request.gpu or DEFAULT_GPU)
-        return gpu, gpu.planning_memory_bytes
-    return None, None
-
-
-def _check_budgets(budgets: list[MemoryBudget]) -> None:
-    for worker, b in enumerate(budgets):
-        if b.kv_cache_bytes > 0:
-            continue
-        raise InsufficientMemoryError(
-            f"no memory left for the KV cache on worker {worker}: {format_bytes(b.usable_bytes)} "
-            f"usable ({format_bytes(b.device_bytes)} x {b.gpu_memory_utilization}) - "
-            f"{format_bytes(b.weight_bytes)} weights - {format_bytes(b.activation_bytes)} "
-            "activation reserve; use more GPUs (--tp/--pp), a larger --memory or "
-            "--gpu-memory-utilization, or give --kv-cache-memory"
-        )
-
-
-def _context_lengths(request: PlanRequest, max_model_len: int) -> list[int]:
-    picked = [n for n in DEFAULT_CONTEXT_LENGTHS if n < max_model_len]
-    return sorted(set(picked) | set(request.context_lengths))
-
-
-def make_plan(request: PlanRequest) -> PlanResult:
-    """Read the model, size the memory budget, and ask the planner."""
-    layout = describe_model(request.model)
-    gpu, device_bytes = _device(request)
-    options: dict[str, object] = {
-        "tensor_parallel_size": request.tensor_parallel_size,
-        "pipeline_parallel_size": request.pipeline_parallel_size,
-        "block_size": request.block_size,
-        "cache_dtype": request.kv_cache_dtype,
-        "gpu_memory_utilization": request.gpu_memory_utilization,
-    }
-    if request.max_model_len is not None:
-        options["max_model_len"] = request.max_model_len
-    if request.max_groups is not None:
-        options["max_kv_cache_groups"] = request.max_groups
-    options["kv_cache_grouping_rule"] = request.grouping
-    config = engine_config_for(layout, **options)
-    weights = None if request.weights == "auto" else parse_bytes(request.weights, "--weights")
-    kv_memory = request.kv_cache_memory
-    kv_bytes = parse_bytes(kv_memory, "--kv-cache-memory") if kv_memory else None
-    budgets = memory_budgets(
-        layout, config, device_bytes=device_bytes, weight_bytes=weights, kv_cache_bytes=kv_bytes
-    )
-    _check_budgets(budgets)
-    specs = tuple(get_kv_cache_specs(layout, config=config))
-    available = [b.kv_cache_bytes for b in budgets]
-    # Auto-fit searches up to the model's limit (or the length asked for, if larger);
-    # a model without a limit (pure Mamba) searches up to the EngineConfig default.
-    limit = max(layout.max_model_len or ModelConfig().max_model_len, config.max_model_len)
-    # One planning pass: with max_model_len=-1 the length is known only afterwards, so
-    # default context lengths at or above the fitted one are dropped from the table.
-    target = config.max_model_len if config.max_model_len > 0 else limit
-    lengths = _context_lengths(request, target)
-    plan = plan_kv_cache(
-        config, specs, available, context_lengths=lengths, max_model_len_limit=limit
-    )
-    points = tuple(
-        p
-        for p in plan.max_concurrency
-        if p.context_len <= plan.max_model_len or p.context_len in request.context_lengths
-    )
-    plan = dataclasses.replace(plan, max_concurrency=points)
-    largest = plan.largest_max_model_len
-    return PlanResult(layout, config, gpu, tuple(budgets), plan, largest, limit, specs)
-
+from pagedkv.cli.plan_request import DEFAULT_MODEL, PlanRequest, PlanResult, make_plan
+from pagedkv.errors import ConfigError, PlanningError
 
 CONTEXT_LEN_OPTION = typer.Option(
     [], "--context-len", help="Extra context length for the concurrency table (repeatable)."
@@ -169,10 +46,10 @@ PLOT_OPTION = typer.Option(
 
 def plan_command(
     model: str = typer.Argument(
-        DEFAULT_MODEL, help="Bundled model name, model directory or config.json."
+        DEFAULT_MODEL, help="Hugging Face model id, bundled model name, directory or config.json."
     ),
     gpu: str | None = typer.Option(
-        None, "--gpu", help=f"GPU from the table (default {DEFAULT_GPU})."
+        None, "--gpu", help=f"GPU from `pagedkv gpus`, or local[:N] (default {DEFAULT_GPU})."
     ),
     memory: str | None = typer.Option(None, "--memory", help="Device memory, e.g. 80GiB."),
     gpu_memory_utilization: float = typer.Option(
@@ -180,19 +57,37 @@ def plan_command(
     ),
     weights: str = typer.Option("auto", "--weights", help="Weight bytes per worker, or auto."),
     kv_cache_memory: str | None = typer.Option(
-        None, "--kv-cache-memory", help="KV cache bytes per worker (skips the estimate)."
+        None,
+        "--kv-cache-memory-bytes",
+        "--kv-cache-memory",
+        help="KV cache bytes per worker, e.g. 40GiB or 40G (skips the estimate).",
+    ),
+    num_gpu_blocks_override: int | None = typer.Option(
+        None, "--num-gpu-blocks-override", min=1, help="Blocks per worker (as vLLM's)."
     ),
     tp: int = TP_OPTION,
     pp: int = PP_OPTION,
-    max_model_len: int | None = typer.Option(
-        None,
-        "--max-model-len",
-        help="Tokens per request (default: the model's); -1 fits the largest.",
-    ),
+    max_model_len: str | None = MAX_MODEL_LEN_OPTION,
     block_size: int = BLOCK_SIZE_OPTION,
-    kv_cache_dtype: str = typer.Option(
-        "auto", "--kv-cache-dtype", help="bfloat16, fp8, int8_per_token_head, ... (auto: model's)."
+    kv_cache_dtype: str = KV_CACHE_DTYPE_OPTION,
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", min=1, help="Requests per step (default: vLLM's for the GPU)."
     ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None,
+        "--max-num-batched-tokens",
+        min=1,
+        help="Tokens per step (default: vLLM's for the GPU); sizes the activation reserve.",
+    ),
+    enable_prefix_caching: bool | None = PREFIX_CACHING_OPTION,
+    prefix_caching_hash_algo: str = typer.Option(
+        "sha256",
+        "--prefix-caching-hash-algo",
+        callback=check_hash_algo,
+        help="Accepted for vLLM command lines; it does not change a plan.",
+    ),
+    revision: str | None = REVISION_OPTION,
+    platform: str | None = PLATFORM_OPTION,
     context_len: list[int] = CONTEXT_LEN_OPTION,
     max_groups: int | None = MAX_GROUPS_OPTION,
     grouping: str = GROUPING_OPTION,
@@ -201,7 +96,12 @@ def plan_command(
 ) -> None:
     """Plan the KV cache of MODEL on a GPU: groups, blocks, capacity, waste."""
     from pagedkv.cli.plan_render import print_json, print_tables, write_plot
+    from pagedkv.cli.progress import require_matplotlib
 
+    if plot is not None:
+        require_matplotlib()
+        if not plot.expanduser().parent.is_dir():
+            raise ConfigError(f"--plot: directory {str(plot.parent)!r} does not exist")
     request = PlanRequest(
         model=model,
         gpu=gpu,
@@ -211,12 +111,18 @@ def plan_command(
         kv_cache_memory=kv_cache_memory,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
-        max_model_len=max_model_len,
+        max_model_len=parse_max_model_len(max_model_len),
         block_size=block_size,
         kv_cache_dtype=kv_cache_dtype,
         context_lengths=tuple(context_len),
         max_groups=max_groups,
         grouping=grouping,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=enable_prefix_caching,
+        num_gpu_blocks_override=num_gpu_blocks_override,
+        prefix_caching_hash_algo=prefix_caching_hash_algo,
+        revision=revision,
     )
     result = make_plan(request)
     if plot is not None:
@@ -227,4 +133,11 @@ def plan_command(
         print_tables(result, plot)
 
 
-__all__ = ["PlanningError", "PlanRequest", "PlanResult", "make_plan"]
+__all__ = [
+    "DEFAULT_GPU",
+    "DEFAULT_MODEL",
+    "PlanRequest",
+    "PlanResult",
+    "PlanningError",
+    "make_plan",
+]

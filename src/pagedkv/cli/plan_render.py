@@ -10,11 +10,14 @@ from typing import Any
 from rich.table import Table
 
 from pagedkv.cli.common import format_bytes, format_int, stdout_console
-from pagedkv.cli.plan import PlanResult
+from pagedkv.cli.plan_request import PlanResult
 from pagedkv.errors import ConfigError
 from pagedkv.planning import plan_kv_cache
 
 PLOT_POINTS = 32
+# 2: max_concurrency is one number (vLLM's figure at max_model_len); the per-length
+# table moved to concurrency_by_context_len; scheduler options added.
+SCHEMA_VERSION = 2
 
 
 def plan_dict(result: PlanResult) -> dict[str, Any]:
@@ -22,9 +25,13 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
     plan = result.plan.to_dict()
     for group in plan["groups"]:
         group["layers"] = group.pop("layer_names")
+    table = plan.pop("max_concurrency")
+    at_max = result.plan.concurrency_at(result.plan.max_model_len)
     budget = result.budgets[0]
     memory = {**budget.to_dict(), "per_worker": [b.to_dict() for b in result.budgets]}
+    scheduler = result.config.scheduler
     return {
+        "schema_version": SCHEMA_VERSION,
         "model": result.layout.name,
         "gpu": result.gpu.name if result.gpu else None,
         "tensor_parallel_size": result.config.parallel.tensor_parallel_size,
@@ -35,7 +42,13 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         "memory": memory,
         "largest_max_model_len": result.largest_max_model_len,
         "model_max_model_len": result.model_limit,
+        "max_num_seqs": scheduler.max_num_seqs,
+        "max_num_batched_tokens": scheduler.max_num_batched_tokens,
+        "enable_prefix_caching": result.config.cache.enable_prefix_caching,
         **plan,
+        # vLLM's "Maximum concurrency for N tokens per request" (null block counted).
+        "max_concurrency": at_max.vllm_max_concurrency,
+        "concurrency_by_context_len": table,
     }
 
 
@@ -59,16 +72,19 @@ def _memory_table(result: PlanResult) -> Table:
         params = f"{result.layout.num_params / 1e9:.2f}B params, {result.layout.dtype}"
         table.add_row("- weights", format_bytes(b.weight_bytes), params)
         table.add_row("- activation reserve", format_bytes(b.activation_bytes), "stated estimate")
-    how = "given (--kv-cache-memory)" if b.given else "what is left"
+    how = "given (--kv-cache-memory-bytes)" if b.given else "what is left"
     table.add_row("= KV cache", format_bytes(b.kv_cache_bytes), how)
     return table
 
 
 def _groups_table(result: PlanResult) -> Table:
     table = Table(title="KV cache groups (identical groups folded)", title_justify="left")
-    columns = ("groups", "kind", "layers each", "block size", "page bytes", "padding waste")
-    for name in (*columns, "blocks/request"):
-        table.add_column(name, justify="left" if name == "kind" else "right")
+    kinds = [g.kind for g in result.plan.groups]
+    # The kind is never cut: the other columns wrap their headers (and figures) instead.
+    table.add_column("kind", no_wrap=True, min_width=max(map(len, kinds), default=4))
+    for name in ("groups", "layers each", "block size", "page bytes", "padding waste"):
+        table.add_column(name, justify="right", overflow="fold")
+    table.add_column("blocks per request", justify="right", overflow="fold")
     rows: Counter[tuple[Any, ...]] = Counter()
     for g in result.plan.groups:
         key = (g.kind, g.num_layers, g.block_size, g.page_size_bytes, g.waste_bytes)
@@ -76,8 +92,8 @@ def _groups_table(result: PlanResult) -> Table:
     for (kind, layers, bs, page, waste, fraction, blocks), count in rows.items():
         share = f" ({fraction:.1%})" if waste else ""
         table.add_row(
-            str(count),
             kind,
+            str(count),
             str(layers),
             str(bs),
             format_int(page),
@@ -85,7 +101,7 @@ def _groups_table(result: PlanResult) -> Table:
             format_int(blocks),
         )
     table.caption = (
-        f"blocks/request: one group's blocks for a {result.plan.max_model_len:,}-token request"
+        f"blocks per request: one group's blocks for a {result.plan.max_model_len:,}-token request"
     )
     return table
 
@@ -122,7 +138,8 @@ def _count(value: int | None) -> str:
 def _largest(result: PlanResult) -> str:
     value = format_int(result.largest_max_model_len)
     if result.largest_max_model_len >= result.model_limit:
-        limit = "the model's limit" if result.layout.max_model_len else "the length searched"
+        own = result.model_limit == result.layout.max_model_len
+        limit = "the model's limit" if own else "the length searched"
         return f">= {value} ({limit})"
     return value
 
@@ -194,16 +211,14 @@ def concurrency_curve(result: PlanResult) -> list[tuple[int, float]]:
     )
 
 
-def write_plot(result: PlanResult, path: Path) -> None:
-    try:
-        import matplotlib
+def concurrency_figure(result: PlanResult) -> Any:
+    """Max concurrency against context length as a matplotlib Figure (no pyplot, no
+    global backend: safe in notebooks, where the returned figure displays itself)."""
+    from matplotlib.figure import Figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib (pip install 'pagedkv[plot]')") from None
     points = concurrency_curve(result)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -212,9 +227,15 @@ def write_plot(result: PlanResult, path: Path) -> None:
     where = result.gpu.name if result.gpu else "given memory"
     ax.set_title(f"{result.layout.name} on {where}: KV cache capacity")
     ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def write_plot(result: PlanResult, path: Path) -> None:
+    try:
+        fig = concurrency_figure(result)
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib (pip install 'pagedkv[plot]')") from None
     try:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except OSError as exc:
         raise ConfigError(f"--plot: cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)

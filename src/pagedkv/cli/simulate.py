@@ -3,37 +3,58 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import typer
 
-from pagedkv.cli.common import (
+from pagedkv.cli.common import DEFAULT_GPU, stderr_console
+from pagedkv.cli.options import (
     BLOCK_SIZE_OPTION,
-    DEFAULT_GPU,
     JSON_OPTION,
+    KV_CACHE_DTYPE_OPTION,
+    MAX_MODEL_LEN_OPTION,
+    PLATFORM_OPTION,
     PP_OPTION,
+    PREFIX_CACHING_OPTION,
+    REVISION_OPTION,
     TP_OPTION,
-    format_int,
-    stderr_console,
-    stdout_console,
+    check_hash_algo,
+    parse_max_model_len,
 )
+from pagedkv.cli.progress import phase, progress_enabled, require_matplotlib
+from pagedkv.cli.simulate_render import notes, print_summary, print_sweep
 from pagedkv.errors import ConfigError
 
 # One full-attention group keeps the default run short (a 31-group hybrid such as
 # gemma-3-27b-it is ~30x slower per manager call); pass a model name for others.
 DEFAULT_MODEL = "Llama-3.1-8B"
 DEFAULT_LIMIT = 1000
+# The pool keeps a Python object per block: more than this is a typo, not a device.
+MAX_NUM_BLOCKS = 2**24
+# vLLM's pickle-based hashes have no pagedkv twin; the CBOR ones give the same hits.
+_HASH_TWINS = {"sha256": "sha256_cbor", "xxhash": "xxhash128", "xxhash_cbor": "xxhash128"}
 
 
-def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str, Any]) -> Any:
-    from pagedkv.cli.plan import PlanRequest, make_plan
+def _engine(
+    model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
+) -> Any:
+    """The engine to replay on; ``model`` is a loaded ModelSource (Hub revision applied)."""
+    from pagedkv.cli.plan_request import PlanRequest, make_plan
     from pagedkv.sim.engine import engine_from_model, engine_from_plan
     from pagedkv.sim.planned import PlanInputs
 
     if gpu is not None and num_blocks is not None:
         raise ConfigError("--gpu and --num-blocks are alternatives; give one")
     if num_blocks is not None:
+        from pagedkv.cli.plan_request import check_model_limit
+        from pagedkv.models import describe_model
+
+        check_model_limit(describe_model(model), opts["max_model_len"])
+        if num_blocks > MAX_NUM_BLOCKS:
+            raise ConfigError(
+                f"--num-blocks {num_blocks:,} is more than {MAX_NUM_BLOCKS:,} blocks (the pool "
+                "keeps an object per block); give a smaller count or --gpu"
+            )
         return engine_from_model(model, num_blocks=num_blocks, **opts)
     result = make_plan(
         PlanRequest(
@@ -43,6 +64,10 @@ def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str,
             pipeline_parallel_size=opts["pipeline_parallel_size"],
             block_size=opts["block_size"],
             max_model_len=opts["max_model_len"],
+            kv_cache_dtype=opts["kv_cache_dtype"],
+            # The replay's scheduler sizes the activation reserve.
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
         )
     )
     fixed = opts["max_model_len"] not in (None, -1)
@@ -51,78 +76,44 @@ def _engine(model: str, gpu: str | None, num_blocks: int | None, opts: dict[str,
     return engine_from_plan(result.plan, config, result.layout.name, inputs)
 
 
-def _progress(total: int, enabled: bool) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+def _check_outputs(steps_csv: str | None, plot: str | None, sweep: bool) -> None:
+    """Everything that would fail after the replay, checked before it starts."""
+    from pathlib import Path
 
-    return Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr_console(),
-        transient=True,
-        disable=not enabled,
+    if plot is not None and not sweep:
+        raise ConfigError("--plot draws the --sweep; add --sweep")
+    if plot is not None:
+        require_matplotlib()
+    for option, value in (("--steps-csv", steps_csv), ("--plot", plot)):
+        if value is None:
+            continue
+        folder = Path(value).expanduser().parent
+        if not folder.is_dir():
+            raise ConfigError(f"{option}: directory {str(folder)!r} does not exist")
+
+
+def _check_fits(engine: Any, trace: Any, num_blocks: int | None) -> None:
+    """Refuse a replay in which every request would be rejected (a table of zeros)."""
+    max_len = engine.max_model_len
+    shortest = min((r.num_prompt_tokens for r in trace.requests), default=0)
+    if not trace.requests or shortest < max_len:
+        return
+    why = (
+        f"--num-blocks {num_blocks:,} holds requests of fewer than {max_len:,} tokens"
+        if num_blocks is not None
+        else f"max_model_len is {max_len:,}"
+    )
+    raise ConfigError(
+        f"{why}, and every one of the {len(trace.requests):,} requests of {trace.name} has a "
+        f"prompt of {shortest:,} tokens or more: nothing to replay; give more blocks or a "
+        "larger --max-model-len"
     )
 
 
-def _summary(result: Any) -> None:
-    from rich.table import Table
-
-    data = result.to_dict()
-    table = Table(title=f"{result.model} on {result.trace}", show_header=False)
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    rows = [
-        ("KV cache blocks", f"{format_int(result.num_blocks)} x {result.block_size} tokens"),
-        ("requests (done / replayed)", f"{result.requests_done} / {result.requests}"),
-        ("prompt tokens", format_int(result.prompt_tokens)),
-        ("prefix-cache hit tokens", format_int(result.hit_tokens)),
-        ("hit rate (tokens)", f"{100 * result.hit_rate:.2f} %"),
-        ("hit rate (requests with a hit)", f"{100 * result.request_hit_rate:.2f} %"),
-    ]
-    if result.bound_hit_rate is not None:
-        rows.append(("best possible hit rate (bound)", f"{100 * result.bound_hit_rate:.2f} %"))
-    rows += [
-        ("preemptions", format_int(result.preemptions)),
-        (
-            "block usage peak / mean",
-            f"{100 * result.peak_usage:.1f} % / {100 * result.mean_usage:.1f} %",
-        ),
-        ("steps", format_int(result.steps)),
-        ("manager calls", format_int(result.manager_calls)),
-        (
-            "manager time",
-            f"{result.manager_seconds:.2f} s ({data['manager_calls_per_second']} calls/s)",
-        ),
-        ("wall time", f"{result.wall_seconds:.2f} s"),
-    ]
-    if result.evictions is not None:
-        rows.insert(7, ("evictions", format_int(result.evictions)))
-    for name, value in rows:
-        table.add_row(name, value)
-    stdout_console().print(table)
-
-
-def _sweep_table(points: list[Any], block_size: int) -> None:
-    from rich.table import Table
-
-    table = Table(title="hit rate against KV cache size")
-    for col in ("blocks", "tokens", "LRU hit rate", "bound hit rate", "preemptions"):
-        table.add_column(col, justify="right")
-    for p in points:
-        bound = "-" if p.bound_hit_rate is None else f"{100 * p.bound_hit_rate:.2f} %"
-        table.add_row(
-            format_int(p.num_blocks),
-            format_int(p.num_blocks * block_size),
-            f"{100 * p.hit_rate:.2f} %",
-            bound,
-            format_int(p.preemptions),
-        )
-    stdout_console().print(table)
-
-
 def simulate_command(
-    model: str = typer.Argument(DEFAULT_MODEL, help="Bundled model name, directory or config."),
+    model: str = typer.Argument(
+        DEFAULT_MODEL, help="Hugging Face model id, bundled model name, directory or config."
+    ),
     trace: str = typer.Option(
         "mooncake_conversation",
         "--trace",
@@ -132,8 +123,16 @@ def simulate_command(
     gpu: str | None = typer.Option(
         None, "--gpu", help=f"Size the cache as `pagedkv plan` does for this GPU [{DEFAULT_GPU}]."
     ),
-    num_blocks: int | None = typer.Option(None, "--num-blocks", min=2, help="KV cache blocks."),
-    max_num_seqs: int = typer.Option(64, "--max-num-seqs", min=1, help="Running requests cap."),
+    num_blocks: int | None = typer.Option(
+        None, "--num-blocks", "--num-gpu-blocks-override", min=2, help="KV cache blocks."
+    ),
+    max_num_seqs: int = typer.Option(
+        64,
+        "--max-num-seqs",
+        min=1,
+        help="Running requests cap (default: the vLLM peer replay's 64, which the "
+        "benchmarks compare against; vllm serve uses 1024 on a >= 70 GiB GPU).",
+    ),
     max_num_batched_tokens: int = typer.Option(
         8192, "--max-num-batched-tokens", min=1, help="Token budget per step."
     ),
@@ -149,12 +148,19 @@ def simulate_command(
     tp: int = TP_OPTION,
     pp: int = PP_OPTION,
     block_size: int = BLOCK_SIZE_OPTION,
-    max_model_len: int | None = typer.Option(
-        None, "--max-model-len", help="Longer requests are rejected (counted)."
-    ),
+    max_model_len: str | None = MAX_MODEL_LEN_OPTION,
+    kv_cache_dtype: str = KV_CACHE_DTYPE_OPTION,
+    enable_prefix_caching: bool | None = PREFIX_CACHING_OPTION,
     hash_algo: str = typer.Option(
-        "builtin", "--hash-algo", help="builtin (fast), xxhash128 or sha256_cbor."
+        "builtin",
+        "--prefix-caching-hash-algo",
+        "--hash-algo",
+        callback=check_hash_algo,
+        help="builtin (fast), sha256_cbor or xxhash128; vLLM's sha256 and xxhash[_cbor] "
+        "replay as their CBOR twins (same hits).",
     ),
+    revision: str | None = REVISION_OPTION,
+    platform: str | None = PLATFORM_OPTION,
     json_output: bool = JSON_OPTION,
     bound: bool = typer.Option(False, "--bound", help="Also the clairvoyant (Belady) bound."),
     sweep: bool = typer.Option(
@@ -169,49 +175,58 @@ def simulate_command(
     """Replay a request trace through the KV cache manager: hit rates, preemptions, usage."""
     import dataclasses
 
+    from pagedkv.models import load_model_config
     from pagedkv.sim.bundled import load_trace
     from pagedkv.sim.run import simulate
     from pagedkv.sim.scheduler import SchedulerSettings
 
     if arrivals not in ("all", "timestamp"):
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
-    if plot is not None and not sweep:
-        raise ConfigError("--plot draws the --sweep; add --sweep")
+    _check_outputs(steps_csv, plot, sweep)
+    show = progress_enabled(json_output)
     settings = SchedulerSettings(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         max_prefill_chunk=max_prefill_chunk,
         arrivals=arrivals,  # type: ignore[arg-type]
     )
-    loaded = load_trace(trace, skip_bad_lines=skip_bad_lines).head(limit or None)
+    with phase(f"reading {trace}", None, show):
+        loaded = load_trace(trace, skip_bad_lines=skip_bad_lines, limit=limit or None)
     opts = {
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,
         "block_size": block_size,
-        "max_model_len": max_model_len,
+        "max_model_len": parse_max_model_len(max_model_len),
+        "kv_cache_dtype": kv_cache_dtype,
     }
-    engine = dataclasses.replace(_engine(model, gpu, num_blocks, opts), hash_algo=hash_algo)
-    show = sys.stderr.isatty()
+    source = load_model_config(model, revision=revision)
+    engine = _engine(source, gpu, num_blocks, opts, settings)
+    config = engine.config
+    if enable_prefix_caching is not None:
+        config = config.replace(enable_prefix_caching=enable_prefix_caching)
+    algo = _HASH_TWINS.get(hash_algo, hash_algo)
+    engine = dataclasses.replace(engine, hash_algo=algo, config=config)
+    _check_fits(engine, loaded, num_blocks)
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show)
         return
-    total = len(loaded.requests)
-    with _progress(total, show) as bar:
-        task = bar.add_task("replaying", total=total)
+    with phase("replaying", len(loaded.requests), show) as bar:
         result = simulate(
             engine,
             loaded,
             settings,
             bound=bound,
             steps_path=steps_csv,
-            progress=lambda done: bar.update(task, completed=done),
+            progress=bar,
+            stage=lambda name: bar.stage(f"computing the {name}"),
         )
     if json_output:
         data = result.to_dict()
         data["skipped_lines"] = loaded.num_skipped_lines
+        data["notes"] = notes(result, loaded)
         print(json.dumps(data, indent=1))
     else:
-        _summary(result)
+        print_summary(result, loaded)
         if loaded.num_skipped_lines:
             stderr_console().print(f"skipped {loaded.num_skipped_lines} malformed trace lines")
 
@@ -226,15 +241,9 @@ def _run_sweep(
     sizes = sweep_sizes(engine.num_blocks)
     geometry = bound_geometry(engine.kv_cache_config)
     block_size = geometry[0] if geometry else engine.config.block_size
-    with _progress(len(sizes), show) as bar:
-        task = bar.add_task("sweeping cache sizes", total=len(sizes))
+    with phase("sweeping cache sizes", len(sizes), show) as update:
         points = run_sweep(
-            engine,
-            loaded,
-            sizes,
-            settings,
-            bound=geometry is not None,
-            progress=lambda done: bar.update(task, completed=done),
+            engine, loaded, sizes, settings, bound=geometry is not None, progress=update
         )
     if plot is not None:
         from pagedkv.sim.plot import plot_sweep
@@ -245,4 +254,4 @@ def _run_sweep(
         rows = [p._asdict() | {"tokens": p.num_blocks * block_size} for p in points]
         print(json.dumps({"model": engine.model_name, "trace": loaded.name, "sweep": rows}))
     else:
-        _sweep_table(points, block_size)
+        print_sweep(points, block_size)

@@ -24,10 +24,10 @@ from pagedkv.models.layers import (
     StateShape,
     Unit,
 )
+from pagedkv.models.lookup import registered_adapter_names
 from pagedkv.models.registry import (
     ModelAdapter,
     register_model_adapter,
-    registered_adapter_names,
     unregister_model_adapter,
 )
 from pagedkv.models.source import ModelSource, list_bundled_models, load_model_config

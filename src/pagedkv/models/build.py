@@ -16,7 +16,7 @@ from pagedkv.models.layers import (
     Unit,
     shard,
 )
-from pagedkv.models.registry import find_adapter
+from pagedkv.models.lookup import find_adapter
 from pagedkv.models.source import ModelSource, bundled_models_dir, load_model_config
 from pagedkv.models.view import ConfigView, normalize_with_transformers, transformers_mode
 from pagedkv.specs import (
@@ -98,6 +98,11 @@ def _kv_heads_per_rank(model: str, layer: AttentionLayer, tp: int) -> int:
 def attention_spec(
     model: str, layer: AttentionLayer, tp: int, dtype: str, block_size: int
 ) -> KVCacheSpec:
+    if dtype == DS_MLA_DTYPE:
+        raise ConfigError(
+            f"{model}: kv_cache_dtype fp8_ds_mla applies to MLA models only "
+            f"({layer.name} is standard attention); use fp8"
+        )
     common: dict[str, Any] = {
         "block_size": block_size,
         "num_kv_heads": _kv_heads_per_rank(model, layer, tp),
@@ -117,6 +122,22 @@ def attention_spec(
     return FullAttentionSpec(**common)
 
 
+# fp8_ds_mla packs a 512 + 64 latent into 656 bytes a token: 512 fp8 values, four fp32
+# scales and the 64 rope values in bf16.
+DS_MLA_DTYPE = "fp8_ds_mla"
+DS_MLA_LATENT_SIZE = 576
+DS_MLA_BYTES_PER_TOKEN = 512 + 4 * 4 + 64 * 2
+
+
+def _ds_mla_fields(model: str, layer: LatentLayer) -> dict[str, Any]:
+    if layer.latent_size != DS_MLA_LATENT_SIZE:
+        raise ConfigError(
+            f"{model}: kv_cache_dtype fp8_ds_mla packs a {DS_MLA_LATENT_SIZE}-value latent; "
+            f"{layer.name} has {layer.latent_size}"
+        )
+    return {"dtype": "uint8", "state_content_bytes": DS_MLA_BYTES_PER_TOKEN}
+
+
 def latent_spec(
     model: str, layer: LatentLayer, tp: int, dtype: str, block_size: int
 ) -> KVCacheSpec:
@@ -129,6 +150,8 @@ def latent_spec(
         "dtype": layer.dtype or dtype,
         "max_tp_shards": 1,
     }
+    if common["dtype"] == DS_MLA_DTYPE:
+        common.update(_ds_mla_fields(model, layer))
     if layer.sliding_window is not None:
         return SlidingWindowMLASpec(sliding_window=layer.sliding_window, **common)
     return MLAAttentionSpec(**common)

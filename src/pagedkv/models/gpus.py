@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -26,6 +28,7 @@ class GPU:
     usable_memory_bytes: int | None
     bandwidth_bytes_per_s: int
     confidence: str
+    aliases: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def planning_memory_bytes(self) -> int:
@@ -41,7 +44,7 @@ class GPU:
     def planning_memory_source(self) -> str:
         """How ``planning_memory_bytes`` was chosen, in words."""
         if self.usable_memory_bytes:
-            return "observed usable memory"
+            return "free memory now (torch)" if self.vendor == LOCAL else "observed usable memory"
         if self.memory_bytes_binary and self.planning_memory_bytes == self.memory_bytes_binary:
             return "vendor GB read as GiB (HBM)"
         return "vendor GB"
@@ -59,6 +62,7 @@ def _gpu(name: str, entry: dict[str, Any]) -> GPU:
         usable_memory_bytes=int(usable["bytes"]) if usable.get("bytes") else None,
         bandwidth_bytes_per_s=int(entry.get("memory_bandwidth_bytes_per_s") or 0),
         confidence=entry.get("confidence", ""),
+        aliases=tuple(entry.get("aliases") or ()),
     )
 
 
@@ -73,16 +77,73 @@ def list_gpus() -> list[GPU]:
     return list(_table().values())
 
 
+LOCAL = "local"
+
+
+def _key(name: str) -> str:
+    """Spelling-insensitive form: case, spaces, dashes and underscores do not matter."""
+    return re.sub(r"[\s_-]+", "", name.strip().lower())
+
+
+@lru_cache(maxsize=1)
+def _names() -> dict[str, tuple[str, ...]]:
+    """Each spelling (name or alias) to the table entries it names."""
+    found: dict[str, list[str]] = {}
+    for name, gpu in _table().items():
+        for spelling in (name, *gpu.aliases):
+            entries = found.setdefault(_key(spelling), [])
+            if name not in entries:
+                entries.append(name)
+    return {key: tuple(entries) for key, entries in found.items()}
+
+
 def get_gpu(name: str) -> GPU:
-    """A GPU by name, case-insensitively; a unique prefix works too (``h100``)."""
+    """A GPU by its name or an unambiguous alias (``H200``, ``h100 nvl``), or ``local``
+    (``local:N`` for device N).
+
+    Spelling is loose (case, spaces, dashes), matching is not: an alias several entries
+    share (``H100``) or an unknown name is an error listing the candidates; nothing is
+    guessed from a prefix.
+    """
+    local = re.fullmatch(rf"{LOCAL}(?::(\d+))?", _key(name))
+    if local:
+        return local_gpu(int(local.group(1) or 0))
     table = _table()
-    key = name.strip().lower()
-    exact = [g for n, g in table.items() if n.lower() == key]
-    if exact:
-        return exact[0]
-    matches = [g for n, g in table.items() if n.lower().startswith(key)]
-    if len(matches) == 1 and key:
-        return matches[0]
-    known = ", ".join(table)
-    what = "is ambiguous" if matches else "is not in the GPU table"
-    raise ConfigError(f"GPU {name!r} {what}; known: {known}")
+    entries = _names().get(_key(name), ())
+    if len(entries) == 1:
+        return table[entries[0]]
+    if entries:
+        raise ConfigError(f"GPU {name!r} is ambiguous: it could be {', '.join(entries)}; pick one")
+    close = difflib.get_close_matches(_key(name), list(_names()), n=6, cutoff=0.6)
+    suggestions = list(dict.fromkeys(e for key in close for e in _names()[key]))
+    hint = (
+        f"did you mean {', '.join(suggestions)}?" if suggestions else f"known: {', '.join(table)}"
+    )
+    raise ConfigError(
+        f"GPU {name!r} is not in the GPU table; {hint} (`pagedkv gpus` lists them all; "
+        "--memory gives any size)"
+    )
+
+
+def local_gpu(device: int = 0) -> GPU:
+    """The local accelerator as torch sees it; plans use its free memory now."""
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("--gpu local needs torch (pip install 'pagedkv[torch]')") from None
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            "--gpu local: torch sees no CUDA/ROCm device here; name a GPU or give --memory"
+        )
+    free_bytes, total_bytes = torch.cuda.mem_get_info(device)
+    return GPU(
+        name=str(torch.cuda.get_device_name(device)),
+        vendor=LOCAL,
+        variant=f"cuda:{device}",
+        memory_type="",
+        memory_bytes=int(total_bytes),
+        memory_bytes_binary=0,
+        usable_memory_bytes=int(free_bytes),
+        bandwidth_bytes_per_s=0,
+        confidence="measured",
+    )

@@ -184,15 +184,24 @@ class ModelLayout:
     max_model_len: int | None = None
     max_encoder_len: int | None = None
     quant_method: str | None = None
+    # From the checkpoint's safetensors index, when it says (Hub or local directory).
+    checkpoint_params: int | None = None
+    checkpoint_bytes: int | None = None
 
     @property
     def layers(self) -> list[LayerDesc]:
         return [layer for unit in self.units for layer in unit.layers]
 
     @property
-    def num_params(self) -> int:
+    def config_params(self) -> int:
+        """Parameters counted from the config (norms, biases and vision towers left out)."""
         body = sum(u.params + u.expert_params for u in self.units)
         return body + self.embedding_params + self.head_params + self.encoder_params
+
+    @property
+    def num_params(self) -> int:
+        """The checkpoint's own count when its index states one, else the config's."""
+        return self.checkpoint_params or self.config_params
 
     def layer_kinds(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from pagedkv.errors import ModelConfigError, RegistryError
+from pagedkv.errors import RegistryError
 from pagedkv.models.layers import ModelLayout
 from pagedkv.models.source import ModelSource
 from pagedkv.models.view import ConfigView
@@ -16,7 +16,6 @@ A = TypeVar("A", bound="type[ModelAdapter]")
 
 _lock = threading.RLock()
 _adapters: dict[str, type[ModelAdapter]] = {}
-_builtins_loaded = False
 
 
 class ModelAdapter(ABC):
@@ -57,39 +56,7 @@ def register_model_adapter(*names: str, override: bool = False) -> Callable[[A],
     return decorate
 
 
-def _load_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    with _lock:
-        if not _builtins_loaded:
-            import pagedkv.models.adapters  # noqa: F401  (registers on import)
-
-            _builtins_loaded = True
-
-
-def registered_adapter_names() -> list[str]:
-    _load_builtins()
-    return sorted(_adapters)
-
-
 def unregister_model_adapter(name: str) -> None:
     """Remove one name's registration (tests and plugins that replace one)."""
     with _lock:
         _adapters.pop(name, None)
-
-
-def find_adapter(source: ModelSource) -> ModelAdapter:
-    """The adapter for the config's first architecture, else its model_type."""
-    _load_builtins()
-    keys: list[Any] = [source.architecture, source.model_type]
-    text_type = source.text_config.get("model_type")
-    keys.append(text_type)
-    for key in keys:
-        if isinstance(key, str) and key in _adapters:
-            return _adapters[key]()
-    label = source.architecture or source.model_type or "none given"
-    raise ModelConfigError(
-        f"{source.name}: unknown architecture {label!r} (field 'architectures' / 'model_type'); "
-        "register an adapter with pagedkv.models.register_model_adapter"
-    )

@@ -9,6 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from pagedkv.errors import ModelConfigError
+from pagedkv.models.hub import (
+    INDEX_FILE,
+    CheckpointInfo,
+    fetch_checkpoint_info,
+    fetch_config,
+    is_hub_id,
+    read_checkpoint_info,
+)
 
 MAMBA_SSM_FORMAT = "mamba_ssm"
 
@@ -35,6 +43,7 @@ class ModelSource:
     name: str
     raw: dict[str, Any] = field(repr=False, compare=False)
     path: Path | None = None
+    checkpoint: CheckpointInfo | None = field(default=None, compare=False)
 
     @property
     def architecture(self) -> str | None:
@@ -61,6 +70,10 @@ def _parse(path: Path, name: str) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ModelConfigError(f"{name}: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ModelConfigError(
+            f"{name}: {path} is not UTF-8 text (byte {exc.start}); a config.json is JSON"
+        ) from None
     try:
         # Python's json accepts the Infinity / NaN that published configs contain.
         data = json.loads(text)
@@ -68,38 +81,69 @@ def _parse(path: Path, name: str) -> dict[str, Any]:
         raise ModelConfigError(
             f"{name}: {path} is not valid JSON (line {exc.lineno}: {exc.msg})"
         ) from None
+    except RecursionError:
+        raise ModelConfigError(f"{name}: {path} is nested too deeply to be a config") from None
     if not isinstance(data, dict):
         raise ModelConfigError(f"{name}: {path} must hold a JSON object")
     return data
 
 
 def _find_bundled(name: str) -> Path | None:
-    """A bundled config by name, case-insensitively; a Hub id (``org/name``) works too."""
-    key = name.strip().lower().rsplit("/", 1)[-1]
-    for candidate in list_bundled_models():
-        if candidate.lower() == key:
-            return bundled_models_dir() / candidate / "config.json"
+    """A bundled config by its exact name (``Llama-3.1-8B``; a Hub id is not bundled)."""
+    if name in list_bundled_models():
+        return bundled_models_dir() / name / "config.json"
     return None
 
 
-def load_model_config(name_or_path: str | Path | ModelSource) -> ModelSource:
-    """Read a config: a ModelSource as is, a bundled model name, a model directory or a file."""
+def _from_directory(path: Path, text: str) -> ModelSource:
+    config = path / "config.json"
+    if not config.is_file():
+        raise ModelConfigError(f"{text}: directory has no config.json")
+    index = path / INDEX_FILE
+    checkpoint = read_checkpoint_info(index) if index.is_file() else None
+    return ModelSource(path.resolve().name, _parse(config, text), config, checkpoint)
+
+
+def _from_hub(repo_id: str, revision: str | None) -> ModelSource:
+    try:
+        config = fetch_config(repo_id, revision)
+    except ModelConfigError as exc:
+        name = repo_id.rsplit("/", 1)[-1]
+        if name not in list_bundled_models():
+            raise
+        raise ModelConfigError(f"{exc}; pagedkv also bundles a copy: pass {name}") from None
+    checkpoint = fetch_checkpoint_info(repo_id, revision)
+    return ModelSource(repo_id, _parse(config, repo_id), config, checkpoint)
+
+
+def _not_found(text: str) -> ModelConfigError:
+    folded = [n for n in list_bundled_models() if n.lower() == text.strip().lower()]
+    hint = f"did you mean the bundled {folded[0]}? " if folded else ""
+    known = ", ".join(list_bundled_models())
+    return ModelConfigError(
+        f"{text}: no such file or directory, and not a bundled model; {hint}give a Hugging "
+        f"Face Hub id as org/name (bundled: {known})"
+    )
+
+
+def load_model_config(
+    name_or_path: str | Path | ModelSource, *, revision: str | None = None
+) -> ModelSource:
+    """Read a config: a ModelSource as is, a model directory or file, a bundled model by
+    exact name, or a Hugging Face Hub id (``org/name``, at ``revision``) through the Hub's
+    cache. Only config.json and the safetensors index are fetched, never weights."""
     if isinstance(name_or_path, ModelSource):
         return name_or_path
     text = str(name_or_path)
     path = Path(text).expanduser()
     if path.is_dir():
-        config = path / "config.json"
-        if not config.is_file():
-            raise ModelConfigError(f"{text}: directory has no config.json")
-        return ModelSource(path.resolve().name, _parse(config, text), config)
+        return _from_directory(path, text)
     if path.is_file():
         name = path.parent.name if path.name == "config.json" else path.stem
         return ModelSource(name, _parse(path, text), path)
     bundled = _find_bundled(text)
     if bundled is not None:
         return ModelSource(bundled.parent.name, _parse(bundled, text), bundled)
-    known = ", ".join(list_bundled_models())
-    raise ModelConfigError(
-        f"{text}: no such file or directory, and not a bundled model (bundled: {known})"
-    )
+    if is_hub_id(text):
+        return _from_hub(text.strip(), revision)
+    raise _not_found(text)

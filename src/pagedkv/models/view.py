@@ -18,6 +18,14 @@ from pagedkv.errors import ModelConfigError
 
 _MISSING: Any = object()
 ENV_TRANSFORMERS = "PAGEDKV_TRANSFORMERS"
+# Sizes a config must state: transformers' class defaults for them (32 layers, a
+# 32,000 vocabulary) describe some other model, so a plan built on them would be wrong.
+MUST_BE_PUBLISHED = frozenset({"num_hidden_layers", "vocab_size", "hidden_size"})
+# Layer counts are checked before anything builds per-layer lists.
+LAYER_COUNT_KEYS = frozenset(
+    {"num_hidden_layers", "num_layers", "n_layer", "encoder_layers", "decoder_layers"}
+)
+MAX_LAYERS = 10_000
 
 
 class ConfigView:
@@ -54,12 +62,22 @@ class ConfigView:
             if default is _MISSING:
                 raise self._missing(key)
             return int(default)
+        if default is _MISSING and key in MUST_BE_PUBLISHED and self.published.get(key) is None:
+            raise ModelConfigError(
+                f"{self.model}: config field {self.prefix}{key!r} is missing (transformers "
+                f"would fill in its class default {value!r}, which belongs to another model)"
+            )
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise ModelConfigError(
                 f"{self.model}: config field {self.prefix}{key!r} must be an integer >= "
                 f"{minimum}, got {value!r}"
+            )
+        if key in LAYER_COUNT_KEYS and value > MAX_LAYERS:
+            raise ModelConfigError(
+                f"{self.model}: config field {self.prefix}{key!r} is {value:,}; more than "
+                f"{MAX_LAYERS:,} layers is not a real model"
             )
         return value
 
@@ -105,8 +123,10 @@ def transformers_mode(use_transformers: bool | None) -> bool | None:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    logger = logging.getLogger("transformers")
+def quiet(library: str) -> Iterator[None]:
+    """Silence a library's log records below ERROR and its warnings (pagedkv reports one
+    line of its own instead)."""
+    logger = logging.getLogger(library)
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
@@ -141,7 +161,7 @@ def normalize_with_transformers(
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         return None, None
     try:
-        with _quiet():
+        with quiet("transformers"):
             config = CONFIG_MAPPING[model_type](**raw)
             text = config.get_text_config() if hasattr(config, "get_text_config") else config
             return dict(text.to_dict()), type(text).__name__

@@ -29,7 +29,8 @@ def weight_bytes_per_worker(
 
     Every stage holds its layers, the first also the embedding (and encoder), the
     last the output head; tensor parallelism divides each stage evenly. Norms,
-    biases and vision towers are not counted.
+    biases and vision towers are not counted, unless the checkpoint's index states
+    its total size: then the split is scaled to that total.
     """
     layout = _as_layout(model, None)
     tp, pp = tensor_parallel_size, pipeline_parallel_size
@@ -44,6 +45,10 @@ def weight_bytes_per_worker(
         if rank == len(stages) - 1:
             total += layout.head_params * base
         out.extend([int(-(-total // tp))] * tp)
+    estimated = sum(out)
+    if layout.checkpoint_bytes and estimated:
+        scale = layout.checkpoint_bytes / estimated
+        out = [int(-(-(w * scale) // 1)) for w in out]
     return out
 
 

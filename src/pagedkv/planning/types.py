@@ -3,6 +3,7 @@ plan report (the one source of numbers the CLI and simulator print)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
 
@@ -222,6 +223,21 @@ class KVCachePlan:
             f"no concurrency point for context_len={context_len!r}: the plan has {planned}; "
             "pass it in plan_kv_cache(..., context_lengths=[...])"
         )
+
+    def __rich_repr__(self) -> Iterator[tuple[str, Any]]:
+        yield "num_blocks", self.num_blocks
+        yield "block_size", self.block_size
+        yield "bytes_per_block", self.bytes_per_block
+        yield "groups", ", ".join(f"{g.kind} x{g.num_layers}" for g in self.groups)
+        yield "max_model_len", self.max_model_len
+        yield "token_capacity", self.token_capacity
+        yield "waste_fraction", round(self.waste_fraction, 4)
+        for p in self.max_concurrency:
+            yield f"max_concurrency at {p.context_len:,}", p.max_concurrency
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in self.__rich_repr__())
+        return f"<table><caption>KV cache plan</caption>{rows}</table>"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (the per-worker configs are summed up in ``workers``)."""

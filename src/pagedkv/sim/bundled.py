@@ -23,11 +23,22 @@ def list_bundled_traces() -> list[str]:
     return sorted(BUNDLED_TRACES)
 
 
-def _synthetic(spec: str) -> Trace:
+def _count(text: str) -> int:
+    """An integer, also in float notation when it is whole (``1e6``)."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)  # ValueError for anything else
+        if not value.is_integer():
+            raise
+        return int(value)
+
+
+def _synthetic(spec: str, limit: int | None) -> Trace:
     parts = spec.split(":")[1:]
     try:
-        values = [int(p) for p in parts]
-    except ValueError:
+        values = [_count(p) for p in parts]
+    except (ValueError, OverflowError):
         raise TraceFormatError(f"trace {spec!r}: expected synthetic[:N[:SEED]]") from None
     if len(values) > 2:
         raise TraceFormatError(f"trace {spec!r}: expected synthetic[:N[:SEED]]")
@@ -36,34 +47,37 @@ def _synthetic(spec: str) -> Trace:
         config = dataclasses.replace(config, num_requests=values[0])
     if len(values) == 2:
         config = dataclasses.replace(config, seed=values[1])
-    return synthetic_trace(config)
+    return synthetic_trace(config, limit)
 
 
-def load_trace(name_or_path: str | Path, *, skip_bad_lines: bool = False) -> Trace:
-    """Load a bundled trace by name, generate ``synthetic[:N[:SEED]]``, or read a file.
+def load_trace(
+    name_or_path: str | Path, *, skip_bad_lines: bool = False, limit: int | None = None
+) -> Trace:
+    """Load a bundled trace by name, generate ``synthetic[:N[:SEED]]``, or read a file;
+    only the first ``limit`` requests are read or generated.
 
     Files ending in ``.jsonl``/``.json`` (optionally ``.gz``) are Mooncake traces,
     ``.csv`` (optionally ``.gz``) Azure LLM inference traces."""
     text = str(name_or_path)
     key = text.replace("-", "_")
     if key in BUNDLED_TRACES:
-        return _read_file(TRACE_DIR / BUNDLED_TRACES[key], skip_bad_lines, key)
+        return _read_file(TRACE_DIR / BUNDLED_TRACES[key], skip_bad_lines, key, limit)
     if key == "synthetic" or key.startswith("synthetic:"):
-        return _synthetic(text)
+        return _synthetic(text, limit)
     path = Path(text)
     if not path.is_file():
         names = ", ".join(list_bundled_traces())
         raise TraceFormatError(
             f"trace {text!r} is not a file nor a bundled trace ({names}, synthetic[:N[:SEED]])"
         )
-    return _read_file(path, skip_bad_lines, path.name)
+    return _read_file(path, skip_bad_lines, path.name, limit)
 
 
-def _read_file(path: Path, skip_bad_lines: bool, name: str) -> Trace:
+def _read_file(path: Path, skip_bad_lines: bool, name: str, limit: int | None) -> Trace:
     suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
     kind = suffixes[-1] if suffixes else ""
     if kind in (".jsonl", ".json"):
-        return read_mooncake(path, skip_bad_lines=skip_bad_lines, name=name)
+        return read_mooncake(path, skip_bad_lines=skip_bad_lines, name=name, limit=limit)
     if kind == ".csv":
-        return read_azure(path, skip_bad_lines=skip_bad_lines, name=name)
+        return read_azure(path, skip_bad_lines=skip_bad_lines, name=name, limit=limit)
     raise TraceFormatError(f"{path}: unknown trace format (expected .jsonl, .json or .csv)")

@@ -37,6 +37,7 @@ class EngineLoop:
         trace_name: str = "trace",
         kv_cache_groups: tuple[str, ...] = (),
         steps_path: str | None = None,
+        keep_steps: bool = False,
         progress: Callable[[int], None] | None = None,
     ) -> None:
         self.scheduler = scheduler
@@ -46,6 +47,7 @@ class EngineLoop:
         self.trace_name = trace_name
         self.kv_cache_groups = kv_cache_groups
         self.writer = StepWriter(steps_path) if steps_path else None
+        self.step_rows: list[tuple[float, ...]] | None = [] if keep_steps else None
         self.progress = progress
         self.submitted = self.done = self.rejected = 0
         self.steps = self.peak_used = 0
@@ -118,8 +120,8 @@ class EngineLoop:
         self.used_sum += used
         if used > self.peak_used:
             self.peak_used = used
-        if self.writer is not None:
-            self.writer.write(
+        if self.writer is not None or self.step_rows is not None:
+            row = (
                 self.steps,
                 round(self.clock_s, 6),
                 len(sched.running),
@@ -129,6 +131,10 @@ class EngineLoop:
                 sched.preemptions,
                 sched.hit_tokens,
             )
+            if self.writer is not None:
+                self.writer.write(*row)
+            if self.step_rows is not None:
+                self.step_rows.append(row)
         if self.progress is not None and self.steps % 256 == 0:
             self.progress(self.done)
 
@@ -165,4 +171,5 @@ class EngineLoop:
             request_seconds=sched.req_s,
             wall_seconds=wall_s,
             settings=dataclasses.asdict(self.settings),
+            step_rows=None if self.step_rows is None else tuple(self.step_rows),
         )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from pagedkv.errors import ConfigError
 
 STEP_COLUMNS = (
     "step",
@@ -53,6 +56,8 @@ class SimResult:
     wall_seconds: float
     settings: dict[str, Any] = field(default_factory=dict)
     bound_hit_tokens: int | None = None
+    # One tuple per scheduler step (STEP_COLUMNS), kept with simulate(keep_steps=True).
+    step_rows: tuple[tuple[float, ...], ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def usable_blocks(self) -> int:
@@ -85,9 +90,64 @@ class SimResult:
         """Loop time outside manager calls and request building/hashing."""
         return max(self.wall_seconds - self.manager_seconds - self.request_seconds, 0.0)
 
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """(what, value) pairs as ``pagedkv simulate`` prints them."""
+        speed = self.manager_calls / self.manager_seconds if self.manager_seconds else 0
+        rows = [
+            ("KV cache blocks", f"{self.num_blocks:,} x {self.block_size} tokens"),
+            ("requests (done / replayed)", f"{self.requests_done:,} / {self.requests:,}"),
+            ("rejected (prompt >= max_model_len)", f"{self.requests_rejected_too_long:,}"),
+            ("unservable (cache too small)", f"{self.requests_unservable:,}"),
+            ("prompt tokens", f"{self.prompt_tokens:,}"),
+            ("prefix-cache hit tokens", f"{self.hit_tokens:,}"),
+            ("hit rate (tokens)", f"{100 * self.hit_rate:.2f} %"),
+            ("hit rate (requests with a hit)", f"{100 * self.request_hit_rate:.2f} %"),
+        ]
+        if self.bound_hit_rate is not None:
+            rows.append(("best possible hit rate (bound)", f"{100 * self.bound_hit_rate:.2f} %"))
+        rows.append(("preemptions", f"{self.preemptions:,}"))
+        if self.evictions is not None:
+            rows.append(("evictions", f"{self.evictions:,}"))
+        rate = f"{speed:,.0f} calls/s" if speed else "no calls"
+        return [
+            *rows,
+            ("block usage peak / mean", f"{self.peak_usage:.1%} / {self.mean_usage:.1%}"),
+            ("steps", f"{self.steps:,}"),
+            ("manager calls", f"{self.manager_calls:,}"),
+            ("manager time", f"{self.manager_seconds:.2f} s ({rate})"),
+            ("wall time", f"{self.wall_seconds:.2f} s"),
+        ]
+
+    def to_dataframe(self) -> Any:
+        """The per-step series as a pandas DataFrame (``STEP_COLUMNS``; needs pandas and
+        a result from ``simulate(..., keep_steps=True)``)."""
+        from pagedkv.sim.frames import dataframe
+
+        if self.step_rows is None:
+            raise ConfigError(
+                "this result kept no per-step series: replay with simulate(..., keep_steps=True)"
+            )
+        return dataframe(self.step_rows, STEP_COLUMNS)
+
+    def __rich_repr__(self) -> Iterator[tuple[str, Any]]:
+        yield "model", self.model
+        yield "trace", self.trace
+        yield "num_blocks", self.num_blocks
+        yield "requests_done", self.requests_done
+        yield "hit_rate", round(self.hit_rate, 4)
+        if self.bound_hit_rate is not None:
+            yield "bound_hit_rate", round(self.bound_hit_rate, 4)
+        yield "preemptions", self.preemptions
+
+    def _repr_html_(self) -> str:
+        from pagedkv.sim.frames import html_table
+
+        return html_table(f"{self.model} on {self.trace}", self.summary_rows())
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data, derived rates included."""
+        """Plain JSON-able data, derived rates included (the step series left out)."""
         data = asdict(self)
+        data.pop("step_rows")
         data.update(
             hit_rate=round(self.hit_rate, 6),
             request_hit_rate=round(self.request_hit_rate, 6),

@@ -4,24 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pagedkv.errors import ConfigError
 from pagedkv.sim.run import SweepPoint
 
 
-def plot_sweep(
-    points: Sequence[SweepPoint], path: str | Path, *, title: str, block_size: int
-) -> None:
-    """Write a PNG of LRU and bound hit rates against cache size in tokens."""
-    try:
-        import matplotlib
+def sweep_figure(points: Sequence[SweepPoint], *, title: str, block_size: int) -> Any:
+    """LRU and bound hit rates against cache size in tokens, as a matplotlib Figure.
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    Built without pyplot, so no global backend is chosen (notebooks keep theirs)."""
+    try:
+        from matplotlib.figure import Figure
     except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'pagedkv[plot]'") from None
+        raise ConfigError("plotting needs matplotlib: pip install 'pagedkv[plot]'") from None
     tokens = [p.num_blocks * block_size for p in points]
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    fig = Figure(figsize=(7, 4.2), dpi=120)
+    ax = fig.subplots()
     ax.plot(tokens, [100 * p.hit_rate for p in points], "o-", label="LRU (pagedkv manager)")
     bound = [p.bound_hit_rate for p in points]
     if all(b is not None for b in bound):
@@ -34,5 +33,15 @@ def plot_sweep(
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    return fig
+
+
+def plot_sweep(
+    points: Sequence[SweepPoint], path: str | Path, *, title: str, block_size: int
+) -> None:
+    """Write :func:`sweep_figure` as a PNG."""
+    fig = sweep_figure(points, title=title, block_size=block_size)
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the plot to {path}: {exc.strerror or exc}") from None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +25,38 @@ def open_text(path: Path) -> IO[str]:
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
     return open(path, encoding="utf-8", newline="")
+
+
+@contextmanager
+def _readable(path: Path) -> Iterator[None]:
+    """Turn what a broken file raises while it is read into one TraceFormatError."""
+    try:
+        yield
+    except gzip.BadGzipFile:
+        raise TraceFormatError(f"{path}: not a gzip file, though its name ends in .gz") from None
+    except EOFError:
+        raise TraceFormatError(
+            f"{path}: the gzip data is truncated (the file ends inside the compressed stream)"
+        ) from None
+    except zlib.error as exc:
+        raise TraceFormatError(f"{path}: corrupt gzip data ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(
+            f"{path}: not UTF-8 text at byte {exc.start} (a binary file?); traces are "
+            "JSONL or CSV text, optionally gzipped"
+        ) from None
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _no_requests(path: Path, num_lines: int, skipped: int, what: str) -> TraceFormatError:
+    if skipped:
+        why = f"all {skipped} lines were malformed and skipped"
+    elif num_lines:
+        why = f"it holds only {what}"
+    else:
+        why = "the file is empty"
+    return TraceFormatError(f"{path}: no requests in this trace ({why})")
 
 
 def _non_negative_int(record: dict[str, Any], field: str, minimum: int = 0) -> int:
@@ -71,10 +105,13 @@ def _parse_lines(
     parse: Callable[[str, int], TraceRequest],
     source: str,
     skip_bad_lines: bool,
+    limit: int | None = None,
 ) -> tuple[list[TraceRequest], int]:
     requests: list[TraceRequest] = []
     skipped = 0
     for line_no, line in lines:
+        if limit is not None and len(requests) >= limit:
+            break
         if not line.strip():
             continue
         try:
@@ -92,18 +129,27 @@ def read_mooncake(
     skip_bad_lines: bool = False,
     block_tokens: int = MOONCAKE_BLOCK_TOKENS,
     name: str | None = None,
+    limit: int | None = None,
 ) -> Trace:
     """Read a Mooncake JSONL trace (``timestamp`` ms, ``input_length``, ``output_length``,
     ``hash_ids``). Malformed lines raise TraceFormatError naming the file and line,
-    or are skipped and counted with ``skip_bad_lines``."""
+    or are skipped and counted with ``skip_bad_lines``; reading stops after ``limit``
+    requests. A file without requests (empty, blank, all lines skipped) is an error."""
     path = Path(path)
     decode = msgspec.json.Decoder().decode
+    lines = [0]
 
     def parse(line: str, index: int) -> TraceRequest:
         return mooncake_request(decode(line), index, block_tokens)
 
-    with open_text(path) as f:
-        requests, skipped = _parse_lines(enumerate(f, 1), parse, str(path), skip_bad_lines)
+    def numbered(f: IO[str]) -> Iterator[tuple[int, str]]:
+        for lines[0], line in enumerate(f, 1):
+            yield lines[0], line
+
+    with _readable(path), open_text(path) as f:
+        requests, skipped = _parse_lines(numbered(f), parse, str(path), skip_bad_lines, limit)
+    if not requests and limit != 0:
+        raise _no_requests(path, lines[0], skipped, "blank lines")
     return Trace(name or path.name, tuple(requests), skipped)
 
 
@@ -114,13 +160,23 @@ def _azure_time_s(text: str) -> float:
     return datetime.fromisoformat(stamp).timestamp()
 
 
-def read_azure(path: str | Path, *, skip_bad_lines: bool = False, name: str | None = None) -> Trace:
+def read_azure(
+    path: str | Path,
+    *,
+    skip_bad_lines: bool = False,
+    name: str | None = None,
+    limit: int | None = None,
+) -> Trace:
     """Read an Azure LLM inference CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``).
 
-    Arrival times are seconds after the first row; every prompt is a unique segment."""
+    Arrival times are seconds after the first row; every prompt is a unique segment
+    (the file has token counts, not content, so no two prompts share a prefix)."""
     path = Path(path)
-    with open_text(path) as f:
-        header = tuple(col.strip() for col in f.readline().split(","))
+    with _readable(path), open_text(path) as f:
+        first = f.readline()
+        if not first.strip():
+            raise _no_requests(path, 1 if first else 0, 0, "blank lines")
+        header = tuple(col.strip() for col in first.split(","))
         if header != _AZURE_HEADER:
             raise TraceFormatError(f"{path}: line 1: expected header {','.join(_AZURE_HEADER)}")
         rows: list[tuple[float, int, int]] = []
@@ -136,7 +192,9 @@ def read_azure(path: str | Path, *, skip_bad_lines: bool = False, name: str | No
             seg = Segment(unique_segment_id(index, 1), ctx)
             return TraceRequest(0.0, (seg,), gen, unique_segment_id(index, 0))
 
-        requests, skipped = _parse_lines(enumerate(f, 2), parse, str(path), skip_bad_lines)
+        requests, skipped = _parse_lines(enumerate(f, 2), parse, str(path), skip_bad_lines, limit)
+    if not requests and limit != 0:
+        raise _no_requests(path, 1, skipped, "the header")
     start = min((t for t, _, _ in rows), default=0.0)
     timed = tuple(
         req._replace(arrival_s=t - start) for req, (t, _, _) in zip(requests, rows, strict=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError
 from pagedkv.sim.bound import AccessLog, belady_bound
@@ -21,9 +21,13 @@ def simulate(
     *,
     bound: bool = False,
     steps_path: str | None = None,
+    keep_steps: bool = False,
     progress: Callable[[int], None] | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> SimResult:
-    """Replay ``trace`` on a fresh manager; with ``bound`` also the clairvoyant hit count."""
+    """Replay ``trace`` on a fresh manager; with ``bound`` also the clairvoyant hit count;
+    with ``keep_steps`` the per-step series too (``result.to_dataframe()``). ``stage(name)``
+    is called when a phase after the replay starts (``"bound"``)."""
     geometry = bound_geometry(engine.kv_cache_config) if bound else None
     if bound and geometry is None:
         raise ConfigError(
@@ -32,11 +36,13 @@ def simulate(
         )
     log = AccessLog() if bound else None
     result = engine.simulator(settings).run(
-        trace, access_log=log, steps_path=steps_path, progress=progress
+        trace, access_log=log, steps_path=steps_path, keep_steps=keep_steps, progress=progress
     )
     if log is None or geometry is None:
         return result
     block_size, capacity = geometry
+    if stage is not None:
+        stage("bound")
     found = belady_bound(trace.requests, log, block_size, capacity)
     return dataclasses.replace(result, bound_hit_tokens=found.hit_tokens)
 
@@ -46,6 +52,13 @@ class SweepPoint(NamedTuple):
     hit_rate: float
     bound_hit_rate: float | None
     preemptions: int
+
+
+def sweep_dataframe(points: Sequence[SweepPoint]) -> Any:
+    """The sweep as a pandas DataFrame, one row per cache size (needs pandas)."""
+    from pagedkv.sim.frames import dataframe
+
+    return dataframe([tuple(p) for p in points], SweepPoint._fields)
 
 
 def sweep(

@@ -50,6 +50,7 @@ class Simulator:
         *,
         access_log: AccessLog | None = None,
         steps_path: str | None = None,
+        keep_steps: bool = False,
         progress: Callable[[int], None] | None = None,
     ) -> EngineLoop:
         """An engine loop over this simulator's manager, with ``trace``'s requests
@@ -70,6 +71,7 @@ class Simulator:
             trace_name=trace.name if trace is not None else "trace",
             kv_cache_groups=self.kv_cache_groups,
             steps_path=steps_path,
+            keep_steps=keep_steps,
             progress=progress,
         )
         for index, request in enumerate(trace.requests if trace is not None else ()):
@@ -82,8 +84,16 @@ class Simulator:
         *,
         access_log: AccessLog | None = None,
         steps_path: str | None = None,
+        keep_steps: bool = False,
         progress: Callable[[int], None] | None = None,
     ) -> SimResult:
-        """Replay ``trace``; ``progress(requests_done)`` is called every 256 steps."""
-        loop = self.loop(trace, access_log=access_log, steps_path=steps_path, progress=progress)
+        """Replay ``trace``; ``progress(requests_done)`` is called every 256 steps; with
+        ``keep_steps`` the result holds the per-step series (``to_dataframe()``)."""
+        loop = self.loop(
+            trace,
+            access_log=access_log,
+            steps_path=steps_path,
+            keep_steps=keep_steps,
+            progress=progress,
+        )
         return loop.run()

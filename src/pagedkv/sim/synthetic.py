@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError
 from pagedkv.sim.trace import Segment, Trace, TraceRequest
+
+# Requests one trace may hold in memory (a few hundred bytes each); more is a typo.
+MAX_MATERIALIZED_REQUESTS = 10_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,9 +56,23 @@ class _Conversation:
     turns: int
 
 
-def synthetic_trace(config: SyntheticTraceConfig | None = None) -> Trace:
-    """Generate a trace; the same config always gives the same trace."""
+def synthetic_trace(config: SyntheticTraceConfig | None = None, limit: int | None = None) -> Trace:
+    """Generate a trace; the same config always gives the same trace. With ``limit`` only
+    its first ``limit`` requests are generated (the same ones, lazily)."""
     cfg = config or SyntheticTraceConfig()
+    count = cfg.num_requests if limit is None else min(limit, cfg.num_requests)
+    if count > MAX_MATERIALIZED_REQUESTS:
+        raise ConfigError(
+            f"a synthetic trace of {count:,} requests would not fit in memory; generate at "
+            f"most {MAX_MATERIALIZED_REQUESTS:,} (a limit takes the first requests only)"
+        )
+    requests = tuple(itertools.islice(iter_synthetic_requests(cfg), count))
+    name = f"synthetic(n={cfg.num_requests}, seed={cfg.seed})"
+    return Trace(name, requests)
+
+
+def iter_synthetic_requests(cfg: SyntheticTraceConfig) -> Iterator[TraceRequest]:
+    """The requests of :func:`synthetic_trace`, one at a time."""
     rnd = random.Random(cfg.seed)
     ids = itertools.count()
     systems = [
@@ -63,7 +81,6 @@ def synthetic_trace(config: SyntheticTraceConfig | None = None) -> Trace:
     ]
     weights = [1.0 / (rank + 1) ** cfg.zipf_exponent for rank in range(len(systems))]
     open_convs: list[_Conversation] = []
-    requests: list[TraceRequest] = []
     now_s = 0.0
     for _ in range(cfg.num_requests):
         now_s += rnd.expovariate(cfg.requests_per_s)
@@ -83,10 +100,8 @@ def synthetic_trace(config: SyntheticTraceConfig | None = None) -> Trace:
             conv.turns = 0
         num_output = rnd.randint(*cfg.output_tokens)
         output_id = next(ids)
-        requests.append(TraceRequest(now_s, prompt, num_output, output_id))
+        yield TraceRequest(now_s, prompt, num_output, output_id)
         conv.history = [*prompt, Segment(output_id, num_output)]
         conv.turns += 1
         if conv.turns >= cfg.max_turns and conv in open_convs:
             open_convs.remove(conv)
-    name = f"synthetic(n={cfg.num_requests}, seed={cfg.seed})"
-    return Trace(name, tuple(requests))

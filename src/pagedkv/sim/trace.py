@@ -46,6 +46,20 @@ class Trace(NamedTuple):
     def num_prompt_tokens(self) -> int:
         return sum(req.num_prompt_tokens for req in self.requests)
 
+    @property
+    def num_shared_prefix_requests(self) -> int:
+        """Requests whose first segment an earlier request also starts with: the only
+        ones a prefix cache can serve (0 for a trace of unique prompts, such as Azure's)."""
+        seen: set[int] = set()
+        shared = 0
+        for req in self.requests:
+            if not req.segments:
+                continue
+            first = req.segments[0].segment_id
+            shared += first in seen
+            seen.add(first)
+        return shared
+
 
 def unique_segment_id(request_index: int, slot: int) -> int:
     """A segment id no trace-supplied (non-negative) id can collide with.

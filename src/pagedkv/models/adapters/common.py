@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pagedkv.dtypes import canonical_dtype_name
+from pagedkv.dtypes import canonical_dtype_name, dtype_size
 from pagedkv.errors import ModelConfigError, UnknownDtypeError
 from pagedkv.models.layers import GatedDeltaNetState, Mamba1State, Mamba2State, ModelLayout, Unit
 from pagedkv.models.source import ModelSource
@@ -86,6 +86,7 @@ def build_layout(
     max_encoder_len: int | None = None,
 ) -> ModelLayout:
     """A ModelLayout whose name, architecture, dtype and quantization come from the config."""
+    quant = quant_method(source, view)
     return ModelLayout(
         name=view.model,
         architecture=source.architecture or source.model_type or type(adapter).__name__,
@@ -98,8 +99,25 @@ def build_layout(
         encoder_params=encoder_params,
         max_model_len=max_model_len,
         max_encoder_len=max_encoder_len,
-        quant_method=quant_method(source, view),
+        quant_method=quant,
+        checkpoint_params=checkpoint_params(source, quant),
+        checkpoint_bytes=source.checkpoint.total_bytes if source.checkpoint else None,
     )
+
+
+def checkpoint_params(source: ModelSource, quant: str | None) -> int | None:
+    """The safetensors index's parameter count; else, for an unquantised checkpoint, its
+    total size over the stored dtype's size; else None (the config's count is used)."""
+    ckpt = source.checkpoint
+    if ckpt is None or ckpt.num_params:
+        return ckpt.num_params if ckpt else None
+    stored = source.text_config.get("torch_dtype") or source.raw.get("torch_dtype")
+    if not ckpt.total_bytes or quant is not None or not isinstance(stored, str):
+        return None
+    try:
+        return ckpt.total_bytes // dtype_size(stored)
+    except UnknownDtypeError:
+        return None
 
 
 def quant_method(source: ModelSource, view: ConfigView) -> str | None:
@@ -177,3 +195,14 @@ def gdn_params(hidden: int, state: GatedDeltaNetState) -> int:
     in_proj = hidden * (2 * key_dim + 2 * value_dim + 2 * state.num_value_heads)
     conv = (2 * key_dim + value_dim) * state.conv_kernel
     return in_proj + conv + value_dim * hidden
+
+
+def num_kv_heads(view: ConfigView, num_heads: int) -> int:
+    """``num_key_value_heads`` (default: one per query head); it must divide the query heads."""
+    kv_heads = view.int("num_key_value_heads", num_heads)
+    if num_heads % kv_heads:
+        raise ModelConfigError(
+            f"{view.model}: num_key_value_heads ({kv_heads}) must divide "
+            f"num_attention_heads ({num_heads}): each KV head serves a whole group of query heads"
+        )
+    return kv_heads

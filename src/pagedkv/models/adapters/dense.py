@@ -16,6 +16,7 @@ from pagedkv.models.adapters.common import (
     max_positions,
     moe_params,
     normalize_layer_types,
+    num_kv_heads,
 )
 from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
 from pagedkv.models.registry import ModelAdapter, register_model_adapter
@@ -86,7 +87,7 @@ class DecoderAdapter(ModelAdapter):
         return AttentionLayer(
             name=f"model.layers.{index}.self_attn",
             num_heads=heads,
-            num_kv_heads=view.int("num_key_value_heads", heads),
+            num_kv_heads=num_kv_heads(view, heads),
             head_size=head_size(view),
             sliding_window=view.int("sliding_window") if kind == SLIDING else None,
             chunk_size=view.int("attention_chunk_size") if kind == CHUNKED else None,

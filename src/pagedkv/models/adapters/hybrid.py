@@ -20,6 +20,7 @@ from pagedkv.models.adapters.common import (
     max_positions,
     moe_params,
     normalize_layer_types,
+    num_kv_heads,
 )
 from pagedkv.models.adapters.dense import optional_int
 from pagedkv.models.layers import (
@@ -69,7 +70,7 @@ class HybridAdapter(ModelAdapter):
         return AttentionLayer(
             f"model.layers.{index}.self_attn",
             heads,
-            view.int("num_key_value_heads", heads),
+            num_kv_heads(view, heads),
             head_size(view),
         )
 
