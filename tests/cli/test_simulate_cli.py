@@ -77,6 +77,14 @@ def test_bad_options_are_one_line_errors():
     assert proc.returncode != 0 and "--gpu and --num-blocks are alternatives" in proc.stderr
     proc = _run(*BASE, "--plot", "x.png")
     assert proc.returncode != 0 and "add --sweep" in proc.stderr
+    proc = _run(*BASE, "--retention", "sometimes")
+    assert proc.returncode != 0 and "--retention must be 'vllm' or 'dense'" in proc.stderr
+
+
+def test_retention_choice_reaches_the_manager():
+    proc = _run(*BASE, "--trace", "synthetic:5:1", "--retention", "dense")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["retention"] == "dense"
 
 
 def test_human_summary_and_sweep_tables():

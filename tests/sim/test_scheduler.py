@@ -125,6 +125,18 @@ def test_hybrid_sliding_window_frees_out_of_window_blocks_and_hits():
     assert full_only.hit_tokens == 32
 
 
+def test_dense_retention_keeps_every_window_block():
+    # the trace above with pagedkv's opt-in dense retention: R0's window blocks all stay
+    # cached, so R1 hits 32 tokens and needs 9 full + 2 window blocks (8, and the cached
+    # 7 it hit) = 11 at its peak; the choice survives re-planning for another block count
+    trace = make_trace((((1, 32),), 1), (((1, 32), (2, 4)), 1))
+    dense = dataclasses.replace(make_engine(64, window=4), retention="dense")
+    res = _run(dense, trace, max_num_seqs=1, max_prefill_chunk=8)
+    assert (res.hit_tokens, res.peak_used_blocks, res.retention) == (32, 11, "dense")
+    assert dense.with_num_blocks(32).simulator().mgr.retention == "dense"
+    assert _run(make_engine(64, window=4), trace).retention == "vllm"
+
+
 def test_timestamp_arrivals_wait_for_the_clock():
     trace = make_trace((((1, 4),), 1), (((2, 4),), 1))
     trace = trace._replace(
@@ -167,10 +179,81 @@ def test_mamba_align_mode_cuts_prefill_chunks_at_block_boundaries(tmp_path):
     assert _run(plain, trace, **tight).steps == 4
     res = _run(hybrid, trace, **tight)
     assert res.steps == 5 and res.requests_done == 1
-    # 17 tokens in chunks of 9: plain 9 + 8; aligned 8 (cut to a boundary) + 9 (the end)
+    # 17 tokens in chunks of 9: plain 9 + 8; aligned 8 (cut to a boundary), 8 (stops at
+    # 16, the last boundary before the final token), 1
     longer = make_trace((((1, 17),), 1))
-    for engine, expected in ((plain, ["9", "8"]), (hybrid, ["8", "9"])):
+    for engine, expected in ((plain, ["9", "8"]), (hybrid, ["8", "8", "1"])):
         path = tmp_path / "steps.csv"
         engine.simulator(SchedulerSettings(max_prefill_chunk=9)).run(longer, steps_path=str(path))
         rows = [line.split(",") for line in path.read_text().splitlines()[1:]]
         assert [row[4] for row in rows] == expected
+
+
+class _AdmissionRecorder:
+    """The real manager, recording ``has_scheduled_reqs`` of every admission."""
+
+    def __init__(self, manager):
+        self._manager = manager
+        self.seen = []
+
+    def __getattr__(self, name):
+        return getattr(self._manager, name)
+
+    def _record(self, request, has_scheduled_reqs):
+        return has_scheduled_reqs
+
+    def allocate_slots(
+        self,
+        request,
+        num_new_tokens,
+        num_new_computed_tokens=0,
+        new_computed_blocks=None,
+        *,
+        full_sequence_must_fit=False,
+        has_scheduled_reqs=True,
+    ):
+        if full_sequence_must_fit:
+            self.seen.append(self._record(request, has_scheduled_reqs))
+        return self._manager.allocate_slots(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            full_sequence_must_fit=full_sequence_must_fit,
+            has_scheduled_reqs=has_scheduled_reqs,
+        )
+
+
+def test_admission_tells_the_manager_whether_anything_runs():
+    # as vLLM's scheduler: has_scheduled_reqs = bool(running) (the watermark applies only
+    # then). K=2. Step 1 admits R0 (nothing runs) and R1 (R0 runs); R0 finishes in step 1.
+    # Step 2 admits R2 while R1 decodes.
+    trace = make_trace((((1, 4),), 1), (((2, 4),), 2), (((3, 4),), 1))
+    sim = make_engine(64).simulator(SchedulerSettings(max_num_seqs=2))
+    recorder = _AdmissionRecorder(sim.mgr)
+    sim.mgr = recorder
+    res = sim.run(trace)
+    assert recorder.seen == [False, True, True]
+    assert res.requests_done == 3 and res.steps == 2
+
+
+class _BoundaryReturning(_AdmissionRecorder):
+    """A vLLM-style manager: the lookup returns the shared-prefix boundary as a third
+    value and leaves storing it on the request to the scheduler."""
+
+    def get_computed_blocks(self, request):
+        blocks, num_hit = self._manager.get_computed_blocks(request)[:2]
+        request.shared_prefix_boundary = 0
+        return blocks, num_hit, 8
+
+    def _record(self, request, has_scheduled_reqs):
+        return request.shared_prefix_boundary
+
+
+def test_a_boundary_returned_by_the_lookup_is_kept_on_the_request():
+    # Mamba align mode reads the junction from the request (vLLM's Scheduler stores it)
+    sim = make_engine(64).simulator(SchedulerSettings())
+    recorder = _BoundaryReturning(sim.mgr)
+    sim.mgr = recorder
+    res = sim.run(make_trace((((1, 12),), 1)))
+    assert recorder.seen == [8] and res.requests_done == 1

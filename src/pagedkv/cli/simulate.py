@@ -31,10 +31,9 @@ DEFAULT_MODEL = "Llama-3.1-8B"
 DEFAULT_LIMIT = 1000
 # The pool keeps a Python object per block: more than this is a typo, not a device.
 MAX_NUM_BLOCKS = 2**24
+
+
 # vLLM's pickle-based hashes have no pagedkv twin; the CBOR ones give the same hits.
-_HASH_TWINS = {"sha256": "sha256_cbor", "xxhash": "xxhash128", "xxhash_cbor": "xxhash128"}
-
-
 def _engine(
     model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
 ) -> Any:
@@ -156,11 +155,16 @@ def simulate_command(
         "--prefix-caching-hash-algo",
         "--hash-algo",
         callback=check_hash_algo,
-        help="builtin (fast), sha256_cbor or xxhash128; vLLM's sha256 and xxhash[_cbor] "
-        "replay as their CBOR twins (same hits).",
+        help="builtin (fast), or one of vLLM's: sha256, sha256_cbor, xxhash, xxhash_cbor.",
     ),
     revision: str | None = REVISION_OPTION,
     platform: str | None = PLATFORM_OPTION,
+    retention: str = typer.Option(
+        "vllm",
+        "--retention",
+        help="vllm (vLLM 0.33: window/Mamba blocks cached only where a hit needs them) "
+        "or dense (every full block cached, out-of-window blocks evicted first).",
+    ),
     json_output: bool = JSON_OPTION,
     bound: bool = typer.Option(False, "--bound", help="Also the clairvoyant (Belady) bound."),
     sweep: bool = typer.Option(
@@ -182,6 +186,8 @@ def simulate_command(
 
     if arrivals not in ("all", "timestamp"):
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
+    if retention not in ("vllm", "dense"):
+        raise ConfigError(f"--retention must be 'vllm' or 'dense', got {retention!r}")
     _check_outputs(steps_csv, plot, sweep)
     show = progress_enabled(json_output)
     settings = SchedulerSettings(
@@ -204,8 +210,7 @@ def simulate_command(
     config = engine.config
     if enable_prefix_caching is not None:
         config = config.replace(enable_prefix_caching=enable_prefix_caching)
-    algo = _HASH_TWINS.get(hash_algo, hash_algo)
-    engine = dataclasses.replace(engine, hash_algo=algo, config=config)
+    engine = dataclasses.replace(engine, hash_algo=hash_algo, config=config, retention=retention)
     _check_fits(engine, loaded, num_blocks)
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show)

@@ -62,6 +62,9 @@ class SimEngine:
     model_name: str = "model"
     hash_algo: str | None = None
     plan_inputs: PlanInputs | None = None
+    # what stays cached: "vllm" (vLLM 0.33's sparse retention) or "dense"; None: the
+    # config's ``prefix_cache_retention``
+    retention: str | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -102,6 +105,7 @@ class SimEngine:
             self.kv_cache_config,
             config,
             hash_algo=self.hash_algo,
+            retention=self.retention,
         )
         hasher = manager.hasher if manager.enable_caching else None
 

@@ -159,6 +159,7 @@ class EngineLoop:
             readmission_hit_tokens=sched.readmit_hits,
             preemptions=sched.preemptions,
             evictions=getattr(sched.mgr, "num_evictions", None),
+            retention=getattr(sched.mgr, "retention", None),
             peak_used_blocks=self.peak_used,
             mean_used_blocks=self.used_sum / self.steps if self.steps else 0.0,
             peak_running=sched.peak_running,

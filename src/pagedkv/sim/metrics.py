@@ -58,6 +58,7 @@ class SimResult:
     bound_hit_tokens: int | None = None
     # One tuple per scheduler step (STEP_COLUMNS), kept with simulate(keep_steps=True).
     step_rows: tuple[tuple[float, ...], ...] | None = field(default=None, repr=False, compare=False)
+    retention: str | None = None  # the manager's retention policy, if it has one
 
     @property
     def usable_blocks(self) -> int:
@@ -95,6 +96,7 @@ class SimResult:
         speed = self.manager_calls / self.manager_seconds if self.manager_seconds else 0
         rows = [
             ("KV cache blocks", f"{self.num_blocks:,} x {self.block_size} tokens"),
+            *([("prefix-cache retention", self.retention)] if self.retention else []),
             ("requests (done / replayed)", f"{self.requests_done:,} / {self.requests:,}"),
             ("rejected (prompt >= max_model_len)", f"{self.requests_rejected_too_long:,}"),
             ("unservable (cache too small)", f"{self.requests_unservable:,}"),

@@ -107,6 +107,8 @@ class Scheduler:
         self._admit_kwargs: dict[str, Any] = {}
         if _supports(manager.allocate_slots, "full_sequence_must_fit"):
             self._admit_kwargs["full_sequence_must_fit"] = True
+        # vLLM passes whether anything runs (the watermark applies only then)
+        self._pass_has_scheduled = _supports(manager.allocate_slots, "has_scheduled_reqs")
         self._new_step = getattr(manager, "new_step_starts", None)
         self.mgr_s = self.req_s = 0.0
         self.calls = dict.fromkeys(
@@ -246,13 +248,18 @@ class Scheduler:
             self.mgr_s += perf() - t0
             self.calls["get_computed_blocks"] += 1
             hit_blocks, num_hit = found[0], found[1]
+            if len(found) > 2:  # vLLM's manager returns the boundary for the caller to keep
+                req.shared_prefix_boundary = found[2]
             num_new = min(req.num_tokens - num_hit, chunk, budget)
             if self.align_block_size:
                 num_new = self._chunk(req, num_new, num_hit)
             if num_new <= 0:
                 break
+            kwargs = self._admit_kwargs
+            if self._pass_has_scheduled:
+                kwargs = {**kwargs, "has_scheduled_reqs": bool(running)}
             t0 = perf()
-            blocks = mgr.allocate_slots(req, num_new, num_hit, hit_blocks, **self._admit_kwargs)
+            blocks = mgr.allocate_slots(req, num_new, num_hit, hit_blocks, **kwargs)
             self.mgr_s += perf() - t0
             self.calls["allocate_slots"] += 1
             if blocks is None:
