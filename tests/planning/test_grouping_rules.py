@@ -9,7 +9,14 @@ from pagedkv.config import KV_CACHE_GROUPING_RULES, ModelConfig
 from pagedkv.errors import ConfigError
 from pagedkv.models import get_kv_cache_specs, list_bundled_models, load_model_config
 from pagedkv.planning import KVCachePlan, VLLMRuleKVCacheConfigBuilder
-from pagedkv.planning.grouping import GroupingChoice, grouping_rule, vllm_grouping
+from pagedkv.planning.grouping import (
+    GroupingChoice,
+    grouping_rule,
+    make_buckets,
+    single_group,
+    vllm_group_size,
+    vllm_grouping,
+)
 from pagedkv.platforms import qualname_of
 
 from .models import GiB, deepseek_v3, jamba, llama_8b
@@ -44,6 +51,13 @@ def test_default_equals_the_vllm_rule_builder_on_every_bundled_model(name: str) 
     )
     least_waste = config.replace(kv_cache_grouping_rule="least-waste")
     default = bundled(name, config)
+    specs = get_kv_cache_specs(load_model_config(name), config=config)
+    merged = {n: s for worker in specs for n, s in worker.items()}
+    buckets = make_buckets(merged)
+    if single_group(merged) is None:  # a hybrid: groups of <= vLLM's group size, one full
+        size = vllm_group_size([len(b) for b in buckets])
+        assert max(g.num_layers for g in default.groups) == size
+        assert default.num_groups == sum(-(-len(b) // size) for b in buckets)
     assert default.groups == bundled(name, config.replace(model=pinned)).groups
     # the pinned builder ignores the config's rule
     assert default.groups == bundled(name, least_waste.replace(model=pinned)).groups
