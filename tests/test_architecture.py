@@ -40,10 +40,20 @@ ALLOWED: dict[str, frozenset[str]] = {
     "models": BOTTOM | {"registry", "specs"},
     "tensors": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "distributed"},
     "distributed": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "tensors"},
-    "sim": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "models"},
+    # Extensions above the core (the core never imports them): eviction policies and the
+    # host tier; events may read the runtime's event types, cluster the events and the
+    # runtime's hashing.
+    "policies": BOTTOM | {"registry", "specs", "planning.types", "runtime"},
+    "events": BOTTOM | {"runtime"},
+    "cluster": BOTTOM | {"runtime", "events"},
+    "sim": BOTTOM
+    | {"registry", "specs", "platforms", "planning", "runtime", "models"}
+    | {"policies", "cluster", "events"},
+    # hf (extension): transformers models running on the plan, blocks and tensors.
+    "hf": BOTTOM | {"registry", "specs", "planning", "runtime", "models", "tensors"},
     "cli": BOTTOM
     | {"registry", "specs", "platforms", "planning", "runtime", "models", "tensors"}
-    | {"distributed", "sim", "bootstrap", "pagedkv"},
+    | {"distributed", "sim", "bootstrap", "pagedkv", "hf", "policies", "events", "cluster"},
     # `python -m pagedkv` runs the CLI.
     "__main__": frozenset({"cli"}),
     # the package root is the public facade: it may re-export every layer.
@@ -62,10 +72,15 @@ LAZY_ONLY = {("pagedkv.bootstrap", "pagedkv.runtime.builtins")}
 
 # Heavy third-party packages: where they may be imported, and whether only lazily.
 HEAVY: dict[str, tuple[frozenset[str], bool]] = {
-    "torch": (frozenset({"tensors", "distributed", "models"}), False),
+    "torch": (frozenset({"tensors", "distributed", "models", "hf"}), False),
     "numpy": (frozenset({"tensors", "distributed"}), False),
-    "transformers": (frozenset({"models"}), True),
+    "transformers": (frozenset({"models", "hf"}), True),
     "matplotlib": (frozenset({"sim", "cli"}), True),
+    "zmq": (frozenset({"events", "cluster", "cli"}), False),
+    # the route service (cluster/service.py, imported only by the route command)
+    "starlette": (frozenset({"cluster"}), False),
+    "prometheus_client": (frozenset({"cluster"}), False),
+    "uvicorn": (frozenset({"cli"}), True),
 }
 # torch only inside functions / TYPE_CHECKING there (models: `--gpu local` reads the device).
 LAZY_IN = {"distributed", "models"}

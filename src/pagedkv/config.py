@@ -122,12 +122,19 @@ class CacheConfig:
     kv_cache_grouping_rule: str = "vllm"
     # Most KV cache groups a searching rule ("least-waste") may choose (None: its default).
     max_kv_cache_groups: int | None = None
+    # Eviction policy of the device pool by name ("lru": vLLM's; others: pagedkv.policies).
+    eviction_policy: str = "lru"
 
     def __post_init__(self) -> None:
         check_fields(self, "block_size")
         names = ("num_gpu_blocks_override", "kv_cache_memory_bytes", "max_kv_cache_groups")
         check_fields(self, *names, allow_none=True)
         _check_bool(self, "enable_prefix_caching", "enable_hybrid_kv_cache")
+        if not isinstance(self.eviction_policy, str) or not self.eviction_policy:
+            raise ConfigError(
+                "CacheConfig.eviction_policy must be a policy name such as 'lru', "
+                f"got {self.eviction_policy!r}"
+            )
         util = self.gpu_memory_utilization
         if not isinstance(util, int | float) or isinstance(util, bool) or not 0 < util <= 1:
             raise ConfigError(

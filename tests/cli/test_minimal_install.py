@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-BLOCKED = ("click", "torch", "transformers", "numpy")
+BLOCKED = ("click", "torch", "transformers", "numpy", "zmq", "starlette", "uvicorn", "ray")
 
 
 def _run_blocked(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -50,3 +50,10 @@ def test_blocking_works() -> None:
         check=False,
     )
     assert probe.returncode != 0
+
+
+def test_fleet_simulation_runs_without_the_events_and_route_extras() -> None:
+    result = _run_blocked(["simulate", "--limit", "20", "--replicas", "2", "--router", "prefix"])
+    assert result.returncode == 0, result.stderr
+    served = _run_blocked(["route", "serve", "--engines", "tcp://127.0.0.1:1"])
+    assert served.returncode == 1 and "pip install 'pagedkv[route]'" in served.stderr

@@ -7,7 +7,7 @@ import pytest
 from pagedkv import KVCacheSpec
 from pagedkv.runtime import KVCacheManager, Request
 
-from .helpers import full, make_manager, swa
+from .helpers import full, make_manager, mamba, swa
 
 
 def count_begins(manager: KVCacheManager) -> list[int]:
@@ -35,8 +35,9 @@ def table_state(manager: KVCacheManager, rid: str) -> list[tuple[int, int]]:
         [full(), full()],  # same block size: lockstep path
         [full(), swa(8)],  # same block size with a window
         [full(4), full(8)],  # mixed block sizes: per-group path
+        [full(), mamba()],  # Mamba "align": quiet steps return early, others the full path
     ],
-    ids=["single", "lockstep", "window", "mixed"],
+    ids=["single", "lockstep", "window", "mixed", "mamba"],
 )
 @pytest.mark.parametrize("caching", [True, False])
 def test_decode_steps_journal_only_when_tables_change(

@@ -14,7 +14,9 @@ from typer._click.exceptions import ClickException, UsageError
 
 from pagedkv.cli.catalog import gpus_command, models_command
 from pagedkv.cli.common import stderr_console
+from pagedkv.cli.generate import generate_command
 from pagedkv.cli.plan import plan_command
+from pagedkv.cli.route import route_app
 from pagedkv.cli.simulate import simulate_command
 from pagedkv.errors import PagedKVError
 
@@ -56,6 +58,10 @@ app.command("plan", short_help="Plan a model's KV cache on a GPU.")(plan_command
 app.command("simulate", short_help="Replay a trace through the KV cache.")(simulate_command)
 app.command("models", short_help="List the bundled model configs.")(models_command)
 app.command("gpus", short_help="List the GPU table and its aliases.")(gpus_command)
+app.command("generate", short_help="Generate with a transformers model on pagedkv.")(
+    generate_command
+)
+app.add_typer(route_app, name="route", short_help="KV-aware routing across engines.")
 
 
 def _usage_line(exc: UsageError) -> str:

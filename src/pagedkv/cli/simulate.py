@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -22,7 +23,20 @@ from pagedkv.cli.options import (
     parse_max_model_len,
 )
 from pagedkv.cli.progress import phase, progress_enabled, require_matplotlib
+from pagedkv.cli.simulate_fleet import (
+    RAY_OPTION,
+    REPLICAS_OPTION,
+    ROUTER_OPTION,
+    WORKERS_OPTION,
+    run_fleet,
+)
 from pagedkv.cli.simulate_render import notes, print_summary, print_sweep
+from pagedkv.cli.simulate_tiers import (
+    parse_tier_options,
+    run_tier_sweep,
+    single_engine,
+    tier_rows,
+)
 from pagedkv.errors import ConfigError
 
 # One full-attention group keeps the default run short (a 31-group hybrid such as
@@ -175,6 +189,24 @@ def simulate_command(
     skip_bad_lines: bool = typer.Option(
         False, "--skip-bad-lines", help="Skip and count malformed trace lines."
     ),
+    policy: str = typer.Option(
+        "lru",
+        "--policy",
+        help="Device eviction policy: lru, lfu, s3fifo, priority (comma-separated with --sweep).",
+    ),
+    host_cache_gib: str = typer.Option(
+        "0",
+        "--host-cache-gib",
+        help="Host-memory tier per worker in GiB (0: none; comma-separated with --sweep).",
+    ),
+    host_policy: str = typer.Option("lru", "--host-policy", help="Host tier eviction policy."),
+    pcie_gbps: float = typer.Option(
+        25.0, "--pcie-gbps", help="Host-to-device GB/s of the TTFT cost model."
+    ),
+    replicas: int = REPLICAS_OPTION,
+    router: str = ROUTER_OPTION,
+    workers: int | None = WORKERS_OPTION,
+    ray_address: str | None = RAY_OPTION,
 ) -> None:
     """Replay a request trace through the KV cache manager: hit rates, preemptions, usage."""
     import dataclasses
@@ -188,6 +220,8 @@ def simulate_command(
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
     if retention not in ("vllm", "dense"):
         raise ConfigError(f"--retention must be 'vllm' or 'dense', got {retention!r}")
+    if (workers is not None or ray_address is not None) and not sweep:
+        raise ConfigError("--workers and --ray run --sweep points; add --sweep")
     _check_outputs(steps_csv, plot, sweep)
     show = progress_enabled(json_output)
     settings = SchedulerSettings(
@@ -212,9 +246,27 @@ def simulate_command(
         config = config.replace(enable_prefix_caching=enable_prefix_caching)
     engine = dataclasses.replace(engine, hash_algo=hash_algo, config=config, retention=retention)
     _check_fits(engine, loaded, num_blocks)
-    if sweep:
-        _run_sweep(engine, loaded, settings, plot, json_output, show)
+    tiers = parse_tier_options(policy, host_cache_gib, host_policy, pcie_gbps, gpu or DEFAULT_GPU)
+    if replicas > 1 or router != "round-robin":
+        if steps_csv is not None:
+            raise ConfigError("--steps-csv records one engine; it does not go with --replicas")
+        if tiers.active:  # every replica gets the policy / host tier (one value each)
+            engine = single_engine(engine, tiers)
+        run_fleet(
+            engine, loaded, settings, replicas=replicas, router=router, sweep=sweep,
+            bound=bound or sweep, plot=plot, json_output=json_output, workers=workers,
+            ray_address=ray_address,
+        )  # fmt: skip
         return
+    if sweep and tiers.active:
+        progress = functools.partial(_tier_phase, show=show)
+        run_tier_sweep(engine, loaded, settings, tiers, plot, json_output, progress)
+        return
+    if sweep:
+        _run_sweep(engine, loaded, settings, plot, json_output, show, workers, ray_address)
+        return
+    if tiers.active:
+        engine = single_engine(engine, tiers)
     with phase("replaying", len(loaded.requests), show) as bar:
         result = simulate(
             engine,
@@ -225,19 +277,31 @@ def simulate_command(
             progress=bar,
             stage=lambda name: bar.stage(f"computing the {name}"),
         )
+    extra_rows, extra = tier_rows(result, engine, tiers) if tiers.active else ([], {})
     if json_output:
-        data = result.to_dict()
+        data = result.to_dict() | extra
         data["skipped_lines"] = loaded.num_skipped_lines
         data["notes"] = notes(result, loaded)
         print(json.dumps(data, indent=1))
     else:
-        print_summary(result, loaded)
+        print_summary(result, loaded, extra_rows)
         if loaded.num_skipped_lines:
             stderr_console().print(f"skipped {loaded.num_skipped_lines} malformed trace lines")
 
 
+def _tier_phase(total: int, description: str, show: bool) -> Any:
+    return phase(description, total, show)
+
+
 def _run_sweep(
-    engine: Any, loaded: Any, settings: Any, plot: str | None, json_output: bool, show: bool
+    engine: Any,
+    loaded: Any,
+    settings: Any,
+    plot: str | None,
+    json_output: bool,
+    show: bool,
+    workers: int | None = None,
+    ray_address: str | None = None,
 ) -> None:
     from pagedkv.sim.engine import bound_geometry
     from pagedkv.sim.run import sweep as run_sweep
@@ -248,7 +312,14 @@ def _run_sweep(
     block_size = geometry[0] if geometry else engine.config.block_size
     with phase("sweeping cache sizes", len(sizes), show) as update:
         points = run_sweep(
-            engine, loaded, sizes, settings, bound=geometry is not None, progress=update
+            engine,
+            loaded,
+            sizes,
+            settings,
+            bound=geometry is not None,
+            progress=update,
+            workers=workers,
+            ray_address=ray_address,
         )
     if plot is not None:
         from pagedkv.sim.plot import plot_sweep

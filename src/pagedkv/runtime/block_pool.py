@@ -1,18 +1,10 @@
 """The block pool: block ids, reference counts, the free queue and the prefix-cache hash map.
 
-Blocks are plain integer ids ``0 .. num_blocks - 1``; block 0 is the permanent null block
-(placeholder for positions a request does not need). Per-block state lives in flat lists
-(reference count, block hash, group id), so a fresh pool of millions of blocks costs 24
-bytes per block and builds in milliseconds. The order of free blocks is the
-``FreeQueue``'s (vLLM's LRU by default). A cached block is found through
-``_maps[group_id][block_hash] -> block``; more blocks with the same key (duplicate content)
-wait in ``_dups[group_id][block_hash]`` and are promoted when the first goes.
-
-Transactions: between ``begin`` and ``commit`` every change is journaled (``("pop",
-blocks, evicted, token)``, ``("touch", blocks, revived, tokens)``, ``("cache", blocks)`` and the
-managers' ``("call", undo, args)``, see ``record``); ``rollback`` undoes them newest
-first, so the free blocks and their order, the references, the hash map and the tables
-are exactly as at ``begin``.
+Blocks are integer ids; block 0 is the permanent null block. Per-block state is three flat
+lists (reference count, hash, group). ``_maps[group][hash]`` is the block lookups return;
+further blocks with the same key wait in ``_dups[group][hash]``, promoted when it goes.
+Between ``begin`` and ``commit`` every change is journaled (the managers' through
+``record``); ``rollback`` undoes them newest first, exactly.
 """
 
 from __future__ import annotations
@@ -31,11 +23,9 @@ NULL_BLOCK = 0
 
 
 class BlockPool:
-    """Fixed set of KV cache blocks shared by every group of a model.
-
-    ``hash_block_size``: token granularity of the requests' hash chains (None: every
-    group's block size). ``free_queue``: the eviction order, built for ``num_blocks``.
-    """
+    """Fixed set of KV cache blocks shared by every group of a model. ``hash_block_size``:
+    the requests' hash granularity (None: each group's block size). ``free_queue``: the
+    eviction order, built for ``num_blocks``."""
 
     def __init__(
         self,
@@ -56,7 +46,7 @@ class BlockPool:
         self.medium = medium
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_hash: list[Any] = [None] * num_blocks  # None: not cached
-        self.block_group: list[int] = [0] * num_blocks  # group of the cached hash
+        self.block_group: list[int] = [0] * num_blocks
         self.queue = LRUFreeQueue(num_blocks) if free_queue is None else free_queue
         if len(self.queue) != num_blocks - 1:
             raise KVCacheRuntimeError(
@@ -67,12 +57,10 @@ class BlockPool:
         self._maps: list[dict[Any, int]] = []
         self._dups: list[dict[Any, list[int]]] = []
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
-        self.event_token_ids = True  # False: BlockStored events carry no token ids
+        self.event_token_ids = True
         self._journal: list[tuple[Any, ...]] | None = None
-        # Cached blocks whose hash was dropped to reuse them or by evict_blocks.
-        self.num_evictions = 0
+        self.num_evictions = 0  # hashes dropped to reuse a block or by evict_blocks
 
-    # ----------------------------------------------------------------- queries
     @property
     def num_free_blocks(self) -> int:
         return len(self.queue)
@@ -99,13 +87,8 @@ class BlockPool:
 
     def get_cached_block(self, block_hash: Any, group_ids: Sequence[int]) -> list[int] | None:
         """One cached block per group id, or None if any group misses."""
-        out = []
-        for gid in group_ids:
-            block = self.hash_map(gid).get(block_hash)
-            if block is None:
-                return None
-            out.append(block)
-        return out
+        out = [self.hash_map(gid).get(block_hash) for gid in group_ids]
+        return None if None in out else out  # type: ignore[return-value]
 
     def key_of(self, block: int) -> tuple[Any, int] | None:
         """``(block hash, group id)`` of a cached block, None if it is not cached."""
@@ -120,11 +103,9 @@ class BlockPool:
             for h, block in m.items()
         }
 
-    # ------------------------------------------------------------- allocation
     def get_new_blocks(self, num_blocks: int) -> list[int]:
-        """Pop ``num_blocks`` blocks from the head of the free queue, each with ref count 1.
-        Cached blocks handed out lose their hash (one BlockRemoved event each).
-        NoFreeBlocksError, with nothing changed, if fewer are free."""
+        """Pop ``num_blocks`` blocks from the head of the free queue (reference count 1;
+        cached ones lose their hash). NoFreeBlocksError, changing nothing, if too few."""
         if num_blocks <= 0:
             return []
         queue = self.queue
@@ -142,7 +123,7 @@ class BlockPool:
                 evicted.append((block, *self._drop_key(block)))
         self.num_evictions += len(evicted)
         if self._journal is not None:
-            self._journal.append(("pop", blocks, evicted, token))
+            self._journal.append((self._undo_pop, (blocks, evicted, token)))
         return blocks
 
     def touch(self, blocks: Sequence[int]) -> None:
@@ -157,14 +138,13 @@ class BlockPool:
             for block in touched:
                 self.queue.hit(block)
         if self._journal is not None:
-            self._journal.append(("touch", touched, freed, tokens))
+            self._journal.append((self._undo_touch, (touched, freed, tokens)))
 
     def free_blocks(
         self, ordered_blocks: Iterable[int], priority: int = 0, evict_first: bool = False
     ) -> None:
-        """Drop one reference on each block; the first given is evicted first. Blocks
-        reaching zero go to the queue's uncached side (vLLM: the head) or, if they keep a
-        hash, its cached side (vLLM: the tail; ``evict_first``: before the others)."""
+        """Drop one reference on each block; those reaching zero go to the free queue, the
+        first given evicted first (``evict_first``: before every other cached block)."""
         ref = self.ref_cnt
         hashes = self.block_hash
         caching = self.enable_caching
@@ -184,7 +164,6 @@ class BlockPool:
         if cached:
             self.queue.push_cached(cached, priority, evict_first)
 
-    # ---------------------------------------------------------------- caching
     def cache_full_blocks(
         self,
         request: Request,
@@ -195,8 +174,8 @@ class BlockPool:
         group_id: int,
         keep: set[int] | None = None,
     ) -> None:
-        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hash (the request's chain
-        hash at the block's end), skipping null blocks and indices not in ``keep``."""
+        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their chain hash, skipping null
+        blocks and indices not in ``keep``."""
         if num_cached_blocks >= num_full_blocks:
             return
         hashes = request.block_hashes
@@ -206,9 +185,7 @@ class BlockPool:
         stored = []
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if block == NULL_BLOCK or block_hash[block] is not None:
-                continue
-            if keep is not None and i not in keep:
+            if not block or block_hash[block] is not None or (keep is not None and i not in keep):
                 continue
             h = hashes[(i + 1) * scale - 1]
             block_hash[block] = h
@@ -219,23 +196,21 @@ class BlockPool:
                 m[h] = block
             stored.append(block)
         if self._journal is not None:
-            self._journal.append(("cache", stored))
+            self._journal.append((self._undo_cache, (stored,)))
         if self._events is not None:
-            first, end = num_cached_blocks, num_full_blocks
-            self._events.append(
-                BlockStored(
-                    block_hashes=[block_hash[b] for b in stored],
-                    parent_block_hash=hashes[first * scale - 1] if first > 0 else None,
-                    token_ids=request.all_token_ids[first * block_size : end * block_size]
-                    if self.event_token_ids
-                    else [],
-                    block_size=block_size,
-                    lora_id=None if request.lora is None else request.lora.id,
-                    medium=self.medium,
-                    lora_name=request.lora_name,
-                    group_idx=group_id,
-                )
+            first, end = num_cached_blocks * block_size, num_full_blocks * block_size
+            lora = request.lora
+            event = BlockStored(
+                block_hashes=[block_hash[b] for b in stored],
+                parent_block_hash=hashes[num_cached_blocks * scale - 1] if first else None,
+                token_ids=request.all_token_ids[first:end] if self.event_token_ids else [],
+                block_size=block_size,
+                lora_id=None if lora is None else lora.id,
+                medium=self.medium,
+                lora_name=None if lora is None else lora.name,
+                group_idx=group_id,
             )
+            self._events.append(event)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the hash of each block (in use or not); the blocks stay where they are."""
@@ -250,20 +225,17 @@ class BlockPool:
                 self._drop_key(block)
 
     def reset_prefix_cache(self) -> bool:
-        """Forget every cached hash; refused (False) while any block is in use. The free
-        queue keeps its order."""
+        """Forget every cached hash; refused (False) while any block is in use."""
         if len(self.queue) != self.num_blocks - 1:
             return False
-        self._maps = []
-        self._dups = []
+        self._maps, self._dups = [], []
         self.block_hash[:] = [None] * self.num_blocks
         if self._events is not None:
             self._events.append(AllBlocksCleared())
         return True
 
     def _drop_key(self, block: int) -> tuple[Any, int, int]:
-        """Uncache ``block``; returns its key and its index among the key's blocks (0: the
-        one lookups return), for ``_restore_key``."""
+        # Returns the key and the block's index among the key's blocks, for _restore_key.
         h, gid = self.block_hash[block], self.block_group[block]
         self.block_hash[block] = None
         m, dups = self._maps[gid], self._dups[gid]
@@ -303,7 +275,6 @@ class BlockPool:
         self._events = []
         return events
 
-    # ------------------------------------------------------------ transactions
     def begin(self) -> int:
         """Start journaling changes; returns the savepoint ``rollback`` takes."""
         self._journal = []
@@ -316,32 +287,33 @@ class BlockPool:
         """Inside a transaction: call ``undo(*args)`` on rollback (managers journal their
         table changes here, so one rollback restores pool and tables together)."""
         if self._journal is not None:
-            self._journal.append(("call", undo, args))
+            self._journal.append((undo, args))
 
     def rollback(self, savepoint: int) -> None:
         """Undo everything since ``begin``, newest first."""
         journal = self._journal or []
         self._journal = None
-        for entry in reversed(journal):
-            kind = entry[0]
-            if kind == "pop":
-                for evicted in reversed(entry[2]):
-                    self._restore_key(*evicted)
-                self.num_evictions -= len(entry[2])
-                for block in entry[1]:
-                    self.ref_cnt[block] = 0
-                self.queue.unpop(entry[1], entry[3])
-            elif kind == "touch":
-                for block in reversed(entry[1]):
-                    self.ref_cnt[block] -= 1
-                    if self._queue_hits:
-                        self.queue.unhit(block)
-                for block, token in zip(reversed(entry[2]), reversed(entry[3])):
-                    self.queue.reinsert(block, token)
-            elif kind == "call":
-                entry[1](*entry[2])
-            else:  # "cache"
-                for block in reversed(entry[1]):
-                    self._drop_key(block)
+        for undo, args in reversed(journal):
+            undo(*args)
         if self._events is not None:
             del self._events[savepoint:]
+
+    def _undo_pop(self, blocks: list[int], evicted: list[tuple[Any, ...]], token: Any) -> None:
+        for key in reversed(evicted):
+            self._restore_key(*key)
+        self.num_evictions -= len(evicted)
+        for block in blocks:
+            self.ref_cnt[block] = 0
+        self.queue.unpop(blocks, token)
+
+    def _undo_touch(self, touched: list[int], freed: list[int], tokens: list[Any]) -> None:
+        for block in reversed(touched):
+            self.ref_cnt[block] -= 1
+            if self._queue_hits:
+                self.queue.unhit(block)
+        for block, token in zip(reversed(freed), reversed(tokens)):
+            self.queue.reinsert(block, token)
+
+    def _undo_cache(self, stored: list[int]) -> None:
+        for block in reversed(stored):
+            self._drop_key(block)

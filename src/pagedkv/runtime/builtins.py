@@ -2,35 +2,20 @@
 
 from __future__ import annotations
 
+from pagedkv import specs as s
 from pagedkv.registry import KVCacheSpecRegistry
-from pagedkv.runtime.managers import (
-    ChunkedLocalAttentionManager,
-    CrossAttentionManager,
-    FullAttentionManager,
-    MambaManager,
-    SlidingWindowManager,
-)
-from pagedkv.specs import (
-    ChunkedLocalAttentionSpec,
-    CrossAttentionSpec,
-    FullAttentionSpec,
-    MambaSpec,
-    MLAAttentionSpec,
-    SinkFullAttentionSpec,
-    SlidingWindowMLASpec,
-    SlidingWindowSpec,
-)
+from pagedkv.runtime import managers as m
 
 # spec class -> (manager class, uniform-type base spec; None = the class itself)
 BUILTIN_KV_CACHE_SPECS: dict[type, tuple[type, type | None]] = {
-    FullAttentionSpec: (FullAttentionManager, None),
-    MLAAttentionSpec: (FullAttentionManager, FullAttentionSpec),
-    SinkFullAttentionSpec: (FullAttentionManager, FullAttentionSpec),
-    SlidingWindowSpec: (SlidingWindowManager, None),
-    SlidingWindowMLASpec: (SlidingWindowManager, None),
-    ChunkedLocalAttentionSpec: (ChunkedLocalAttentionManager, None),
-    MambaSpec: (MambaManager, None),
-    CrossAttentionSpec: (CrossAttentionManager, None),
+    s.FullAttentionSpec: (m.FullAttentionManager, None),
+    s.MLAAttentionSpec: (m.FullAttentionManager, s.FullAttentionSpec),
+    s.SinkFullAttentionSpec: (m.FullAttentionManager, s.FullAttentionSpec),
+    s.SlidingWindowSpec: (m.SlidingWindowManager, None),
+    s.SlidingWindowMLASpec: (m.SlidingWindowManager, None),
+    s.ChunkedLocalAttentionSpec: (m.ChunkedLocalAttentionManager, None),
+    s.MambaSpec: (m.MambaManager, None),
+    s.CrossAttentionSpec: (m.CrossAttentionManager, None),
 }
 
 

@@ -3,10 +3,10 @@ cache-hit searches into one hit length valid for every group."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
-from pagedkv.errors import RegistryError
+from pagedkv.errors import ConfigError, RegistryError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime.block_pool import BlockPool
@@ -22,6 +22,25 @@ def group_behaviour_spec(group: KVCacheGroupSpec) -> KVCacheSpec:
     if isinstance(spec, UniformTypeKVCacheSpecs):
         return spec.first_spec
     return spec
+
+
+def resolve_caching(
+    groups: Sequence[KVCacheGroupSpec], default: bool, enable_caching: bool | None
+) -> bool:
+    """Whether prefix caching is on: ``enable_caching``, or ``default`` when None and every
+    group can be prefix-cached. ConfigError if asked for with a group that cannot be."""
+    specs = [group_behaviour_spec(g) for g in groups]
+    if not specs:
+        return False
+    if enable_caching is None:
+        return default and all(s.prefix_cacheable for s in specs)
+    for gid, spec in enumerate(specs):
+        if enable_caching and not spec.prefix_cacheable:
+            raise ConfigError(
+                f"enable_caching=True but KV cache group {gid} ({type(spec).__name__}, "
+                f"kind {spec.kind!r}) cannot be prefix-cached"
+            )
+    return enable_caching
 
 
 def manager_class_for(group: KVCacheGroupSpec, group_id: int) -> type[SingleTypeKVCacheManager]:
@@ -40,8 +59,7 @@ def manager_class_for(group: KVCacheGroupSpec, group_id: int) -> type[SingleType
     return manager_cls
 
 
-@dataclass(frozen=True)
-class SpecGroup:
+class SpecGroup(NamedTuple):
     """Groups with equal spec and manager class, looked up together (all must hit)."""
 
     spec: KVCacheSpec
@@ -60,36 +78,27 @@ class KVCacheCoordinator:
         self,
         kv_cache_config: KVCacheConfig,
         *,
-        max_model_len: int,
-        enable_caching: bool,
-        hash_block_size: int,
-        alignment_tokens: int,
         enable_events: bool = False,
-        in_flight_tokens: int | None = None,
-        retention: str = "vllm",
         free_queue: FreeQueue | None = None,
+        **manager_kwargs: Any,
     ) -> None:
-        self.enable_caching = enable_caching
-        self.hash_block_size = hash_block_size
-        self.alignment_tokens = alignment_tokens
-        self.block_pool = BlockPool(
+        """``manager_kwargs``: the keywords every manager takes (``enable_caching``,
+        ``hash_block_size``, ``alignment_tokens``, ``max_model_len``, ``in_flight_tokens``,
+        ``retention``); the first three are required."""
+        self.enable_caching = manager_kwargs["enable_caching"]
+        self.hash_block_size = manager_kwargs["hash_block_size"]
+        self.alignment_tokens = alignment_tokens = manager_kwargs["alignment_tokens"]
+        pool = BlockPool(
             kv_cache_config.num_blocks,
-            enable_caching,
-            hash_block_size,
+            self.enable_caching,
+            self.hash_block_size,
             enable_events,
             free_queue=free_queue,
         )
+        self.block_pool = pool
         self.managers: list[SingleTypeKVCacheManager] = [
             manager_class_for(group, gid)(
-                group_behaviour_spec(group),
-                self.block_pool,
-                kv_cache_group_id=gid,
-                enable_caching=enable_caching,
-                hash_block_size=hash_block_size,
-                alignment_tokens=alignment_tokens,
-                max_model_len=max_model_len,
-                in_flight_tokens=in_flight_tokens,
-                retention=retention,
+                group_behaviour_spec(group), pool, kv_cache_group_id=gid, **manager_kwargs
             )
             for gid, group in enumerate(kv_cache_config.kv_cache_groups)
         ]
@@ -100,9 +109,11 @@ class KVCacheCoordinator:
         groups = [SpecGroup(spec, tuple(ids), cls) for (spec, cls), ids in by_key.items()]
         # Stable sort: downward-closed kinds first, otherwise in group order.
         self.spec_groups = sorted(groups, key=lambda g: not g.manager_cls.downward_closed_hits)
-        self._one_pass = (
-            len(self.spec_groups) == 2 and self.spec_groups[0].manager_cls.downward_closed_hits
-        )
+        self._searches = [
+            (sg.manager_cls, sg.group_ids, (pool, sg.spec, alignment_tokens, self.hash_block_size))
+            for sg in self.spec_groups
+        ]
+        self._one_pass = len(groups) == 2 and self.spec_groups[0].manager_cls.downward_closed_hits
 
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
@@ -110,43 +121,35 @@ class KVCacheCoordinator:
         """Hit blocks per group, the hit length in tokens (valid for every group) and the
         longest prefix some group had cached (> hit when another group cut it short)."""
         lists: list[list[int]] = [[] for _ in self.managers]
-        if len(self.spec_groups) <= 1:  # no caching, or one kind: its search is the answer
-            if not self.spec_groups:
-                return lists, 0, 0
-            sg = self.spec_groups[0]
-            found, hit = sg.manager_cls.find_longest_cache_hit(
-                HitQuery(
-                    block_hashes,
-                    max_length,
-                    sg.group_ids,
-                    self.block_pool,
-                    sg.spec,
-                    self.alignment_tokens,
-                    self.hash_block_size,
-                )
+        if len(self._searches) == 1:  # one kind: its search is the answer
+            cls, group_ids, where = self._searches[0]
+            found, hit = cls.find_longest_cache_hit(
+                HitQuery(block_hashes, max_length, group_ids, *where)
             )
-            for gid, blocks in zip(sg.group_ids, found):
+            for gid, blocks in zip(group_ids, found):
                 lists[gid] = blocks
             return lists, hit, hit
+        if not self._searches:
+            return lists, 0, 0
         candidate = max_length
         longest = 0
         searched_once: dict[int, int] = {}
-        pool, align, hash_bs = self.block_pool, self.alignment_tokens, self.hash_block_size
         while True:
             current = candidate
-            for index, sg in enumerate(self.spec_groups):
+            for index, (cls, group_ids, where) in enumerate(self._searches):
                 if index in searched_once:
                     current = min(current, searched_once[index])
                     continue
-                found, hit = sg.manager_cls.find_longest_cache_hit(
-                    HitQuery(block_hashes, current, sg.group_ids, pool, sg.spec, align, hash_bs)
+                found, hit = cls.find_longest_cache_hit(
+                    HitQuery(block_hashes, current, group_ids, *where)
                 )
-                for gid, blocks in zip(sg.group_ids, found):
+                for gid, blocks in zip(group_ids, found):
                     lists[gid] = blocks
-                if sg.manager_cls.downward_closed_hits:
+                if cls.downward_closed_hits:
                     searched_once[index] = hit
                 current = hit
-                longest = max(longest, hit)
+                if hit > longest:
+                    longest = hit
             if current >= candidate:
                 break
             candidate = current

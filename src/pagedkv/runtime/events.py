@@ -1,8 +1,11 @@
-"""KV cache events for routers and offload layers, in the wire layout vLLM and SGLang publish.
+"""KV cache events for routers and offload layers, in vLLM 0.33's wire layout.
 
-Events are msgspec structs, tagged by class name and encoded as arrays, so a consumer
-written for vLLM's ``KVEventBatch`` decodes them unchanged. A published message has three
-frames: topic, an 8-byte big-endian sequence number, and the msgpack ``EventBatch``.
+A published message has three frames: topic (``b""`` by default), an 8-byte big-endian
+sequence number, and the msgpack ``EventBatch`` ``[ts, events, data_parallel_rank]``
+(array-like). Each event is a msgpack map tagged by class name under ``"type"``; fields
+equal to their default are left out, required ones are always sent (``None`` included).
+Block hashes go out as external hashes: by default the low 64 bits of the hash as an
+unsigned int (vLLM's default), or the raw bytes with ``int_block_hashes=False``.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ import msgspec
 from pagedkv.errors import KVCacheRuntimeError
 
 ExternalBlockHash = bytes | int
-DEFAULT_TOPIC = b"kv-events"
+DEFAULT_TOPIC = b""
+END_OF_REPLAY_SEQ = -1  # sequence number of the replay end marker (8 bytes of 0xff)
+_MASK64 = (1 << 64) - 1
 
 
-class KVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
-    """Base of every KV cache event."""
+class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True, tag_field="type"):
+    """Base of every KV cache event (encoded as a map tagged ``{"type": class name}``)."""
 
 
 class BlockStored(KVCacheEvent):
@@ -32,11 +37,15 @@ class BlockStored(KVCacheEvent):
     block_size: int
     lora_id: int | None
     medium: str | None
-    lora_name: str | None = None
+    lora_name: str | None
     extra_keys: list[tuple[Any, ...] | None] | None = None
     group_idx: int | None = None
     kv_cache_spec_kind: str | None = None
     kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+    lookahead_token_ids: list[list[int]] | None = None
 
 
 class BlockRemoved(KVCacheEvent):
@@ -45,6 +54,8 @@ class BlockRemoved(KVCacheEvent):
     block_hashes: list[ExternalBlockHash]
     medium: str | None
     group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
 
 
 class AllBlocksCleared(KVCacheEvent):
@@ -62,8 +73,60 @@ class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     data_parallel_rank: int | None = None
 
 
+def external_block_hash(block_hash: Any, int_block_hashes: bool = True) -> ExternalBlockHash:
+    """The hash as published: low 64 bits as an unsigned int (default) or the raw bytes.
+
+    Byte hashes are read big-endian (as vLLM does); int hashes (the ``builtin`` algorithm)
+    are taken modulo 2**64, so negative ones become unsigned too.
+    """
+    if isinstance(block_hash, bytes):
+        return int.from_bytes(block_hash[-8:], "big") if int_block_hashes else block_hash
+    if isinstance(block_hash, int):
+        if int_block_hashes:
+            return block_hash & _MASK64
+        return (block_hash & _MASK64).to_bytes(8, "big")
+    raise KVCacheRuntimeError(
+        f"a block hash must be bytes or int to be published, got {type(block_hash).__name__}"
+    )
+
+
+def to_external(event: KVCacheEvent, int_block_hashes: bool = True) -> KVCacheEvent:
+    """A copy of ``event`` with its hashes in external form (``event`` is not changed)."""
+    if isinstance(event, BlockStored):
+        parent = event.parent_block_hash
+        return msgspec.structs.replace(
+            event,
+            block_hashes=[external_block_hash(h, int_block_hashes) for h in event.block_hashes],
+            parent_block_hash=(
+                None if parent is None else external_block_hash(parent, int_block_hashes)
+            ),
+        )
+    if isinstance(event, BlockRemoved):
+        return msgspec.structs.replace(
+            event,
+            block_hashes=[external_block_hash(h, int_block_hashes) for h in event.block_hashes],
+        )
+    return event
+
+
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(EventBatch)
+
+
+def encode_payload(
+    events: Sequence[KVCacheEvent],
+    *,
+    ts: float | None = None,
+    data_parallel_rank: int | None = 0,
+    int_block_hashes: bool = True,
+) -> bytes:
+    """The msgpack payload of one batch, hashes converted to external form."""
+    batch = EventBatch(
+        ts=time.time() if ts is None else ts,
+        events=[to_external(e, int_block_hashes) for e in events],  # type: ignore[misc]
+        data_parallel_rank=data_parallel_rank,
+    )
+    return _encoder.encode(batch)
 
 
 def encode_event_batch(
@@ -72,15 +135,22 @@ def encode_event_batch(
     *,
     topic: bytes = DEFAULT_TOPIC,
     ts: float | None = None,
-    data_parallel_rank: int | None = None,
+    data_parallel_rank: int | None = 0,
+    int_block_hashes: bool = True,
 ) -> tuple[bytes, bytes, bytes]:
     """The three frames (topic, sequence number, payload) of one published batch."""
-    batch = EventBatch(
-        ts=time.time() if ts is None else ts,
-        events=list(events),  # type: ignore[arg-type]
-        data_parallel_rank=data_parallel_rank,
+    payload = encode_payload(
+        events, ts=ts, data_parallel_rank=data_parallel_rank, int_block_hashes=int_block_hashes
     )
-    return topic, sequence_number.to_bytes(8, "big"), _encoder.encode(batch)
+    return topic, sequence_number.to_bytes(8, "big"), payload
+
+
+def decode_payload(payload: bytes) -> EventBatch:
+    """One batch from its msgpack payload; KVCacheRuntimeError if it is malformed."""
+    try:
+        return _decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise KVCacheRuntimeError(f"malformed KV event payload: {exc}") from exc
 
 
 def decode_event_batch(frames: Sequence[bytes]) -> tuple[bytes, int, EventBatch]:
@@ -90,8 +160,4 @@ def decode_event_batch(frames: Sequence[bytes]) -> tuple[bytes, int, EventBatch]
             "a KV event message has three frames (topic, 8-byte sequence number, payload), "
             f"got {len(frames)} frames"
         )
-    try:
-        batch = _decoder.decode(frames[2])
-    except msgspec.DecodeError as exc:
-        raise KVCacheRuntimeError(f"malformed KV event payload: {exc}") from exc
-    return frames[0], int.from_bytes(frames[1], "big"), batch
+    return frames[0], int.from_bytes(frames[1], "big"), decode_payload(frames[2])

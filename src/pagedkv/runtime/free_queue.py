@@ -1,29 +1,10 @@
 """The free queue: the order in which the block pool hands out (and evicts) free blocks.
 
-``FreeQueue`` is the narrow interface an eviction order implements; ``LRUFreeQueue`` is
-vLLM 0.33's order and the default. The pool calls, and only these:
-
-* ``pop(n)``: hand out ``n`` blocks from the head (the caller checked ``len``), with an
-  undo token;
-* ``push_uncached(blocks, priority)``: freed blocks without a hash (no reuse value),
-  ``blocks[0]`` first out; vLLM puts them at the head (LIFO reuse, warm memory);
-* ``push_cached(blocks, priority, evict_first=False)``: freed blocks that keep a hash,
-  ``blocks[0]`` evicted first; vLLM appends them (least recently used first).
-  ``priority`` is the freeing request's (vLLM: lower value = more important);
-  ``evict_first`` asks to evict them before every other cached block (the opt-in dense
-  retention's out-of-window blocks);
-* ``remove(block)`` (``remove_many(blocks)`` per touch): a cache hit revives a free cached
-  block; returns a position token;
-* ``hit(block)``: a cache hit on any block, called only if ``wants_hits`` (LRU does not
-  pay for it on the hot path; ``unhit`` undoes it);
-* ``order()``: every free block, head first (tests and tools).
-
-Undo: while an allocation is open the pool journals each ``pop`` and ``remove``. A
-rollback replays the journal newest first: ``unpop(blocks, token)`` puts popped blocks
-back at the head in their order, ``reinsert(block, token)`` puts a removed block back
-where ``remove`` found it. Undone in reverse, every call sees the queue exactly as it was right
-after the call it undoes, so ``order()`` ends identical to what it was before.
-Frees never happen inside an allocation's transaction, so pushes need no undo.
+``FreeQueue`` is the interface an eviction order implements (docs/runtime.md lists when
+the pool calls each method); ``LRUFreeQueue`` is vLLM 0.33's order and the default. Undo:
+a rolled-back allocation calls ``unpop`` / ``reinsert`` newest first, so each undo sees
+the queue exactly as it was right after the call it undoes. Frees never happen inside an
+allocation, so pushes need no undo.
 """
 
 from __future__ import annotations
@@ -58,7 +39,9 @@ class FreeQueue(ABC):
 
     @abstractmethod
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
-        """Freed blocks that keep their hash, ``blocks[0]`` evicted first among them."""
+        """Freed blocks that keep their hash, ``blocks[0]`` evicted first among them.
+        ``priority``: the freeing request's (vLLM: lower is more important);
+        ``evict_first``: evict them before every other cached block."""
 
     @abstractmethod
     def remove(self, block: int) -> Any:
@@ -84,17 +67,12 @@ class FreeQueue(ABC):
 
 
 class LRUFreeQueue(FreeQueue):
-    """vLLM's order: one list, freed uncached blocks at the head (LIFO), freed cached ones
-    at the tail (LRU). Kept in three parts that concatenate to that list:
-
-    1. ``_stack``: pushed (or unpopped) blocks, head at the end of the Python list;
-    2. the fresh range ``[_next_fresh, num_blocks)``: never-used blocks in id order;
-    3. ``_lru``: cached blocks, block -> sequence number, in increasing sequence order
-       (O(1) removal from the middle on a cache hit).
-
-    A fresh pool costs nothing per block. ``reinsert`` is O(1) at either end of the LRU
-    part and O(n) in the middle; only the undo of a failed allocation calls it.
-    """
+    """vLLM's order: freed uncached blocks at the head (LIFO), freed cached ones at the
+    tail (LRU). Kept as three parts that concatenate to vLLM's one list: ``_stack``
+    (pushed blocks, head at its end), the never-used ids ``[_next_fresh, num_blocks)``
+    (a fresh pool costs nothing per block) and ``_lru`` (cached blocks -> sequence
+    number, ascending: O(1) removal from the middle). ``reinsert`` is O(n) only in the
+    middle of the LRU part, which only an exception's undo reaches."""
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks

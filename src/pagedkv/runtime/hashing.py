@@ -1,15 +1,7 @@
 """Chained block hashing, byte-identical to vLLM 0.33's for the same algorithm.
 
-A block hash is ``hash_fn((parent_hash, token_ids, extra_keys))`` where ``parent_hash`` is
-the previous block's hash (``NONE_HASH`` for the first block), ``token_ids`` a tuple of
-ints and ``extra_keys`` None or a tuple of, in this order: ``("lora", name, path)`` on
-every block of a LoRA request, ``("mm", identifier, offset - block_start)`` per
-multimodal item overlapping the block, ``("cache_salt", salt)`` on block 0 only and
-``("prompt_embeds", sha256 of the block's embedding bytes)``.
-
-``NONE_HASH = hash_fn(seed)``: the seed is ``PYTHONHASHSEED`` when set; otherwise
-``"vllm-none-hash"`` for the cryptographic algorithms (and ``builtin``), and 32 random
-bytes (hex) per process for the xxhash ones, as vLLM does.
+Block ``i``'s hash is ``hash_fn((hash of block i-1 or NONE_HASH, token_ids, extra_keys))``;
+the extra keys and the NONE_HASH seed follow vLLM's rules (docs/runtime.md, Block hashing).
 """
 
 from __future__ import annotations
@@ -18,7 +10,7 @@ import hashlib
 import os
 import pickle
 import sys
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cbor2
@@ -28,9 +20,7 @@ from pagedkv.errors import ConfigError
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 
-BlockHash = Hashable  # bytes, or int for builtin
 HashFn = Callable[[Any], Any]
-
 DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
 
 
@@ -78,8 +68,7 @@ xxhash128 = xxhash_cbor  # pagedkv's earlier name
 
 
 def builtin(obj: Any) -> int:
-    """Python's ``hash`` (pagedkv only, for simulation): fastest; strings vary with
-    PYTHONHASHSEED."""
+    """Python's ``hash`` (pagedkv only, for simulation): fastest, varies with PYTHONHASHSEED."""
     return hash(obj)
 
 
@@ -105,7 +94,8 @@ def get_hash_fn(name: str) -> HashFn:
 
 
 def none_hash_seed(hash_algo: str) -> str:
-    """vLLM's NONE_HASH seed rule (module docstring)."""
+    """vLLM's NONE_HASH seed: ``PYTHONHASHSEED`` when set, otherwise ``"vllm-none-hash"``
+    (32 random bytes per process for the xxhash algorithms)."""
     global _random_seed
     seed = os.environ.get("PYTHONHASHSEED")
     if seed is not None:
@@ -118,7 +108,6 @@ def none_hash_seed(hash_algo: str) -> str:
 
 
 def _embeds_bytes(embeds: Any) -> bytes:
-    """Raw bytes of an embedding slice (numpy array, torch tensor or bytes-like)."""
     torch = sys.modules.get("torch")  # a tensor means torch is imported already
     if torch is not None and isinstance(embeds, torch.Tensor):
         return bytes(embeds.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
@@ -166,21 +155,23 @@ class BlockHasher:
 
     def __call__(self, request: Request) -> list[Any]:
         """Hashes of the full blocks after ``len(request.block_hashes)``."""
-        bs = self.block_size
         hashes = request.block_hashes
-        start = len(hashes) * bs
+        start = len(hashes) * self.block_size
         tokens = request.all_token_ids
-        end = len(tokens)
-        if start + bs > end:
+        if start + self.block_size > len(tokens):
             return []
-        fn = self.hash_fn
         parent = hashes[-1] if hashes else self.none_hash
-        plain = request.plain
+        return self._chain(tokens, start, parent, None if request.plain else request)
+
+    def _chain(
+        self, tokens: Sequence[int], start: int, parent: Any, request: Request | None
+    ) -> list[Any]:
+        fn, bs, end = self.hash_fn, self.block_size, len(tokens)
+        extra = None
         mm_index = 0
         new: list[Any] = []
         while start + bs <= end:
-            extra = None
-            if not plain:
+            if request is not None:
                 extra, mm_index = block_extra_keys(request, start, start + bs, mm_index)
             parent = fn((parent, tuple(tokens[start : start + bs]), extra))
             new.append(parent)
@@ -193,10 +184,4 @@ def hash_token_blocks(
 ) -> list[Any]:
     """Chained hashes of the full blocks of a plain token sequence (no extra keys)."""
     hasher = BlockHasher(block_size, hash_algo)
-    fn = hasher.hash_fn
-    parent = hasher.none_hash
-    out = []
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = fn((parent, tuple(token_ids[start : start + block_size]), None))
-        out.append(parent)
-    return out
+    return hasher._chain(token_ids, 0, hasher.none_hash, None)

@@ -8,45 +8,34 @@ from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.runtime.blocks import KVCacheBlocks
-from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator
+from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator, resolve_caching
 from pagedkv.runtime.events import BlockStored, KVCacheEvent
 from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import BlockHasher
 from pagedkv.runtime.managers.base import RETENTION_POLICIES, SingleTypeKVCacheManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
+from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
 
 
-def _resolve_caching(
-    kv_cache_config: KVCacheConfig, config: EngineConfig, enable_caching: bool | None
-) -> bool:
-    specs = [group_behaviour_spec(g) for g in kv_cache_config.kv_cache_groups]
-    if not specs:
-        return False  # nothing to cache
-    if enable_caching is None:
-        return config.cache.enable_prefix_caching and all(s.prefix_cacheable for s in specs)
-    if enable_caching:
-        for gid, spec in enumerate(specs):
-            if not spec.prefix_cacheable:
-                raise ConfigError(
-                    f"enable_caching=True but KV cache group {gid} ({type(spec).__name__}, "
-                    f"kind {spec.kind!r}) cannot be prefix-cached"
-                )
-    return enable_caching
+def _default_queue(config: EngineConfig, free_queue: FreeQueue | None) -> FreeQueue | None:
+    policy = config.cache.eviction_policy
+    if free_queue is None and policy != "lru":
+        raise ConfigError(
+            f"CacheConfig.eviction_policy={policy!r} is an extension: build the manager with "
+            "pagedkv.policies.make_kv_cache_manager (or pass free_queue=)"
+        )
+    return free_queue
 
 
 class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
 
-    ``get_computed_blocks`` finds a new request's cache hit, ``allocate_slots`` gives it
-    (or a running request) the blocks for its next tokens, ``free`` releases them.
-
-    ``retention``: ``"vllm"`` (default; vLLM 0.33's sparse retention) or ``"dense"``
-    (pagedkv's opt-in, see ``managers/base.py``); None takes the engine config's
-    ``cache.prefix_cache_retention``. ``free_queue``: the pool's eviction order (default
-    vLLM's LRU), built for ``kv_cache_config.num_blocks``. ``event_token_ids=False``
-    leaves the token ids out of BlockStored events.
+    ``retention``: ``"vllm"`` (vLLM 0.33's) or ``"dense"`` (pagedkv's opt-in); None takes
+    ``config.cache.prefix_cache_retention``. ``free_queue``: the pool's eviction order
+    (default vLLM's LRU), built for ``kv_cache_config.num_blocks``.
+    ``event_token_ids=False`` leaves the token ids out of BlockStored events.
     """
 
     def __init__(
@@ -79,7 +68,9 @@ class KVCacheManager:
         )
         if self.max_model_len <= 0:
             raise ConfigError("KVCacheManager needs a positive max_model_len")
-        self.enable_caching = _resolve_caching(kv_cache_config, config, enable_caching)
+        self.enable_caching = resolve_caching(
+            groups, config.cache.enable_prefix_caching, enable_caching
+        )
         block_sizes = [g.kv_cache_spec.block_size for g in groups]
         self.scheduler_block_size = math.lcm(*block_sizes) if block_sizes else 1
         self.hash_block_size = math.gcd(*block_sizes) if block_sizes else 1
@@ -95,47 +86,38 @@ class KVCacheManager:
             enable_events=enable_events,
             in_flight_tokens=config.max_in_flight_tokens,
             retention=retention,
-            free_queue=free_queue,
+            free_queue=_default_queue(config, free_queue),
         )
         self.block_pool = self.coordinator.block_pool
         self.block_pool.event_token_ids = event_token_ids
-        self.managers = self.coordinator.managers
-        self.num_groups = len(self.managers)
+        self.managers = managers = self.coordinator.managers
+        self.num_groups = len(managers)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
-        self._skipping = [m for m in self.managers if m.skips_tokens]
-        self._caching = [m for m in self.managers if m.enable_caching]
-        self._cross = [isinstance(m, CrossAttentionManager) for m in self.managers]
-        # If every kind grows a running request's table plainly: what the fast path of
-        # allocate_slots reads per group.
-        base = SingleTypeKVCacheManager
-        plain = all(
-            type(m).allocate_new_blocks is base.allocate_new_blocks
-            and type(m).get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
-            for m in self.managers
-        )
+        self._skipping = [m for m in managers if m.skips_tokens]
+        self._caching = [m for m in managers if m.enable_caching]
+        self._cross = [isinstance(m, CrossAttentionManager) for m in managers]
+        # The fast path reads "no group needs a block and no block became full" off the
+        # tables when every kind's table ends at cdiv(tokens, block_size) entries (plain
+        # kinds and Mamba); only when all grow plainly does it also count the blocks itself.
+        self._fast_alloc = all(plain_growth(m) for m in managers)
         self._growth = None
-        if plain:
+        if all(plain_growth(m) or isinstance(m, MambaManager) for m in managers):
             self._growth = [
                 (m.block_size, m.req_to_blocks, m.num_cached_block, cross)
-                for m, cross in zip(self.managers, self._cross)
+                for m, cross in zip(managers, self._cross)
             ]
-        # Tables of group 0: membership says whether a request is running.
-        self._first_tables: dict[str, list[int]] = (
-            self.managers[0].req_to_blocks if self.managers else {}
-        )
+        # A request is running iff group 0 has its table.
+        self._first_tables: dict[str, list[int]] = managers[0].req_to_blocks if managers else {}
         # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule).
         self._cache_step = self.scheduler_block_size if self.num_groups > 1 else 1
-        self._no_hits: tuple[list[int], ...] = tuple([] for _ in self.managers)
-        self._empty = KVCacheBlocks(tuple([] for _ in self.managers))
+        self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
+        self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
             (spec.kind, getattr(spec, "sliding_window", None))
-            for spec in (group_behaviour_spec(g) for g in groups)
+            for spec in map(group_behaviour_spec, groups)
         ]
-        self._stats_total = PrefixCacheStatsCounter()
-        self._stats_step = PrefixCacheStatsCounter()
-        self._evictions_at_step = 0
+        self._stats = PrefixCacheStatsCounter()
 
-    # ------------------------------------------------------------------ state
     @property
     def num_free_blocks(self) -> int:
         return self.block_pool.num_free_blocks
@@ -147,23 +129,18 @@ class KVCacheManager:
 
     @property
     def num_evictions(self) -> int:
-        """Cached blocks evicted since the manager was built: reused for new content (the
-        LRU victims) or dropped by ``evict_blocks``; a failed allocation's are not counted."""
+        """Cached blocks evicted (reused, or dropped by ``evict_blocks``) since the start;
+        a failed allocation's are not counted."""
         return self.block_pool.num_evictions
 
     @property
     def prefix_cache_stats(self) -> PrefixCacheStats:
         """Lookups, hits and evictions since the manager was built."""
-        return self._stats_total.snapshot(self.block_pool.num_evictions)
+        return self._stats.total(self.block_pool.num_evictions)
 
     def make_prefix_cache_stats(self) -> PrefixCacheStats:
-        """Lookups, hits and evictions since the previous call (per engine step), then
-        start afresh."""
-        total = self.block_pool.num_evictions
-        stats = self._stats_step.snapshot(total - self._evictions_at_step)
-        self._evictions_at_step = total
-        self._stats_step = PrefixCacheStatsCounter()
-        return stats
+        """Lookups, hits and evictions since the previous call (per engine step)."""
+        return self._stats.take_step(self.block_pool.num_evictions)
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         """A copy of the request's block table, one list per group (null blocks are 0)."""
@@ -172,13 +149,9 @@ class KVCacheManager:
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
         return KVCacheBlocks(self.get_block_ids(request_id))
 
-    # ----------------------------------------------------------------- lookup
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
-        """The request's longest cached prefix: blocks per group and its length in tokens.
-
-        At most ``num_tokens - 1`` tokens hit (the last token is always recomputed).
-        Nothing is referenced until ``allocate_slots`` adopts the blocks.
-        """
+        """The request's longest cached prefix (blocks per group, tokens): at most
+        ``num_tokens - 1`` tokens; nothing is referenced until ``allocate_slots``."""
         if not self.enable_caching:
             return self._empty, 0
         if request.hasher is not self.hasher:
@@ -186,12 +159,9 @@ class KVCacheManager:
         lists, num_hit, longest = self.coordinator.find_longest_cache_hit(
             request.block_hashes, request.num_tokens - 1
         )
-        # A longer prefix that some group had: other requests share it, so this request
-        # keeps the blocks a hit there needs (see set_retained_boundaries).
+        # A longer prefix some group had: the request keeps the blocks a hit there needs.
         request.shared_prefix_boundary = longest if longest > num_hit else 0
-        preempted = request.num_preemptions > 0
-        self._stats_total.record(request.num_tokens, num_hit, preempted)
-        self._stats_step.record(request.num_tokens, num_hit, preempted)
+        self._stats.record(request.num_tokens, num_hit, request.num_preemptions > 0)
         request.num_cached_tokens = num_hit
         if not num_hit:
             return self._empty, 0
@@ -209,7 +179,6 @@ class KVCacheManager:
             )
         request.set_hasher(self.hasher)
 
-    # ------------------------------------------------------------- allocation
     def allocate_slots(
         self,
         request: Request,
@@ -224,21 +193,25 @@ class KVCacheManager:
         has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
         """Blocks for ``num_new_tokens`` more tokens (plus lookahead slots), or None if they
-        do not fit. Blocks the request no longer needs (out of its window) are released
-        first, as vLLM does, even when the allocation then does not fit.
+        do not fit (blocks out of the request's window are released first, as in vLLM).
 
-        A new request adopts ``new_computed_blocks`` (from ``get_computed_blocks``) covering
-        ``num_new_computed_tokens`` tokens. Full blocks are cached unless
-        ``delay_cache_blocks``; lookahead (draft) slots are never cached. With
-        ``full_sequence_must_fit`` (an admission) the whole sequence must fit (windows
-        capped at their admission bound). If anything raises midway, every change after
-        the release is undone before the exception propagates.
+        A new request adopts ``new_computed_blocks`` covering ``num_new_computed_tokens``.
+        Full blocks are cached unless ``delay_cache_blocks`` (lookahead slots never). With
+        ``full_sequence_must_fit`` the whole sequence must fit (local kinds at their
+        admission cap). If anything raises midway, the allocation is undone.
         """
-        if num_new_tokens <= 0 or num_lookahead_tokens < 0:
-            self._check_counts(
-                request, num_new_tokens, num_new_computed_tokens, num_lookahead_tokens
-            )
         request_id = request.request_id
+        if num_new_tokens <= 0 or num_lookahead_tokens < 0:
+            if num_lookahead_tokens < 0:
+                raise KVCacheRuntimeError(
+                    f"request {request_id!r}: num_lookahead_tokens must be >= 0, "
+                    f"got {num_lookahead_tokens}"
+                )
+            if num_new_tokens < 0 or num_new_computed_tokens == 0:
+                raise KVCacheRuntimeError(
+                    f"request {request_id!r}: num_new_tokens must be > 0 when there are "
+                    f"no computed tokens to adopt, got {num_new_tokens}"
+                )
         running = request_id in self._first_tables
         hits = self._no_hits
         if new_computed_blocks is not None:
@@ -269,63 +242,92 @@ class KVCacheManager:
         num_slots = num_main + num_lookahead_tokens
         if num_slots > max_len:
             num_slots = max_len
-        pool = self.block_pool
         if full_sequence_must_fit:
             num_tokens = min(request.num_tokens, max_len)
             needed = self._num_blocks_needed(
                 request_id, num_tokens, num_tokens, hits, total_computed, num_encoder_tokens, True
             )
-            if needed + self._reserve(running, has_scheduled_reqs) > pool.num_free_blocks:
+            if needed + self._reserve(running, has_scheduled_reqs) > self.num_free_blocks:
                 return None
-        if running:
-            if self._skipping:
-                for m in self._skipping:
-                    m.remove_skipped_blocks(request_id, total_computed)
-            if self._growth is not None:
-                # Fast path (bench_hot_path: most decode steps change nothing): every kind
-                # grows plainly, by cdiv(tokens, block_size) - len(table) blocks.
-                cache = self.enable_caching and not delay_cache_blocks
-                cache_tokens = len(request.all_token_ids) if cache else 0
-                if num_main < cache_tokens:
-                    cache_tokens = num_main
-                if self._cache_step > 1:
-                    cache_tokens -= cache_tokens % self._cache_step
-                needed = 0
-                work = False
-                for block_size, tables, num_cached, cross in self._growth:
-                    tokens = num_encoder_tokens if cross else num_slots
-                    num_new = -(-tokens // block_size) - len(tables[request_id])
-                    if num_new > 0:
-                        needed += num_new
-                        work = True
-                    elif cache_tokens // block_size > num_cached[request_id]:
-                        work = True
-                if not work:
-                    return self._empty
-                if needed > pool.num_free_blocks:
-                    return None
-                return self._transaction(
-                    request, None, 0, num_slots, num_main, num_encoder_tokens, cache
-                )
-        needed = self._num_blocks_needed(
-            request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
-        )
-        if needed + self._reserve(running, has_scheduled_reqs) > pool.num_free_blocks:
+        cache = self.enable_caching and not delay_cache_blocks
+        if running and self._skipping:
+            for m in self._skipping:
+                m.remove_skipped_blocks(request_id, total_computed)
+        growth = self._growth if running else None
+        if growth is not None:
+            # Fast path (bench_hot_path: most decode steps change nothing).
+            cache_tokens = len(request.all_token_ids) if cache else 0
+            if cache_tokens > num_main:
+                cache_tokens = num_main
+            if self._cache_step > 1:
+                cache_tokens -= cache_tokens % self._cache_step
+            needed = 0
+            work = False
+            for block_size, tables, num_cached, cross in growth:
+                tokens = num_encoder_tokens if cross else num_slots
+                num_new = -(-tokens // block_size) - len(tables[request_id])
+                if num_new > 0:
+                    needed += num_new
+                    work = True
+                elif cache_tokens // block_size > num_cached[request_id]:
+                    work = True
+            if not work:
+                return self._empty
+        if growth is None or not self._fast_alloc:
+            needed = self._reserve(running, has_scheduled_reqs) + self._num_blocks_needed(
+                request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
+            )
+        pool = self.block_pool
+        if needed > pool.num_free_blocks:
             return None
         if self.enable_caching and request.hasher is not self.hasher:
             self._attach_hasher(request)
         return self._transaction(
-            request,
-            None if running else hits,
-            total_computed,
-            num_slots,
-            num_main,
-            num_encoder_tokens,
-            self.enable_caching and not delay_cache_blocks,
+            request, running, hits, total_computed, num_slots, num_main, num_encoder_tokens, cache
         )
 
+    def _transaction(
+        self,
+        request: Request,
+        running: bool,
+        hits: tuple[list[int], ...],
+        total_computed: int,
+        num_slots: int,
+        num_main: int,
+        num_encoder_tokens: int,
+        cache: bool,
+    ) -> KVCacheBlocks:
+        request_id = request.request_id
+        pool = self.block_pool
+        # One transaction: the pool's journal holds the pool's and the managers' changes.
+        savepoint = pool.begin()
+        try:
+            if not running:
+                # Every group adopts its hits before any allocates, so an allocation can
+                # never evict another group's hit blocks.
+                for m, hit in zip(self.managers, hits):
+                    m.add_local_computed_blocks(request_id, hit, total_computed)
+            new_blocks = tuple(
+                [
+                    m.allocate_new_blocks(
+                        request_id, num_encoder_tokens if cross else num_slots, num_main
+                    )
+                    for m, cross in zip(self.managers, self._cross)
+                ]
+            )
+            if cache:
+                num_cacheable = min(num_main, request.num_tokens)
+                num_cacheable -= num_cacheable % self._cache_step
+                for m in self._caching:
+                    m.cache_blocks(request, num_cacheable)
+        except BaseException:
+            pool.rollback(savepoint)
+            raise
+        pool.commit()
+        return KVCacheBlocks(new_blocks) if any(new_blocks) else self._empty
+
     def _reserve(self, running: bool, has_scheduled_reqs: bool) -> int:
-        """The watermark: kept free when admitting a request while others are scheduled."""
+        # The watermark is kept free when admitting a request while others are scheduled.
         return self.watermark_blocks if has_scheduled_reqs and not running else 0
 
     def _num_blocks_needed(
@@ -339,79 +341,17 @@ class KVCacheManager:
         cap: bool,
     ) -> int:
         needed = 0
-        cross = self._cross
-        for gid, m in enumerate(self.managers):
-            if cross[gid]:
-                if cap:
-                    continue
+        for m, cross, hit in zip(self.managers, self._cross, hits):
+            if not cross:
                 needed += m.get_num_blocks_to_allocate(
-                    request_id, num_encoder_tokens, hits[gid], 0, num_encoder_tokens
+                    request_id, num_tokens, hit, total_computed, num_main, cap
                 )
-            else:
+            elif not cap:
                 needed += m.get_num_blocks_to_allocate(
-                    request_id, num_tokens, hits[gid], total_computed, num_main, cap
+                    request_id, num_encoder_tokens, hit, 0, num_encoder_tokens
                 )
         return needed
 
-    def _transaction(
-        self,
-        request: Request,
-        hits: tuple[list[int], ...] | None,
-        total_computed: int,
-        num_slots: int,
-        num_main: int,
-        num_encoder_tokens: int,
-        cache: bool,
-    ) -> KVCacheBlocks:
-        """Adopt hits (new requests), allocate, cache: all or nothing (the pool's journal
-        holds the pool's and the managers' changes)."""
-        request_id = request.request_id
-        managers = self.managers
-        pool = self.block_pool
-        savepoint = pool.begin()
-        try:
-            if hits is not None:
-                # Every group adopts its hits before any group allocates, so an
-                # allocation can never evict another group's hit blocks.
-                for gid, m in enumerate(managers):
-                    m.add_local_computed_blocks(request_id, hits[gid], total_computed)
-            cross = self._cross
-            new_blocks = tuple(
-                m.allocate_new_blocks(
-                    request_id, num_encoder_tokens if cross[gid] else num_slots, num_main
-                )
-                for gid, m in enumerate(managers)
-            )
-            if cache:
-                num_cacheable = min(num_main, request.num_tokens)
-                num_cacheable -= num_cacheable % self._cache_step
-                for m in self._caching:
-                    m.cache_blocks(request, num_cacheable)
-        except BaseException:
-            pool.rollback(savepoint)
-            raise
-        pool.commit()
-        return KVCacheBlocks(new_blocks) if any(new_blocks) else self._empty
-
-    @staticmethod
-    def _check_counts(
-        request: Request,
-        num_new_tokens: int,
-        num_new_computed_tokens: int,
-        num_lookahead_tokens: int,
-    ) -> None:
-        if num_lookahead_tokens < 0:
-            raise KVCacheRuntimeError(
-                f"request {request.request_id!r}: num_lookahead_tokens must be >= 0, "
-                f"got {num_lookahead_tokens}"
-            )
-        if num_new_tokens < 0 or (num_new_tokens == 0 and num_new_computed_tokens == 0):
-            raise KVCacheRuntimeError(
-                f"request {request.request_id!r}: num_new_tokens must be > 0 when there are "
-                f"no computed tokens to adopt, got {num_new_tokens}"
-            )
-
-    # ---------------------------------------------------------------- freeing
     def free(self, request: Request | str) -> None:
         """Release every block of the request, last blocks first (evicted first)."""
         if isinstance(request, str):
@@ -435,8 +375,7 @@ class KVCacheManager:
         """Forget every cached block; False (nothing done) while any block is in use."""
         if not self.block_pool.reset_prefix_cache():
             return False
-        self._stats_total.reset = True
-        self._stats_step.reset = True
+        self._stats.mark_reset()
         return True
 
     def new_step_starts(self) -> None:
@@ -447,10 +386,9 @@ class KVCacheManager:
     def take_events(self) -> list[KVCacheEvent]:
         """KV cache events since the last call, BlockStored annotated with the group kind."""
         events = self.block_pool.take_events()
-        meta = self._group_meta
         for event in events:
             if isinstance(event, BlockStored) and event.group_idx is not None:
-                kind, window = meta[event.group_idx]
+                kind, window = self._group_meta[event.group_idx]
                 event.kv_cache_spec_kind = kind
                 event.kv_cache_spec_sliding_window = window
         return events
@@ -467,3 +405,13 @@ class KVCacheManager:
             f"KVCacheManager(groups=[{kinds}], num_blocks={self.block_pool.num_blocks}, "
             f"caching={self.enable_caching})"
         )
+
+
+def plain_growth(manager: SingleTypeKVCacheManager) -> bool:
+    """Whether the kind grows a table by cdiv(tokens, block_size) - len(table) new blocks."""
+    base = SingleTypeKVCacheManager
+    kind = type(manager)
+    return (
+        kind.allocate_new_blocks is base.allocate_new_blocks
+        and kind.get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
+    )

@@ -62,7 +62,7 @@ class Request:
         self.lora: LoRA | None = lora if lora is not None or lora_name is None else LoRA(lora_name)
         self.prompt_embeds = prompt_embeds
         self.cache_salt = cache_salt
-        self.priority = priority  # as vLLM's: lower is more important; given to the free queue
+        self.priority = priority  # vLLM's: lower is more important
         self.mm_features: tuple[MultiModalFeature, ...] = tuple(
             sorted((MultiModalFeature(*f) for f in mm_features), key=lambda f: f.offset)
         )
@@ -70,11 +70,9 @@ class Request:
             self.lora is None and not cache_salt and not self.mm_features and prompt_embeds is None
         )
         self.num_computed_tokens = 0
-        # Prefix-cache hit of the latest admission (-1 before the first lookup).
-        self.num_cached_tokens = -1
+        self.num_cached_tokens = -1  # the latest admission's hit (-1: no lookup yet)
         self.num_preemptions = 0
-        # Set by the KVCacheManager: a longer prefix some group had cached (0: none).
-        self.shared_prefix_boundary = 0
+        self.shared_prefix_boundary = 0  # a longer prefix some group had cached (0: none)
         self.block_hashes: list[Any] = []
         self.hasher: BlockHasher | None = None
         if hasher is not None:

@@ -25,41 +25,34 @@ class PrefixCacheStats:
 
 
 class PrefixCacheStatsCounter:
-    """Mutable counters behind ``KVCacheManager.prefix_cache_stats``."""
-
-    __slots__ = (
-        "hits",
-        "preempted_hits",
-        "preempted_queries",
-        "preempted_requests",
-        "queries",
-        "requests",
-        "reset",
-    )
+    """Lookups and hits since construction and since the previous ``take_step``."""
 
     def __init__(self) -> None:
-        self.requests = self.queries = self.hits = 0
-        self.preempted_requests = self.preempted_queries = self.preempted_hits = 0
-        self.reset = False
+        self._total = [0] * 6  # requests, queries, hits; then the same after preemption
+        self._step = [0] * 6
+        self._reset = [False, False]  # total, step
+        self._evictions_at_step = 0
 
     def record(self, num_tokens: int, num_hit_tokens: int, preempted: bool) -> None:
-        if preempted:
-            self.preempted_requests += 1
-            self.preempted_queries += num_tokens
-            self.preempted_hits += num_hit_tokens
-        else:
-            self.requests += 1
-            self.queries += num_tokens
-            self.hits += num_hit_tokens
+        i = 3 if preempted else 0
+        for counts in (self._total, self._step):
+            counts[i] += 1
+            counts[i + 1] += num_tokens
+            counts[i + 2] += num_hit_tokens
 
-    def snapshot(self, evictions: int = 0) -> PrefixCacheStats:
-        return PrefixCacheStats(
-            self.requests,
-            self.queries,
-            self.hits,
-            self.preempted_requests,
-            self.preempted_queries,
-            self.preempted_hits,
-            self.reset,
-            evictions,
-        )
+    def mark_reset(self) -> None:
+        self._reset = [True, True]
+
+    def total(self, evictions: int) -> PrefixCacheStats:
+        return _snapshot(self._total, self._reset[0], evictions)
+
+    def take_step(self, evictions: int) -> PrefixCacheStats:
+        """The step's counts (``evictions``: the running total), then start afresh."""
+        step = evictions - self._evictions_at_step
+        stats = _snapshot(self._step, self._reset[1], step)
+        self._step, self._reset[1], self._evictions_at_step = [0] * 6, False, evictions
+        return stats
+
+
+def _snapshot(c: list[int], reset: bool, evictions: int) -> PrefixCacheStats:
+    return PrefixCacheStats(c[0], c[1], c[2], c[3], c[4], c[5], reset, evictions)

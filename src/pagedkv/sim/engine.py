@@ -42,6 +42,14 @@ def bound_geometry(kv_cache_config: KVCacheConfig) -> tuple[int, int] | None:
     return block_size, num_tokens // block_size
 
 
+def host_block_tokens(engine: SimEngine) -> int:
+    """Tokens one host block holds: each full-attention group's block goes to a host block
+    of its own, so a token takes one host block slot per group."""
+    groups = [g for g in engine.kv_cache_config.kv_cache_groups if g.layer_names]
+    size = groups[0].kv_cache_spec.block_size if groups else 1
+    return max(size // max(len(groups), 1), 1)
+
+
 def _mamba_align_block_size(kv_cache_config: KVCacheConfig) -> int:
     """The Mamba block size when Mamba groups checkpoint per block ("align"), else 0."""
     sizes = [
@@ -65,6 +73,10 @@ class SimEngine:
     # what stays cached: "vllm" (vLLM 0.33's sparse retention) or "dense"; None: the
     # config's ``prefix_cache_retention``
     retention: str | None = None
+    # Device eviction policy and host tier (pagedkv.policies); the defaults are vLLM's.
+    eviction_policy: str = "lru"
+    host_num_blocks: int = 0
+    host_policy: str = "lru"
 
     @property
     def num_blocks(self) -> int:
@@ -92,8 +104,11 @@ class SimEngine:
         cfg = dataclasses.replace(self.kv_cache_config, num_blocks=num_blocks)
         return dataclasses.replace(self, kv_cache_config=cfg)
 
-    def simulator(self, settings: SchedulerSettings | None = None) -> Simulator:
-        """A simulator over a new, empty ``KVCacheManager``."""
+    def simulator(
+        self, settings: SchedulerSettings | None = None, *, enable_events: bool = False
+    ) -> Simulator:
+        """A simulator over a new, empty ``KVCacheManager`` (publishing KV events with
+        ``enable_events``, for a fleet's router)."""
         from pagedkv.runtime import KVCacheManager, Request
 
         settings = settings or SchedulerSettings()
@@ -101,12 +116,27 @@ class SimEngine:
             max_num_batched_tokens=settings.max_num_batched_tokens,
             max_num_seqs=settings.max_num_seqs,
         )
-        manager = KVCacheManager(
-            self.kv_cache_config,
-            config,
-            hash_algo=self.hash_algo,
-            retention=self.retention,
-        )
+        if self.eviction_policy == "lru" and not self.host_num_blocks:
+            manager: Any = KVCacheManager(
+                self.kv_cache_config,
+                config,
+                hash_algo=self.hash_algo,
+                retention=self.retention,
+                enable_events=enable_events,
+            )
+        else:
+            from pagedkv.policies import make_kv_cache_manager
+
+            manager = make_kv_cache_manager(
+                self.kv_cache_config,
+                config,
+                policy=self.eviction_policy,
+                host_num_blocks=self.host_num_blocks,
+                host_policy=self.host_policy,
+                hash_algo=self.hash_algo,
+                retention=self.retention,
+                enable_events=enable_events,
+            )
         hasher = manager.hasher if manager.enable_caching else None
 
         def make_request(request_id: str, token_ids: list[int]) -> Any:

@@ -153,6 +153,7 @@ class EngineLoop:
             requests_unservable=sched.unservable,
             prompt_tokens=sched.prompt_tokens,
             hit_tokens=sched.hit_tokens,
+            host_hit_tokens=sched.host_hit_tokens,
             hit_requests=sched.hit_requests,
             admitted_requests=sched.admitted,
             readmission_tokens=sched.readmit_tokens,

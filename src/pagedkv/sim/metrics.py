@@ -59,6 +59,10 @@ class SimResult:
     # One tuple per scheduler step (STEP_COLUMNS), kept with simulate(keep_steps=True).
     step_rows: tuple[tuple[float, ...], ...] | None = field(default=None, repr=False, compare=False)
     retention: str | None = None  # the manager's retention policy, if it has one
+    # Part of hit_tokens served by the host tier (loaded, not recomputed).
+    host_hit_tokens: int = 0
+    # Bound of one cache holding device and host capacity together (with a host tier).
+    tiered_bound_hit_tokens: int | None = None
 
     @property
     def usable_blocks(self) -> int:
@@ -164,6 +168,12 @@ class SimResult:
         )
         if self.bound_hit_tokens is not None:
             data["bound_hit_rate"] = round(self.bound_hit_rate or 0.0, 6)
+        if self.prompt_tokens:
+            data["host_hit_rate"] = round(self.host_hit_tokens / self.prompt_tokens, 6)
+            if self.tiered_bound_hit_tokens is not None:
+                data["tiered_bound_hit_rate"] = round(
+                    self.tiered_bound_hit_tokens / self.prompt_tokens, 6
+                )
         for key in ("manager_seconds", "request_seconds", "wall_seconds", "mean_used_blocks"):
             data[key] = round(data[key], 4)
         return data

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError
 from pagedkv.sim.bound import AccessLog, belady_bound
-from pagedkv.sim.engine import SimEngine, bound_geometry
+from pagedkv.sim.engine import SimEngine, bound_geometry, host_block_tokens
 from pagedkv.sim.metrics import SimResult
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.trace import Trace
@@ -44,7 +44,12 @@ def simulate(
     if stage is not None:
         stage("bound")
     found = belady_bound(trace.requests, log, block_size, capacity)
-    return dataclasses.replace(result, bound_hit_tokens=found.hit_tokens)
+    result = dataclasses.replace(result, bound_hit_tokens=found.hit_tokens)
+    if engine.host_num_blocks:  # the bound of one cache as large as both tiers
+        host = engine.host_num_blocks * host_block_tokens(engine) // block_size
+        both = belady_bound(trace.requests, log, block_size, capacity + host)
+        result = dataclasses.replace(result, tiered_bound_hit_tokens=both.hit_tokens)
+    return result
 
 
 class SweepPoint(NamedTuple):
@@ -69,17 +74,27 @@ def sweep(
     *,
     bound: bool = True,
     progress: Callable[[int], None] | None = None,
+    workers: int | None = None,
+    ray_address: str | None = None,
 ) -> list[SweepPoint]:
-    """Hit rate (LRU and bound) for each block count in ``sizes``."""
-    points = []
-    for i, num_blocks in enumerate(sizes):
-        result = simulate(engine.with_num_blocks(num_blocks), trace, settings, bound=bound)
-        points.append(
-            SweepPoint(num_blocks, result.hit_rate, result.bound_hit_rate, result.preemptions)
-        )
-        if progress is not None:
-            progress(i + 1)
-    return points
+    """Hit rate (LRU and bound) for each block count in ``sizes``; each size is an
+    independent job: in local worker processes (``workers``: how many, None: one per CPU,
+    1: this process) or on a Ray cluster (``ray_address``), same results either way."""
+    from pagedkv.sim.jobs import run_jobs
+
+    jobs = [(_sweep_point, (engine, trace, n, settings, bound)) for n in sizes]
+    return run_jobs(jobs, workers=workers, ray_address=ray_address, progress=progress)
+
+
+def _sweep_point(
+    engine: SimEngine,
+    trace: Trace,
+    num_blocks: int,
+    settings: SchedulerSettings | None,
+    bound: bool,
+) -> SweepPoint:
+    result = simulate(engine.with_num_blocks(num_blocks), trace, settings, bound=bound)
+    return SweepPoint(num_blocks, result.hit_rate, result.bound_hit_rate, result.preemptions)
 
 
 def sweep_sizes(num_blocks: int, below: int = 3, above: int = 2) -> list[int]:

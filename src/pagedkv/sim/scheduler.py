@@ -117,6 +117,7 @@ class Scheduler:
         self.failed = self.preemptions = self.unservable = 0
         self.prompt_tokens = self.hit_tokens = self.hit_requests = self.admitted = 0
         self.readmit_tokens = self.readmit_hits = 0
+        self.host_hit_tokens = 0  # part of hit_tokens a host tier served
         self.peak_running = 0
         self.running: list[Seq] = []
         self.waiting: deque[Seq] = deque()
@@ -272,14 +273,14 @@ class Scheduler:
                     continue
                 break
             waiting.popleft()
-            self._count_admission(seq, num_hit, num_new)
+            self._count_admission(seq, num_hit, num_new, getattr(found, "num_host_tokens", 0))
             req.num_computed_tokens = num_hit
             running.append(seq)
             scheduled.append((seq, num_new))
             budget -= num_new
         self.peak_running = max(self.peak_running, len(running))
 
-    def _count_admission(self, seq: Seq, num_hit: int, num_new: int) -> None:
+    def _count_admission(self, seq: Seq, num_hit: int, num_new: int, num_host: int = 0) -> None:
         req = seq.req
         if seq.admitted:
             self.readmit_tokens += req.num_tokens
@@ -287,6 +288,7 @@ class Scheduler:
         else:
             seq.admitted = True
             self.admitted += 1
+            self.host_hit_tokens += num_host
             self.prompt_tokens += req.num_prompt_tokens
             self.hit_tokens += num_hit
             self.hit_requests += num_hit > 0

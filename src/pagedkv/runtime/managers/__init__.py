@@ -6,12 +6,3 @@ from pagedkv.runtime.managers.cross import CrossAttentionManager
 from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.managers.sliding_window import SlidingWindowManager
-
-__all__ = [
-    "ChunkedLocalAttentionManager",
-    "CrossAttentionManager",
-    "FullAttentionManager",
-    "MambaManager",
-    "SingleTypeKVCacheManager",
-    "SlidingWindowManager",
-]

@@ -1,17 +1,9 @@
 """The per-group manager interface and the algorithms every kind shares.
 
-A manager owns one KV cache group's block tables: ``req_to_blocks[request_id]`` is a
-positional list (entry ``i`` covers tokens ``[i * block_size, (i + 1) * block_size)``;
-the null block 0 marks positions the kind no longer needs). Blocks come from the
-``BlockPool`` shared by all groups. Every change a manager makes inside an allocation is
-journaled in the pool (``BlockPool.record``), so a failed allocation is undone exactly.
-
-Retention (what stays cached): ``"vllm"`` (vLLM 0.33's default, retention interval 0):
-kinds with ``sparse_retention`` (sliding window, Mamba) cache only the blocks a hit at the
-prompt's replay boundary or at the shared-prefix junction needs; freed blocks go back as
-the pool's free queue orders them. ``"dense"`` (pagedkv's opt-in): every full block is
-cached, and blocks leaving a window are evicted before every other cached block, except
-those such a hit needs.
+Retention: ``"vllm"`` (vLLM 0.33's default): kinds with ``sparse_retention`` cache only
+the blocks a hit at the prompt's replay boundary or the shared-prefix junction needs.
+``"dense"`` (pagedkv's opt-in): every full block is cached; blocks leaving a window are
+evicted before every other cached block, except those such a hit needs.
 """
 
 from __future__ import annotations
@@ -55,12 +47,9 @@ class SingleTypeKVCacheManager(ABC):
     can be built by the coordinator without special cases.
     """
 
-    # Whether the kind ever frees blocks of a running request (window, chunk, state).
-    skips_tokens: ClassVar[bool] = False
-    # Whether a hit of n tokens implies a hit of every shorter prefix (looked up once).
-    downward_closed_hits: ClassVar[bool] = False
-    # Whether vLLM's retention caches only the blocks a boundary hit needs.
-    sparse_retention: ClassVar[bool] = False
+    skips_tokens: ClassVar[bool] = False  # frees blocks of running requests
+    downward_closed_hits: ClassVar[bool] = False  # a hit implies every shorter prefix hits
+    sparse_retention: ClassVar[bool] = False  # vLLM's retention caches boundary blocks only
 
     def __init__(
         self,
@@ -87,10 +76,8 @@ class SingleTypeKVCacheManager(ABC):
         self.dense = retention == "dense" and self.skips_tokens
         self.req_to_blocks: dict[str, list[int]] = {}
         self.num_cached_block: dict[str, int] = {}
-        # Dense retention: block indices, per request, freed at the LRU tail when skipped.
-        self._retained: dict[str, set[int]] = {}
+        self._retained: dict[str, set[int]] = {}  # dense: positions freed to the LRU tail
 
-    # ------------------------------------------------------------------ lookup
     @classmethod
     @abstractmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
@@ -106,14 +93,17 @@ class SingleTypeKVCacheManager(ABC):
         return 0
 
     def max_admission_blocks(self) -> int | None:
-        """The most blocks a request of this kind holds at once (None: unbounded)."""
-        return None
+        """The most blocks a request of this kind holds at once (None: unbounded); the
+        spec's ``max_admission_blocks_per_request`` where it has one (local kinds)."""
+        cap = getattr(self.kv_cache_spec, "max_admission_blocks_per_request", None)
+        if cap is None or self.max_model_len is None:
+            return None
+        return cap(self.in_flight_tokens or 0, self.max_model_len)
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         """Block indices a cache hit of ``num_tokens`` tokens needs (empty by default)."""
         return 0, 0
 
-    # -------------------------------------------------------------- allocation
     def get_num_blocks_to_allocate(
         self,
         request_id: str,
@@ -169,8 +159,8 @@ class SingleTypeKVCacheManager(ABC):
         return new
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """Cache the full blocks among the first ``num_tokens`` tokens (vLLM's retention:
-        sparse kinds only those a hit at ``reachable_boundaries`` needs)."""
+        """Cache the full blocks among the first ``num_tokens`` tokens (with vLLM's
+        retention, sparse kinds only those a boundary hit needs)."""
         request_id = request.request_id
         num_cached = self.num_cached_block[request_id]
         num_full = min(num_tokens, len(request.block_hashes) * self.hash_block_size)
@@ -181,9 +171,8 @@ class SingleTypeKVCacheManager(ABC):
         if self.dense:
             # Every block is cached; those a boundary hit needs keep LRU order when freed.
             self.block_pool.record(self._set_retained, request_id, self._retained.get(request_id))
-            self._set_retained(
-                request_id, self._reachable_blocks(request, 0, num_full, request.num_cached_tokens)
-            )
+            reachable = self._reachable_blocks(request, 0, num_full, request.num_cached_tokens)
+            self._retained[request_id] = reachable
         elif self.sparse_retention:
             keep = self._reachable_blocks(request, num_cached, num_full)
         pool = self.block_pool
@@ -202,8 +191,8 @@ class SingleTypeKVCacheManager(ABC):
     def _reachable_blocks(
         self, request: Request, start: int, end: int, *more_boundaries: int
     ) -> set[int]:
-        """Blocks in ``[start, end)`` that a hit at the prompt's replay boundary (its last
-        token is recomputed) or at the shared-prefix junction needs."""
+        # Blocks in [start, end) a hit at the replay boundary (the prompt's last token is
+        # recomputed) or the shared-prefix junction needs.
         keep: set[int] = set()
         boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
         for boundary in (*boundaries, *more_boundaries):
@@ -212,54 +201,47 @@ class SingleTypeKVCacheManager(ABC):
                 keep.update(range(max(lo, start), min(hi, end)))
         return keep
 
-    # ----------------------------------------------------------------- freeing
     def free(self, request_id: str, priority: int = 0) -> None:
         """Release the request's blocks, last first (the tail is evicted first)."""
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
         retained = self._retained.pop(request_id, None) if self.dense else None
-        if not table:
-            return
-        if self.dense:
-            indices = range(len(table) - 1, -1, -1)
-            self._free_dense(indices, [table[i] for i in indices], retained, priority)
-        else:
+        if table:
             table.reverse()
-            self.block_pool.free_blocks(table, priority)
+            self._release(range(len(table) - 1, -1, -1), table, retained, priority)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
         """Replace blocks this kind no longer needs by the null block and free them, the
-        highest position first. The nulled region is a prefix: the walk stops at a null."""
+        highest position first. The nulled region is a prefix: the scan stops at a null."""
         skipped = self.get_num_skipped_tokens(num_computed_tokens)
         table = self.req_to_blocks.get(request_id)
         if skipped <= 0 or not table:
             return
-        last = min(skipped // self.block_size, len(table))
-        indices = []
-        for i in range(last - 1, -1, -1):
-            if table[i] == NULL_BLOCK:
-                break
-            indices.append(i)
-        if not indices:
+        last = skipped // self.block_size
+        if last > len(table):
+            last = len(table)
+        if last <= 0 or table[last - 1] == NULL_BLOCK:
             return
-        blocks = [table[i] for i in indices]
-        for i in indices:
-            table[i] = NULL_BLOCK
-        self._release(request_id, indices, blocks)
+        blocks = table[:last]
+        blocks.reverse()
+        blocks.append(NULL_BLOCK)
+        del blocks[blocks.index(NULL_BLOCK) :]
+        start = last - len(blocks)
+        table[start:last] = [NULL_BLOCK] * len(blocks)
+        self._release(range(last - 1, start - 1, -1), blocks, self._retained.get(request_id))
 
-    def _release(self, request_id: str, indices: Sequence[int], blocks: list[int]) -> None:
-        """Free blocks a running request no longer needs (``blocks[k]`` was at position
-        ``indices[k]``), first given evicted first."""
-        if self.dense:
-            self._free_dense(indices, blocks, self._retained.get(request_id), 0)
-        else:
-            self.block_pool.free_blocks(blocks)
-
-    def _free_dense(
-        self, indices: Sequence[int], blocks: list[int], retained: set[int] | None, priority: int
+    def _release(
+        self,
+        indices: Sequence[int],
+        blocks: list[int],
+        retained: set[int] | None,
+        priority: int = 0,
     ) -> None:
-        """Dense retention: blocks a boundary hit needs (``retained`` positions) go to the
-        LRU tail, the others are evicted before every other cached block."""
+        # blocks[k] was at position indices[k]; the first given is evicted first. Dense
+        # retention: retained positions go to the LRU tail, the others before every other.
+        if not self.dense:
+            self.block_pool.free_blocks(blocks, priority)
+            return
         early: list[int] = []
         kept: list[int] = []
         for i, block in zip(indices, blocks):
@@ -273,7 +255,6 @@ class SingleTypeKVCacheManager(ABC):
     def new_step_starts(self) -> None:  # noqa: B027 - optional hook
         """A new engine step begins (kinds that track per-step state reset it)."""
 
-    # ------------------------------------------------------------------- undo
     def _forget(self, request_id: str) -> None:
         self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)

@@ -57,10 +57,3 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         aligned = num_tokens - num_tokens % self.alignment_tokens
         chunk = _chunk_size(self.kv_cache_spec)
         return (aligned // chunk) * chunk // self.block_size, aligned // self.block_size
-
-    def max_admission_blocks(self) -> int | None:
-        if self.max_model_len is None:
-            return None
-        return self.kv_cache_spec.max_admission_blocks_per_request(  # type: ignore[attr-defined]
-            self.in_flight_tokens or 0, self.max_model_len
-        )

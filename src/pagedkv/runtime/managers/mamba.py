@@ -1,19 +1,6 @@
-"""Mamba / linear-attention state.
-
-Mode "none" (no prefix caching): the request's state lives in its last block; blocks
-behind it are freed (with ``block_size == max_model_len`` that is a single block).
-
-Mode "align" (vLLM 0.33): entry ``i`` of a table stands for the state after token
-``(i + 1) * block_size``. A step gets one real block, for the state at the end of its
-chunk; the positions the chunk spans are null placeholders. The previous step's block
-(the state the step starts from) is freed once the step after it is allocated, and the
-block two steps back when the computed tokens pass it. Full blocks are cached like
-attention blocks (with vLLM's retention: only those at the replay boundary and at the
-shared-prefix junction); a hit is the single latest cached state, preceded by nulls. A
-state cached during the current step is written by that step's forward pass: a new
-request whose hit ends on one is refused (``allocate_slots`` returns None) until
-``new_step_starts``.
-"""
+"""Mamba / linear-attention state. Mode "none": the state lives in the request's last
+block. Mode "align" (vLLM 0.33's prefix caching): entry ``i`` is the state after token
+``(i + 1) * block_size``; a step gets one real block, for its chunk's end, behind nulls."""
 
 from __future__ import annotations
 
@@ -37,10 +24,9 @@ class MambaManager(SingleTypeKVCacheManager):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.align = getattr(self.kv_cache_spec, "mamba_cache_mode", "none") == "align"
-        self._cached_this_step: set[Any] = set()  # hashes cached in the current step
+        self._cached_this_step: set[Any] = set()  # hashes
         self._last_state: dict[str, int] = {}  # index of the block the current step reads
         self._retired: dict[str, int] = {}  # positions below this are all null
-        self._allocated: set[str] = set()  # requests past their first allocation
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
@@ -72,25 +58,16 @@ class MambaManager(SingleTypeKVCacheManager):
         apply_admission_cap: bool = False,
     ) -> int:
         pool = self.block_pool
-        if (
-            new_computed_blocks
-            and pool.block_hash[new_computed_blocks[-1]] in self._cached_this_step
-        ):
+        hits = new_computed_blocks
+        if hits and pool.block_hash[hits[-1]] in self._cached_this_step:
             return pool.num_blocks + 1  # the state is written this step: not yet
-        if not self.align:
-            return super().get_num_blocks_to_allocate(
-                request_id,
-                num_tokens,
-                new_computed_blocks,
-                total_computed_tokens,
-                num_tokens_main_model,
-                apply_admission_cap,
-            )
-        table = self.req_to_blocks.get(request_id, ())
-        num_new = cdiv(num_tokens_main_model, self.block_size)
-        num_new -= len(new_computed_blocks) + len(table)
-        refs = [pool.ref_cnt[b] for b in new_computed_blocks if b]
-        return (min(num_new, 1) if num_new > 0 else 0) + refs.count(0)
+        if self.align:
+            num_new = cdiv(num_tokens_main_model, self.block_size)
+            num_new -= len(hits) + len(self.req_to_blocks.get(request_id, ()))
+            refs = [pool.ref_cnt[b] for b in hits if b]
+            return (min(num_new, 1) if num_new > 0 else 0) + refs.count(0)
+        args = (num_tokens, hits, total_computed_tokens, num_tokens_main_model)
+        return super().get_num_blocks_to_allocate(request_id, *args, apply_admission_cap)
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
@@ -98,16 +75,12 @@ class MambaManager(SingleTypeKVCacheManager):
         if not self.align:
             return super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
         table = self.req_to_blocks[request_id]
-        required = cdiv(num_tokens_main_model, self.block_size)
-        pool = self.block_pool
-        allocated = request_id in self._allocated
-        pool.record(
-            self._undo_allocate, request_id, len(table), self._last_state.get(request_id), allocated
-        )
-        self._allocated.add(request_id)
-        if required <= len(table):
-            return []
         start = len(table)
+        required = cdiv(num_tokens_main_model, self.block_size)
+        if required <= start:
+            return []
+        pool = self.block_pool
+        pool.record(self._undo_allocate, request_id, start, self._last_state.get(request_id))
         if start > 0:
             self._last_state[request_id] = start - 1  # the block this step reads
         table.extend([NULL_BLOCK] * (required - 1 - start))
@@ -130,14 +103,14 @@ class MambaManager(SingleTypeKVCacheManager):
                 blocks = [table[i] for i in indices]
                 for i in indices:
                     table[i] = NULL_BLOCK
-                self._release(request_id, indices, blocks)
+                self._release(indices, blocks, self._retained.get(request_id))
             self._retired[request_id] = last
         index = self._last_state.get(request_id)
         if index is not None and index < cdiv(num_computed_tokens, self.block_size) - 1:
             block = table[index]
             if block:
                 table[index] = NULL_BLOCK
-                self._release(request_id, [index], [block])
+                self._release([index], [block], self._retained.get(request_id))
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         request_id = request.request_id
@@ -150,7 +123,6 @@ class MambaManager(SingleTypeKVCacheManager):
                 self._cached_this_step.add(hashes[block])
 
     def free(self, request_id: str, priority: int = 0) -> None:
-        self._allocated.discard(request_id)
         self._last_state.pop(request_id, None)
         self._retired.pop(request_id, None)
         super().free(request_id, priority)
@@ -158,15 +130,9 @@ class MambaManager(SingleTypeKVCacheManager):
     def new_step_starts(self) -> None:
         self._cached_this_step.clear()
 
-    def _undo_allocate(
-        self, request_id: str, length: int, last_state: int | None, allocated: bool
-    ) -> None:
-        table = self.req_to_blocks.get(request_id)
-        if table is not None:
-            del table[length:]
+    def _undo_allocate(self, request_id: str, length: int, last_state: int | None) -> None:
+        del self.req_to_blocks[request_id][length:]
         if last_state is None:
             self._last_state.pop(request_id, None)
         else:
             self._last_state[request_id] = last_state
-        if not allocated:
-            self._allocated.discard(request_id)

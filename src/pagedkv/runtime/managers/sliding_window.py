@@ -76,13 +76,6 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         need = _window_blocks(self.kv_cache_spec)
         return max(end - need, 0), end
 
-    def max_admission_blocks(self) -> int | None:
-        if self.max_model_len is None:
-            return None
-        return self.kv_cache_spec.max_admission_blocks_per_request(  # type: ignore[attr-defined]
-            self.in_flight_tokens or 0, self.max_model_len
-        )
-
 
 def _blocks(
     maps: list[dict[Any, int]], window: list[Any], start: int, last: bool

@@ -1,0 +1,149 @@
+"""``pagedkv route serve``: subscribe to engines' KV events and answer route queries."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import typer
+
+from pagedkv.cli.common import stderr_console
+from pagedkv.errors import ConfigError
+
+route_app = typer.Typer(
+    help="KV-aware routing over engines' KV events (vLLM's or pagedkv's).", no_args_is_help=True
+)
+
+
+class EngineSpec(NamedTuple):
+    name: str
+    endpoint: str
+    replay_endpoint: str | None
+
+
+def parse_engines(engines: str, replay_endpoints: str | None) -> list[EngineSpec]:
+    """``[NAME=]PUB,...`` plus optional replay addresses in the same order."""
+    entries = [e.strip() for e in engines.split(",") if e.strip()]
+    replays = [r.strip() for r in replay_endpoints.split(",")] if replay_endpoints else []
+    if not entries:
+        raise ConfigError("--engines: give at least one engine address (tcp://host:5557)")
+    if replays and len(replays) != len(entries):
+        raise ConfigError(
+            f"--replay-endpoints: {len(replays)} addresses for {len(entries)} engines; give "
+            "one per engine, in the same order"
+        )
+    specs = []
+    for i, entry in enumerate(entries):
+        name, _, endpoint = entry.rpartition("=") if "=" in entry else ("", "", entry)
+        if "://" not in endpoint:
+            raise ConfigError(f"--engines: {entry!r} is not a ZeroMQ address (tcp://host:port)")
+        replay = (replays[i] or None) if replays else None
+        specs.append(EngineSpec(name or endpoint, endpoint, replay))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ConfigError("--engines: two engines have the same name")
+    return specs
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--listen: expected HOST:PORT, got {listen!r}")
+    return host, int(port)
+
+
+@route_app.command("serve")
+def serve_command(
+    engines: str = typer.Option(
+        ..., "--engines", help="Engines' KV event addresses: [NAME=]tcp://host:5557,..."
+    ),
+    replay_endpoints: str | None = typer.Option(
+        None, "--replay-endpoints", help="Their replay addresses, same order (recommended)."
+    ),
+    listen: str = typer.Option("127.0.0.1:8000", "--listen", help="HOST:PORT to serve on."),
+    router: str = typer.Option(
+        "prefix", "--router", help="round-robin, least-loaded, prefix, cost."
+    ),
+    block_size: int = typer.Option(16, "--block-size", min=1, help="The engines' block size."),
+    hash_algo: str | None = typer.Option(
+        None, "--hash-algo", help="The engines' hash algorithm [the runtime's default]."
+    ),
+    topic: str = typer.Option("", "--topic", help="The engines' KV event topic."),
+    max_index_blocks: int | None = typer.Option(
+        None, "--max-index-blocks", min=1, help="Bound the index (entries per medium and group)."
+    ),
+) -> None:
+    """Subscribe to engines and answer POST /route, /healthz and /metrics over HTTP."""
+    try:
+        import uvicorn
+
+        from pagedkv.cluster.service import RouteService, create_app
+    except ImportError:
+        raise ConfigError(
+            "route serve needs the route extra: pip install 'pagedkv[route]'"
+        ) from None
+    from pagedkv.cluster import KVIndex, PromptHasher, make_router
+    from pagedkv.cluster.feed import EngineEndpoints, IndexFeed
+
+    specs = parse_engines(engines, replay_endpoints)
+    host, port = parse_listen(listen)
+    index = KVIndex(max_blocks=max_index_blocks)
+    ends = {s.name: EngineEndpoints(s.endpoint, s.replay_endpoint) for s in specs}
+    service = RouteService(
+        index, make_router(router), PromptHasher(block_size, hash_algo), [s.name for s in specs]
+    )
+    with IndexFeed(index, ends, topic=topic) as feed:
+        service.feed = feed
+        stderr_console().print(f"routing {len(specs)} engines with {router} on http://{listen}")
+        uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+
+
+@route_app.command("simulate-engine")
+def simulate_engine_command(
+    endpoint: str = typer.Option("tcp://*:5557", "--endpoint", help="PUB address."),
+    replay_endpoint: str | None = typer.Option(
+        "tcp://*:5558", "--replay-endpoint", help="Replay (ROUTER) address; '' for none."
+    ),
+    model: str = typer.Option("Llama-3.1-8B", "--model", help="Bundled model name."),
+    num_blocks: int = typer.Option(4096, "--num-blocks", min=2, help="KV cache blocks."),
+    trace: str = typer.Option("synthetic:200", "--trace", help="Trace to replay."),
+    step_delay_ms: float = typer.Option(
+        1.0, "--step-delay-ms", min=0.0, help="Wall time between steps."
+    ),
+    wait_s: float = typer.Option(
+        1.0, "--wait", min=0.0, help="Seconds to wait before the first step and before closing."
+    ),
+    topic: str = typer.Option("", "--topic", help="KV event topic."),
+    hash_algo: str | None = typer.Option(None, "--hash-algo", help="Block hash algorithm."),
+) -> None:
+    """A simulated engine: replay a trace through a KVCacheManager and publish its KV events
+    over ZeroMQ in vLLM's wire format (to test a router or a subscriber)."""
+    import dataclasses
+    import time
+
+    from pagedkv.events import KVEventsConfig
+    from pagedkv.sim.bundled import load_trace
+    from pagedkv.sim.engine import engine_from_model
+    from pagedkv.sim.fleet_engine import publish_replay
+
+    config = KVEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint or None, topic=topic)
+    engine = dataclasses.replace(
+        engine_from_model(model, num_blocks=num_blocks), hash_algo=hash_algo
+    )
+    console = stderr_console()
+
+    def started(publisher: object) -> None:
+        console.print(
+            f"publishing on {getattr(publisher, 'endpoint', endpoint)} "
+            f"(replay {getattr(publisher, 'replay_endpoint', None)})"
+        )
+        time.sleep(wait_s)
+
+    run = publish_replay(
+        engine, load_trace(trace), config, step_delay_s=step_delay_ms / 1000,
+        on_started=started, before_close=lambda _: time.sleep(wait_s),
+    )  # fmt: skip
+    console.print(
+        f"{run.num_batches} batches published ({run.num_dropped} dropped), "
+        f"{len(run.cached_hashes)} blocks cached at the end, hit rate "
+        f"{100 * run.result.hit_rate:.2f} %"
+    )

@@ -1,0 +1,187 @@
+"""Keep a KVIndex up to date from live engines: one subscriber per engine, one thread.
+
+The thread owns every socket. It applies each engine's batches in order (a subscriber's
+``reset`` clears that engine first), holding ``lock`` while it does, so readers that take
+the same lock see whole batches only. An engine quiet for ``idle_sync_s`` is asked for
+its tail by replay, so a batch lost at the end of a burst is not left missing until the
+engine's next step. ``sync()`` does that for every engine now and waits for it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import zmq
+
+from pagedkv.cluster.index import KVIndex
+from pagedkv.errors import ConfigError
+from pagedkv.events.subscriber import Delivery, EventSubscriber
+
+
+class EngineEndpoints(NamedTuple):
+    """An engine's PUB address and (optional) replay address."""
+
+    endpoint: str
+    replay_endpoint: str | None = None
+
+
+class EngineFeedStats(NamedTuple):
+    batches: int
+    gaps: int
+    recovered: int  # gap batches replayed
+    replayed: int  # batches that came by replay (gaps, and tails after a quiet spell)
+    lost: int
+    restarts: int
+    decode_errors: int
+    next_seq: int | None
+    last_batch_ts: float | None
+
+
+class IndexFeed:
+    """Subscribes to ``engines`` and applies their events to ``index`` in a thread.
+
+    ``drop_every`` (tests only) discards every Nth live message, to exercise replay.
+    """
+
+    def __init__(
+        self,
+        index: KVIndex,
+        engines: Mapping[str, EngineEndpoints],
+        *,
+        topic: str = "",
+        idle_sync_s: float = 1.0,
+        replay_timeout_s: float = 1.0,
+        drop_every: int = 0,
+    ) -> None:
+        self.index = index
+        self.engines = dict(engines)
+        self.topic = topic
+        self.idle_sync_s = idle_sync_s
+        self.replay_timeout_s = replay_timeout_s
+        self.drop_every = drop_every
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sync_requested = threading.Event()
+        self._synced = threading.Event()
+        self._ready = threading.Event()
+        self._subs: dict[str, EventSubscriber] = {}
+        self._last_ts: dict[str, float] = {}
+        self._received = 0
+        self.error: BaseException | None = None  # what stopped the feed thread, if anything
+        self._thread = threading.Thread(target=self._run, name="pagedkv-index-feed", daemon=True)
+        for name in self.engines:
+            index.add_engine(name)
+
+    def start(self, timeout_s: float = 5.0) -> IndexFeed:
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError("the index feed did not start")
+        if self.error is not None:
+            raise ConfigError(f"index feed: cannot subscribe: {self.error}") from self.error
+        return self
+
+    @property
+    def alive(self) -> bool:
+        """Whether the feed thread runs (False after ``stop()`` or an error: see ``error``)."""
+        return self._thread.is_alive()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def sync(self, timeout_s: float = 10.0) -> bool:
+        """Ask every engine for what it published since its last applied batch; True
+        once done within ``timeout_s``."""
+        self._synced.clear()
+        self._sync_requested.set()
+        return self._synced.wait(timeout_s)
+
+    def stats(self) -> dict[str, EngineFeedStats]:
+        """Per engine: batches applied, gaps, recovered and lost batches, restarts."""
+        with self.lock:
+            return {
+                name: EngineFeedStats(
+                    sub.num_batches,
+                    sub.num_gaps,
+                    sub.num_recovered,
+                    sub.num_replayed,
+                    sub.num_lost,
+                    sub.num_restarts,
+                    sub.num_decode_errors,
+                    sub.next_seq,
+                    self._last_ts.get(name),
+                )
+                for name, sub in self._subs.items()
+            }
+
+    def __enter__(self) -> IndexFeed:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- feed thread --------------------------------------------------------------------
+    def _run(self) -> None:
+        ctx = zmq.Context()
+        poller = zmq.Poller()
+        by_socket: dict[zmq.Socket, str] = {}
+        try:
+            for name, ends in self.engines.items():
+                try:
+                    sub = EventSubscriber(
+                        ends.endpoint, ends.replay_endpoint, self.topic, context=ctx,
+                        replay_timeout_s=self.replay_timeout_s,
+                    )  # fmt: skip
+                except zmq.ZMQError as exc:
+                    raise ConfigError(f"engine {name!r} at {ends.endpoint}: {exc}") from exc
+                self._subs[name] = sub
+                by_socket[sub.socket] = name
+                poller.register(sub.socket, zmq.POLLIN)
+            self._ready.set()
+            last_seen = dict.fromkeys(self.engines, time.monotonic())
+            while not self._stop.is_set():
+                for sock, _ in poller.poll(50):
+                    name = by_socket[sock]
+                    last_seen[name] = time.monotonic()
+                    self._receive(name, self._subs[name])
+                if self._sync_requested.is_set():
+                    self._sync_requested.clear()
+                    for name, sub in self._subs.items():
+                        self._apply(name, sub.sync_tail())
+                    self._synced.set()
+                    continue
+                now = time.monotonic()
+                for name, seen in last_seen.items():
+                    if now - seen >= self.idle_sync_s:
+                        last_seen[name] = now
+                        self._apply(name, self._subs[name].sync_tail())
+        except Exception as exc:
+            self.error = exc
+        finally:
+            self._ready.set()
+            for sub in self._subs.values():
+                sub.close()
+            ctx.destroy(linger=0)
+
+    def _receive(self, name: str, sub: EventSubscriber) -> None:
+        for _ in range(1000):
+            try:
+                frames = sub.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._received += 1
+            if self.drop_every and self._received % self.drop_every == 0:
+                continue
+            self._apply(name, sub.handle(frames))
+
+    def _apply(self, name: str, deliveries: list[Delivery]) -> None:
+        if not deliveries:
+            return
+        with self.lock:
+            for delivery in deliveries:
+                self.index.apply_batch(name, delivery.batch, delivery.reset)
+                self._last_ts[name] = delivery.batch.ts

@@ -1,0 +1,250 @@
+"""A small continuous-batching engine: a transformers causal LM over pagedkv's plan,
+block tables and tensors.
+
+Each step the scheduler (chunked prefill, prefix hits, recompute preemption) picks
+request chunks; their tokens run through the model as one packed sequence, every
+attention layer writing and reading its K/V through pagedkv's views
+(:mod:`pagedkv.hf.attention`), and each request that reached its last token samples
+its next one greedily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pagedkv.config import EngineConfig
+from pagedkv.errors import ConfigError
+from pagedkv.hf.attention import (
+    ATTENTION_NAME,
+    HFIntegrationError,
+    PagedStep,
+    register_attention,
+    running_step,
+    views_by_layer,
+)
+from pagedkv.hf.cache import PagedCache
+from pagedkv.hf.figures import CacheFigures, FigureCounter
+from pagedkv.hf.scheduler import GenerationScheduler, reaches_end
+from pagedkv.hf.specs import dtype_name, kv_cache_specs_for
+from pagedkv.hf.state import StateIO, check_state_support, state_blocks, state_pieces
+from pagedkv.planning import KVCachePlan, plan_kv_cache
+from pagedkv.runtime import KVCacheManager
+from pagedkv.specs import MambaSpec
+from pagedkv.tensors import (
+    AttentionMetadata,
+    KVCacheMemory,
+    ScheduledRequest,
+    allocate_kv_cache,
+    build_attention_metadata,
+)
+from pagedkv.tensors.workload import ScheduledChunk, WorkloadRequest
+
+DEFAULT_KV_CACHE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class GenerationOutput:
+    """Generated token ids per prompt (prompt order) and the cache figures of the run."""
+
+    token_ids: tuple[tuple[int, ...], ...]
+    figures: CacheFigures
+
+
+def eos_token_ids(model: Any) -> frozenset[int]:
+    value = getattr(model.generation_config, "eos_token_id", None)
+    if value is None:
+        return frozenset()
+    return frozenset([value] if isinstance(value, int) else value)
+
+
+class PagedGenerator:
+    """Plan, allocate and run ``model`` on a pagedkv cache.
+
+    ``num_blocks`` or ``kv_cache_memory_bytes`` (default 64 MiB) sizes the cache; ``block_size``,
+    ``max_num_batched_tokens``, ``max_num_seqs`` and ``enable_prefix_caching`` are the
+    engine settings of the same names.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        num_blocks: int | None = None,
+        kv_cache_memory_bytes: int | None = None,
+        block_size: int = 16,
+        max_model_len: int = -1,
+        max_num_batched_tokens: int = 64,
+        max_num_seqs: int = 8,
+        enable_prefix_caching: bool = True,
+    ) -> None:
+        register_attention()
+        if num_blocks is None and kv_cache_memory_bytes is None:
+            kv_cache_memory_bytes = DEFAULT_KV_CACHE_BYTES
+        self.model = model
+        self.config = EngineConfig.create(
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            enable_prefix_caching=enable_prefix_caching,
+            num_gpu_blocks_override=num_blocks,
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            cache_dtype=dtype_name(model),
+        )
+        self.specs = kv_cache_specs_for(model, self.config)
+        budget = kv_cache_memory_bytes or (1 << 40)
+        self.plan: KVCachePlan = plan_kv_cache(self.config, [self.specs], [budget])
+        self.kv_cache_config = self.plan.configs[0]
+        self.memory: KVCacheMemory = allocate_kv_cache(self.kv_cache_config, "cpu")
+        self.layers = views_by_layer(self.memory.layers)
+        groups = self.kv_cache_config.kv_cache_groups
+        self.attention_groups = [
+            gid for gid, g in enumerate(groups) if not isinstance(g.kv_cache_spec, MambaSpec)
+        ]
+        self.block_sizes = [groups[g].kv_cache_spec.block_size for g in self.attention_groups]
+        self.has_latent = any(v.layout == "latent" for v in self.memory.layers.values())
+        self.state_views = {i: v for i, v in self.layers.items() if v.layout == "state"}
+        self.state_groups = sorted({v.group_id for v in self.state_views.values()})
+        self.state_sizes = {g: groups[g].kv_cache_spec.block_size for g in self.state_groups}
+        # align mode: block boundaries are checkpoints, so passes are cut there
+        aligned = [
+            size
+            for g, size in self.state_sizes.items()
+            if getattr(groups[g].kv_cache_spec, "mamba_cache_mode", "none") == "align"
+        ]
+        self.checkpoint_tokens = min(aligned) if aligned else None
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+
+    def new_manager(self) -> KVCacheManager:
+        return KVCacheManager(self.kv_cache_config, self.config)
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        arrivals_per_step: int = 1,
+        max_steps: int = 100_000,
+    ) -> GenerationOutput:
+        """Greedy generation for every prompt; prompt ``i`` arrives at step
+        ``i // arrivals_per_step``."""
+        if max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        manager = self.new_manager()
+        for i, prompt in enumerate(prompts):
+            if not prompt or len(prompt) + max_new_tokens > manager.max_model_len:
+                raise ConfigError(
+                    f"prompt {i}: {len(prompt)} tokens + max_new_tokens={max_new_tokens} must "
+                    f"be between 1 and max_model_len={manager.max_model_len} (the plan's)"
+                )
+        if self.state_views:
+            total = sum(len(p) + max_new_tokens for p in prompts)
+            check_state_support(
+                self.model, self.checkpoint_tokens, total, self.max_num_batched_tokens
+            )
+        workload = [
+            WorkloadRequest(f"prompt-{i}", tuple(p), (0,) * max_new_tokens)
+            for i, p in enumerate(prompts)
+        ]
+        scheduler = GenerationScheduler(
+            manager,
+            workload,
+            self.max_num_batched_tokens,
+            self.max_num_seqs,
+            arrivals_per_step,
+            eos_token_ids=eos_token_ids(self.model),
+        )
+        counter = FigureCounter(manager, self.kv_cache_config, prompts)
+        self.model.set_attn_implementation(ATTENTION_NAME)
+        for _ in range(max_steps):
+            if scheduler.done:
+                break
+            chunks = scheduler.step()
+            sampled = self.run_step(chunks, manager, counter)
+            scheduler.finish_with_tokens(chunks, sampled)
+        else:
+            raise HFIntegrationError(f"generation did not finish in {max_steps} steps")
+        outputs = tuple(tuple(scheduler.generated[w.request_id]) for w in workload)
+        return GenerationOutput(outputs, counter.figures(scheduler))
+
+    def metadata(
+        self, chunks: Sequence[ScheduledChunk], manager: KVCacheManager
+    ) -> dict[int, AttentionMetadata]:
+        block_ids = [manager.get_block_ids(c.request.request_id) for c in chunks]
+        scheduled = [
+            ScheduledRequest(
+                [ids[g] for g in self.attention_groups], c.num_computed_tokens, c.num_new_tokens
+            )
+            for ids, c in zip(block_ids, chunks)
+        ]
+        per_group = build_attention_metadata(scheduled, self.block_sizes)
+        return dict(zip(self.attention_groups, per_group, strict=True))
+
+    @torch.no_grad()
+    def run_step(
+        self, chunks: list[ScheduledChunk], manager: KVCacheManager, counter: FigureCounter
+    ) -> dict[str, int]:
+        """Run the step's chunks; the greedy token of each request that reached its end.
+
+        Attention-only models run every chunk in one packed pass; models with Mamba
+        layers run one pass per request, split where a state checkpoint falls.
+        """
+        counter.record_step(chunks)
+        if not chunks:
+            return {}
+        if not self.state_views:
+            cache = PagedCache() if self.has_latent else None
+            tokens = self.forward(chunks, manager, cache)
+            sampling = [c.request.request_id for c in chunks if reaches_end(c)]
+            return dict(zip(sampling, tokens, strict=True))
+        sampled = {}
+        for chunk in chunks:
+            ids = manager.get_block_ids(chunk.request.request_id)
+            tables = [ids[g] for g in self.state_groups]
+            for piece in state_pieces(chunk, self.checkpoint_tokens, tables):
+                states = StateIO(self.state_views, state_blocks(piece, ids, self.state_sizes))
+                (token,) = self.forward([piece], manager, PagedCache(states), every_row=True)
+                states.save()
+            if reaches_end(chunk):
+                sampled[chunk.request.request_id] = token
+        return sampled
+
+    def forward(
+        self,
+        chunks: list[ScheduledChunk],
+        manager: KVCacheManager,
+        cache: PagedCache | None,
+        every_row: bool = False,
+    ) -> list[int]:
+        """One forward pass over the packed chunks: the greedy token after the last token
+        of each chunk that reaches its request's end (of every chunk with ``every_row``)."""
+        metadata = self.metadata(chunks, manager)
+        tokens = [
+            t
+            for c in chunks
+            for t in c.request.all_token_ids[
+                c.num_computed_tokens : c.num_computed_tokens + c.num_new_tokens
+            ]
+        ]
+        positions = torch.cat(
+            [
+                torch.arange(c.num_computed_tokens, c.num_computed_tokens + c.num_new_tokens)
+                for c in chunks
+            ]
+        )
+        ends = torch.tensor([c.num_new_tokens for c in chunks]).cumsum(0) - 1
+        keep = [i for i, c in enumerate(chunks) if every_row or reaches_end(c)]
+        with running_step(PagedStep(self.layers, metadata, {})):
+            logits = self.model(
+                input_ids=torch.tensor([tokens]),
+                position_ids=positions[None],
+                cache=cache,
+                use_cache=cache is not None,
+                logits_to_keep=ends[keep],
+            ).logits[0]
+        return [int(t) for t in logits.argmax(dim=-1)]

@@ -1,0 +1,66 @@
+"""transformers' own greedy ``generate()``, one prompt at a time: the oracle the paged
+engine must match token for token."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+
+
+class Mismatch(NamedTuple):
+    """The first token where the paged engine and ``generate()`` disagree."""
+
+    prompt_index: int
+    position: int  # index into the generated tokens
+    expected: tuple[int, ...]
+    got: tuple[int, ...]
+
+    def describe(self) -> str:
+        want = self.expected[self.position] if self.position < len(self.expected) else "end"
+        have = self.got[self.position] if self.position < len(self.got) else "end"
+        return (
+            f"prompt {self.prompt_index}: generated token {self.position} differs "
+            f"(generate() gave {want}, pagedkv gave {have})"
+        )
+
+
+@torch.no_grad()
+def reference_tokens(
+    model: Any, prompt: Sequence[int], max_new_tokens: int, attn_implementation: str = "eager"
+) -> tuple[int, ...]:
+    """Greedy ``model.generate`` on ``prompt`` alone, with transformers' own cache."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(attn_implementation)
+    try:
+        ids = torch.tensor([list(prompt)])
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    finally:
+        model.set_attn_implementation(previous)
+    return tuple(int(t) for t in out[0, len(prompt) :])
+
+
+def first_mismatch(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    outputs: Sequence[Sequence[int]],
+    max_new_tokens: int,
+) -> Mismatch | None:
+    """Compare each prompt's paged output with ``generate()``; the first difference."""
+    for index, (prompt, got) in enumerate(zip(prompts, outputs, strict=True)):
+        expected = reference_tokens(model, prompt, max_new_tokens)
+        got = tuple(got)
+        if expected != got:
+            position = next(
+                (i for i, (a, b) in enumerate(zip(expected, got)) if a != b),
+                min(len(expected), len(got)),
+            )
+            return Mismatch(index, position, expected, got)
+    return None

@@ -1,0 +1,66 @@
+"""``RecordingFreeQueue``: wraps any free queue and records the cached blocks it hands
+out (the device pool's evictions), so the host tier can store them before they are
+overwritten. A rolled-back pop takes its records back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pagedkv.runtime.free_queue import FreeQueue
+
+
+class RecordingFreeQueue(FreeQueue):
+    """``key_of(block)``: the block's key, None when it holds nothing cached (bound to the
+    pool once it exists)."""
+
+    def __init__(self, inner: FreeQueue, key_of: Callable[[int], Any] | None = None) -> None:
+        self.inner = inner
+        self.key_of = key_of
+        self.wants_hits = inner.wants_hits  # type: ignore[misc]
+        self.evicted: list[tuple[int, Any]] = []  # (device block, key), oldest first
+
+    def take_evicted(self) -> list[tuple[int, Any]]:
+        evicted, self.evicted = self.evicted, []
+        return evicted
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def pop(self, num_blocks: int) -> tuple[list[int], Any]:
+        blocks, token = self.inner.pop(num_blocks)
+        before = len(self.evicted)
+        key_of = self.key_of
+        if key_of is not None:
+            for block in blocks:
+                key = key_of(block)
+                if key is not None:
+                    self.evicted.append((block, key))
+        return blocks, (token, len(self.evicted) - before)
+
+    def unpop(self, blocks: list[int], token: Any) -> None:
+        inner_token, recorded = token
+        if recorded:
+            del self.evicted[-recorded:]
+        self.inner.unpop(blocks, inner_token)
+
+    def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
+        self.inner.push_uncached(blocks, priority)
+
+    def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
+        self.inner.push_cached(blocks, priority, evict_first)
+
+    def remove(self, block: int) -> Any:
+        return self.inner.remove(block)
+
+    def reinsert(self, block: int, token: Any) -> None:
+        self.inner.reinsert(block, token)
+
+    def hit(self, block: int) -> None:
+        self.inner.hit(block)
+
+    def unhit(self, block: int) -> None:
+        self.inner.unhit(block)
+
+    def order(self) -> list[int]:
+        return self.inner.order()

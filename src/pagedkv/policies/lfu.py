@@ -1,0 +1,61 @@
+"""``lfu``: least frequently used first, with dynamic aging (LFU-DA).
+
+A freed block's sort key is ``age + uses`` (uses: 1 + cache hits since it was cached),
+ties broken by the order blocks were freed (oldest first); both are packed in one int
+(``key << SEQ_BITS | sequence``) so heap comparisons stay cheap. ``age`` rises to the key of
+each evicted block, so blocks that were popular long ago drift down to the newcomers and
+get evicted in turn. O(log n) per operation (a heap with lazy deletion).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pagedkv.policies.base import SEQ_BITS
+from pagedkv.policies.heap_policy import HeapPolicy
+from pagedkv.policies.registry import register_policy
+
+
+@register_policy("lfu")
+class LFUPolicy(HeapPolicy):
+    def __init__(self, num_blocks: int) -> None:
+        super().__init__(num_blocks)
+        self._hits: dict[int, int] = {}
+        self.age = 0
+
+    def level(self, block: int, priority: int) -> int:
+        return self.age + 1 + self._hits.get(block, 0)
+
+    def pop(self) -> tuple[int, Any]:
+        blocks, tokens = self.pop_blocks(1)
+        return blocks[0], tokens[0]
+
+    def pop_blocks(self, count: int) -> tuple[list[int], list[Any]]:
+        hits = self._hits
+        blocks, keys = super().pop_blocks(count)
+        tokens = []
+        for key, block in zip(keys, blocks, strict=True):
+            tokens.append((key, self.age, hits.pop(block, 0)))
+            uses = key >> SEQ_BITS
+            if uses > self.age:
+                self.age = uses
+        return blocks, tokens
+
+    def unpop(self, block: int, token: Any) -> None:
+        key, self.age, hits = token
+        if hits:
+            self._hits[block] = hits
+        self._heap.push(block, key)
+
+    def hit(self, block: int) -> None:
+        self._hits[block] = self._hits.get(block, 0) + 1
+
+    def unhit(self, block: int) -> None:
+        hits = self._hits[block] - 1
+        if hits:
+            self._hits[block] = hits
+        else:
+            del self._hits[block]
+
+    def forget(self, block: int) -> None:
+        self._hits.pop(block, None)

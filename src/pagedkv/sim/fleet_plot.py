@@ -1,0 +1,44 @@
+"""Fleet sweep plot: hit rate and imbalance against replicas, one line per router."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pagedkv.errors import ConfigError
+from pagedkv.sim.fleet_result import FleetResult
+
+
+def plot_fleet_sweep(results: Sequence[FleetResult], path: str | Path, *, title: str) -> None:
+    """Write a PNG: hit rate (with one N-times cache's LRU and bound) and load imbalance."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib: pip install 'pagedkv[plot]'") from None
+    fig, (hit_ax, load_ax) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
+    routers = list(dict.fromkeys(r.router for r in results))
+    for router in routers:
+        rows = [r for r in results if r.router == router]
+        n = [r.num_replicas for r in rows]
+        hit_ax.plot(n, [100 * r.hit_rate for r in rows], "o-", label=router)
+        load_ax.plot(n, [r.imbalance for r in rows], "o-", label=router)
+    single = {r.num_replicas: r for r in results if r.bound_hit_rate is not None}
+    if single:
+        n = sorted(single)
+        lru = [100 * (single[k].single_cache_hit_rate or 0.0) for k in n]
+        hit_ax.plot(n, lru, "k:", label="one N-times cache (LRU)")
+        hit_ax.plot(n, [100 * (single[k].bound_hit_rate or 0.0) for k in n], "k--", label="bound")
+    hit_ax.set_ylabel("prefix-cache hit rate (% of prompt tokens)")
+    load_ax.set_ylabel("imbalance (max / mean running)")
+    for ax in (hit_ax, load_ax):
+        ax.set_xlabel("replicas")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    hit_ax.set_ylim(bottom=0)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

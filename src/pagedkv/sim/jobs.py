@@ -1,0 +1,66 @@
+"""Independent simulation jobs (sweep points): run in this process, in local worker
+processes (the default), or on a Ray cluster. A job is a pure function of its inputs,
+so its result is the same whatever runs it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from typing import Any
+
+from pagedkv.errors import ConfigError
+
+Job = tuple[Callable[..., Any], tuple[Any, ...]]
+
+
+def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    return fn(*args)
+
+
+def run_jobs(
+    jobs: Sequence[Job],
+    *,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[Any]:
+    """``fn(*args)`` of every job, in order. ``workers``: local processes (None: one per
+    CPU, 1: this process); ``ray_address``: a Ray cluster (``ray`` extra) instead."""
+    if ray_address is not None:
+        return _run_ray(jobs, ray_address, progress)
+    count = min(workers or os.cpu_count() or 1, len(jobs))
+    if count <= 1:
+        results = []
+        for done, (fn, args) in enumerate(jobs, 1):
+            results.append(fn(*args))
+            if progress is not None:
+                progress(done)
+        return results
+    with ProcessPoolExecutor(count, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_call, fn, args) for fn, args in jobs]
+        results = []
+        for done, future in enumerate(futures, 1):
+            results.append(future.result())
+            if progress is not None:
+                progress(done)
+        return results
+
+
+def _run_ray(
+    jobs: Sequence[Job], address: str, progress: Callable[[int], None] | None
+) -> list[Any]:
+    try:
+        import ray  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        raise ConfigError("--ray needs the ray package: pip install 'pagedkv[ray]'") from None
+    ray.init(address=None if address == "local" else address, ignore_reinit_error=True)
+    remote = ray.remote(_call)
+    refs = [remote.remote(fn, args) for fn, args in jobs]
+    results = []
+    for done, ref in enumerate(refs, 1):
+        results.append(ray.get(ref))
+        if progress is not None:
+            progress(done)
+    return results

@@ -1,0 +1,96 @@
+"""Mamba hybrids through pagedkv. Each state layer's conv and recurrent states are read
+from and written to the request's state blocks; with prefix caching on (vLLM's "align"
+mode) every block boundary holds a checkpoint, so later requests start from a cached
+state, and preempted requests recompute.
+
+- granite-4.0-h: Mamba-2 mixers and full attention (ten Mamba layers, then the first
+  attention layer, as in the real config). ``mamba_d_state`` is shrunk from 128 to 8 so
+  the aligned block is 48 tokens, not 560, and short prompts cross checkpoints.
+- Nemotron-H: Mamba-2, attention and MLP-only layers (``ssm_state_size`` 8, real 256).
+- Qwen3-Next: gated DeltaNet and full attention (3:1). Key/value head sizes shrunk from
+  128 to 16 for the same reason.
+- Jamba: Mamba-1 and attention (4:1). transformers' Mamba-1 scan takes no initial state,
+  so a prefill cannot resume from a checkpoint or an earlier chunk: it runs with prefix
+  caching off ("none" mode) and whole-prompt prefills; the engine refuses other settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tests.hf.harness import Case, assert_continuous_batching, generator, prompts_for, run, tiny
+
+from pagedkv.errors import ConfigError
+from pagedkv.hf import PagedGenerator
+from pagedkv.specs import MambaSpec
+
+GRANITE = Case("granite-4.0-h-350m", (("mamba_d_state", 8),), prefix_tokens=136, num_blocks=40)
+QWEN3_NEXT = Case(
+    "Qwen3-Next-80B-A3B-Instruct",
+    (("linear_key_head_dim", 16), ("linear_value_head_dim", 16)),
+    prefix_tokens=136,
+    num_blocks=20,
+)
+NEMOTRON_H = Case(
+    "Nemotron-H-56B-Base-8K", (("ssm_state_size", 8),), prefix_tokens=136, num_blocks=28
+)
+JAMBA = Case("Jamba-v0.1", num_blocks=12)
+
+
+# Chunks longer than a checkpoint block: the runtime may leave the blocks a chunk spans
+# null (vLLM's align mode), and passes are cut only where a real block waits.
+GRANITE_LONG_CHUNKS = dataclasses.replace(GRANITE, num_blocks=60, max_num_batched_tokens=128)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [GRANITE, GRANITE_LONG_CHUNKS, QWEN3_NEXT, NEMOTRON_H],
+    ids=["granite-4.0-h", "granite-4.0-h-128-token-chunks", "qwen3-next", "nemotron-h"],
+)
+def test_token_identical_with_state_checkpoint_hits_and_preemption(case: Case) -> None:
+    assert_continuous_batching(case, run(case), min_hit_tokens=48)  # one checkpoint
+
+
+def test_jamba_token_identical_with_whole_prefills_and_preemption() -> None:
+    gen = PagedGenerator(
+        tiny(JAMBA),
+        num_blocks=JAMBA.num_blocks,
+        max_num_batched_tokens=512,
+        enable_prefix_caching=False,
+    )
+    output = gen.generate(prompts_for(JAMBA), JAMBA.max_new_tokens, arrivals_per_step=1)
+    assert_continuous_batching(JAMBA, output, min_hit_tokens=0)  # prefix caching off
+    with pytest.raises(ConfigError, match="no initial state"):
+        generator(JAMBA).generate(prompts_for(JAMBA), JAMBA.max_new_tokens)
+
+
+def test_states_live_in_their_blocks() -> None:
+    gen = generator(GRANITE)
+    state_specs = [v.spec for v in gen.memory.layers.values() if v.layout == "state"]
+    assert len(state_specs) == 10
+    assert all(isinstance(s, MambaSpec) and s.mamba_cache_mode == "align" for s in state_specs)
+    assert {s.block_size for s in state_specs} == {48}
+
+
+def test_a_lost_state_changes_the_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a zero state instead of the block's (as if the block were not written)
+    must change what the model generates."""
+    import pagedkv.hf.state as state
+
+    gen = generator(GRANITE)
+    load = state.StateIO._load
+
+    def forgetful(self, layer_idx):
+        first = layer_idx not in self.loaded
+        load(self, layer_idx)
+        if first and layer_idx in self.recurrent:
+            self.recurrent[layer_idx].zero_()
+
+    monkeypatch.setattr(state.StateIO, "_load", forgetful)
+    output = gen.generate(prompts_for(GRANITE), GRANITE.max_new_tokens, arrivals_per_step=1)
+    assert output.token_ids != run(GRANITE).token_ids
