@@ -64,7 +64,6 @@ from pagedkv.runtime import (
     BlockStored,
     ChunkedLocalAttentionManager,
     CrossAttentionManager,
-    EventBatch,
     FullAttentionManager,
     HybridCoordinator,
     KVCacheBlocks,
@@ -79,8 +78,6 @@ from pagedkv.runtime import (
     SingleTypeKVCacheManager,
     SlidingWindowManager,
     UnitaryCoordinator,
-    decode_event_batch,
-    encode_event_batch,
     get_hash_fn,
     hash_token_blocks,
     make_coordinator,
@@ -88,6 +85,9 @@ from pagedkv.runtime import (
     sha256_cbor,
     xxhash128,
 )
+
+# --- KV event wire encoding (events/wire.py: no ZeroMQ needed) ---
+from pagedkv.events.wire import EventBatch, decode_event_batch, encode_event_batch
 
 # --- models (models/) ---
 from pagedkv.models import (

@@ -10,11 +10,7 @@ from pagedkv.errors import UnknownDtypeError
 
 @dataclass(frozen=True)
 class KVCacheDtype:
-    """One storage format.
-
-    ``scale_bytes`` bytes of scale are stored per ``scale_group`` elements;
-    ``scale_group == 0`` means one scale per vector (per token and head).
-    """
+    """One storage format: ``scale_bytes`` per ``scale_group`` elements (0: per vector)."""
 
     name: str
     bits: int

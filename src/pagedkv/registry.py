@@ -1,8 +1,6 @@
 """Registry mapping KV cache spec classes to their managers and grouping bases.
 
-Works on classes only (imports nothing from specs or runtime). The built-ins register
-lazily, once, by name (``pagedkv.bootstrap``), tracked by their own flag so a custom
-spec registered first does not suppress them.
+Imports nothing from specs or runtime: the built-ins register lazily (``pagedkv.bootstrap``).
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ class KVCacheSpecMetadata:
     uniform_type_base_spec: type
 
 
-# One re-entrant lock for registration and start-up. Platform discovery and plugin
-# loading (pagedkv.platforms) take the same lock: they call user code that may
-# register specs, and start-up registration calls them, so two locks could deadlock.
+# One re-entrant lock for registration and start-up, platforms included: plugins may
+# register specs while start-up runs them, so two locks could deadlock.
 STARTUP_LOCK = threading.RLock()
 _specs: dict[type, KVCacheSpecMetadata] = {}
 _roles: dict[str, type] = {}
@@ -53,8 +50,7 @@ class KVCacheSpecRegistry:
 
     @classmethod
     def ensure_registered(cls, config: Any = None) -> None:
-        """Register the built-ins, the platform's specs and the general plugins, once
-        (``config`` goes to the platform hook)."""
+        """Register the built-ins, the platform's specs and the general plugins, once."""
         if _state["builtins_registered"]:
             return
         with STARTUP_LOCK:
@@ -76,9 +72,7 @@ class KVCacheSpecRegistry:
         manager_class: type | None = None,
         uniform_type_base_spec: type | None = None,
     ) -> None:
-        """Register a spec class with its manager and grouping base (default: the class
-        itself, a new base kind). Identical re-registration is a no-op; a different one
-        raises RegistryError."""
+        """Register a spec class with its manager and grouping base (default: itself)."""
         if not isinstance(kvcache_spec_cls, type):
             raise RegistryError(f"expected a spec class, got {kvcache_spec_cls!r}")
         name = _name(kvcache_spec_cls)
@@ -120,7 +114,6 @@ class KVCacheSpecRegistry:
 
     @classmethod
     def _lookup(cls, spec: Any) -> KVCacheSpecMetadata | None:
-        """The nearest registered class in the spec's MRO."""
         for base in type(spec).__mro__:
             meta = _specs.get(base)
             if meta is not None:
@@ -157,8 +150,7 @@ def register_kv_cache_spec(
     manager_class: type | None = None,
     uniform_type_base_spec: type | None = None,
 ) -> Callable[[T], T]:
-    """Class decorator registering a spec class (see ``KVCacheSpecRegistry.register``);
-    returns the class unchanged. Example in docs/plugins.md."""
+    """Class decorator registering a spec class (see ``KVCacheSpecRegistry.register``)."""
 
     def decorator(kvcache_spec_cls: T) -> T:
         KVCacheSpecRegistry.register(kvcache_spec_cls, manager_class, uniform_type_base_spec)

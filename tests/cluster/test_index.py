@@ -12,13 +12,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from pagedkv import Request
 from pagedkv.cluster import KVIndex, PromptHasher
 from pagedkv.errors import ConfigError
-from pagedkv.runtime.events import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    EventBatch,
-    external_block_hash,
-)
+from pagedkv.events.wire import EventBatch, external_block_hash
+from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored
 from pagedkv.runtime.hashing import LoRA
 
 ENGINES = ["e0", "e1", "e2"]

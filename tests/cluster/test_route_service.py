@@ -21,7 +21,7 @@ from pagedkv.cluster.feed import EngineEndpoints, IndexFeed
 from pagedkv.cluster.service import RouteService, create_app
 from pagedkv.errors import ConfigError
 from pagedkv.events import KVEventsConfig, ZmqEventPublisher
-from pagedkv.runtime.events import external_block_hash
+from pagedkv.events.wire import external_block_hash
 
 pytestmark = pytest.mark.timeout(60)
 PROMPT = list(range(100, 140))  # 10 full blocks of 4

@@ -12,7 +12,8 @@ from pagedkv import (
     KVCacheManager,
     Request,
 )
-from pagedkv.runtime.events import KVCacheEvent, external_block_hash
+from pagedkv.events.wire import external_block_hash
+from pagedkv.runtime.events import KVCacheEvent
 
 LOOPBACK = "tcp://127.0.0.1:*"
 

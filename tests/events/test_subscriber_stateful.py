@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from pagedkv.events.subscriber import Delivery, EventSubscriber
-from pagedkv.runtime.events import BlockRemoved, BlockStored, encode_payload
+from pagedkv.events.wire import encode_payload
+from pagedkv.runtime.events import BlockRemoved, BlockStored
 
 
 class _Memory(EventSubscriber):

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import msgspec
 import pytest
 
 from pagedkv.errors import KVCacheRuntimeError
-from pagedkv.runtime.events import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    decode_event_batch,
-    encode_event_batch,
-    external_block_hash,
-)
+from pagedkv.events.wire import decode_event_batch, encode_event_batch, external_block_hash
+from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored
 
 from . import kv_events_subscriber as checker
 
@@ -153,3 +151,33 @@ def test_old_array_layout_is_rejected_with_a_clear_error() -> None:
     payload = msgspec.msgpack.encode([1.0, [["BlockRemoved", [1], "GPU"]], 0])
     with pytest.raises(KVCacheRuntimeError, match="malformed KV event payload"):
         decode_event_batch([b"", bytes(8), payload])
+
+
+def test_wire_and_facade_import_without_pyzmq() -> None:
+    # The simulator and the cluster's hashing use the wire layer: it must not need pyzmq,
+    # and the ZeroMQ classes must still fail with ImportError when it is missing.
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["zmq"] = None  # any import of it raises ImportError
+        import pagedkv
+        from pagedkv.events import KVEventsConfig
+        from pagedkv.events.wire import encode_event_batch, external_block_hash
+        from pagedkv.runtime.events import BlockRemoved
+        frames = encode_event_batch([BlockRemoved(block_hashes=[b"x" * 8], medium=None)], 0)
+        assert pagedkv.decode_event_batch(frames)[2].events[0].block_hashes == [
+            external_block_hash(b"x" * 8)
+        ]
+        try:
+            from pagedkv.events import ZmqEventPublisher
+        except ImportError:
+            pass
+        else:
+            raise SystemExit("ZmqEventPublisher imported without pyzmq")
+        assert not [m for m in sys.modules if m.startswith("pagedkv.events.p")]
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr + done.stdout

@@ -131,7 +131,7 @@ def test_late_join_replays_history_and_restart_resets_state() -> None:
 
 
 def _payload(events: list) -> bytes:
-    from pagedkv.runtime.events import encode_payload
+    from pagedkv.events.wire import encode_payload
 
     return encode_payload(events)
 

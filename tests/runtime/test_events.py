@@ -6,14 +6,8 @@ import msgspec
 import pytest
 
 from pagedkv.errors import KVCacheRuntimeError
-from pagedkv.runtime import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    Request,
-    decode_event_batch,
-    encode_event_batch,
-)
+from pagedkv.events.wire import decode_event_batch, encode_event_batch
+from pagedkv.runtime import AllBlocksCleared, BlockRemoved, BlockStored, Request
 
 from .helpers import full, make_manager, swa
 

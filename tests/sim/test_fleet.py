@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from pagedkv.errors import ConfigError
-from pagedkv.runtime.events import external_block_hash
+from pagedkv.events.wire import external_block_hash
 from pagedkv.sim.fleet import simulate_fleet
 from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduler import SchedulerSettings

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pagedkv.config import CacheConfig
-from pagedkv.runtime.events import ExternalBlockHash, external_block_hash
+from pagedkv.events.wire import external_block_hash
+from pagedkv.runtime.events import ExternalBlockHash
 from pagedkv.runtime.hashing import BlockHasher, LoRA
 from pagedkv.runtime.request import Request
 

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pagedkv.errors import ConfigError
+from pagedkv.events.wire import EventBatch
 from pagedkv.runtime.events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
-    EventBatch,
     ExternalBlockHash,
     KVCacheEvent,
 )

@@ -19,7 +19,8 @@ from typing import Any
 import zmq
 
 from pagedkv.events.config import KVEventsConfig, binds
-from pagedkv.runtime.events import END_OF_REPLAY_SEQ, KVCacheEvent, encode_payload
+from pagedkv.events.wire import END_OF_REPLAY_SEQ, encode_payload
+from pagedkv.runtime.events import KVCacheEvent
 
 END_MARKER = END_OF_REPLAY_SEQ.to_bytes(8, "big", signed=True)
 _POLL_MS = 5

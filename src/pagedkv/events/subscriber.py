@@ -18,7 +18,7 @@ import zmq
 
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.events.publisher import END_MARKER
-from pagedkv.runtime.events import EventBatch, decode_payload
+from pagedkv.events.wire import EventBatch, decode_payload
 
 _RECENT = 4096  # checksums of recently applied batches (to tell duplicates from restarts)
 

@@ -1,7 +1,4 @@
-"""Platform hooks, plugin discovery and qualified-name resolution.
-
-``current_platform`` is resolved lazily on first access.
-"""
+"""Platform hooks, plugin discovery and qualified-name resolution (``current_platform`` lazily)."""
 
 from typing import Any
 

@@ -1,9 +1,7 @@
 """Finding the current platform and loading plugins through entry points.
 
-``$PAGEDKV_PLUGINS`` is the allow-list, as vLLM's ``VLLM_PLUGINS``: unset, every
-installed plugin (platform and general) loads; a comma-separated list, only those
-names; an empty string, none. A plugin that fails raises the same one-line
-``PlatformError`` naming it on every later load in the process.
+``$PAGEDKV_PLUGINS`` is the allow-list, as vLLM's ``VLLM_PLUGINS``: unset, every plugin
+loads; a comma-separated list, only those; an empty string, none.
 """
 
 from __future__ import annotations
@@ -55,7 +53,6 @@ def _one_line(text: str) -> str:
 
 
 def _as_platform_class(obj: Any, origin: str) -> type[Platform] | None:
-    """An entry point may name a Platform class, or a function returning a qualname or None."""
     if isinstance(obj, type):
         if not issubclass(obj, Platform):
             raise PlatformError(f"{origin}: {obj.__qualname__} is not a pagedkv Platform subclass")
@@ -81,8 +78,7 @@ def _load_entry_point(ep: EntryPoint, group: str) -> Any:
 
 
 def _platform_from_env(value: str) -> type[Platform]:
-    """``$PAGEDKV_PLATFORM``: ``generic``, an installed platform plugin's name, or a qualname
-    (an explicit choice: the allow-list does not apply)."""
+    # An explicit choice: the allow-list does not apply.
     origin = f"${PLATFORM_ENV}={value!r}"
     if value == GenericPlatform.name:
         return GenericPlatform
@@ -141,9 +137,8 @@ def set_current_platform(platform: type[Platform] | None) -> None:
 
 
 def load_general_plugins() -> list[str]:
-    """Call every allowed ``pagedkv.plugins`` entry point once per process; return the
-    names called this time. If one failed (the others are still called), a
-    ``PlatformError`` naming it is raised now and on every later call."""
+    """Call every allowed ``pagedkv.plugins`` entry point once per process; returns the
+    names called now. A failure raises PlatformError now and on every later call."""
     with STARTUP_LOCK:
         if not _state["plugins_done"]:
             # Set first: a plugin that queries the registry must not re-enter loading.

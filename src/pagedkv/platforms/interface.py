@@ -38,8 +38,7 @@ class Platform:
 
     @classmethod
     def kv_cache_block_size_multiple(cls, config: EngineConfig | None) -> int:
-        """Attention block sizes the kernels accept are multiples of this (used when the
-        planner raises the attention block size of an attention + Mamba hybrid)."""
+        """Attention block sizes the kernels accept are multiples of this."""
         return 1
 
     @classmethod
@@ -53,28 +52,22 @@ class GenericPlatform(Platform):
 
 
 def _import(qualname: str, module_name: str) -> ModuleType | None:
-    """The module, or None if it does not exist; other import failures raise PlatformError."""
     try:
         return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if module_name == missing or module_name.startswith(missing + "."):
-            return None
-        raise PlatformError(
-            f"cannot resolve {qualname!r}: importing module {module_name!r} failed: "
-            f"module {missing!r} not found"
-        ) from exc
     except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, ModuleNotFoundError):
+            missing = exc.name or ""
+            if module_name == missing or module_name.startswith(missing + "."):
+                return None
+            why = f"module {missing!r} not found"
         raise PlatformError(
-            f"cannot resolve {qualname!r}: importing module {module_name!r} failed: "
-            f"{type(exc).__name__}: {exc}"
+            f"cannot resolve {qualname!r}: importing module {module_name!r} failed: {why}"
         ) from exc
 
 
 def resolve_obj_by_qualname(qualname: str) -> Any:
-    """Import ``module.path.Attr`` (``module.path:Attr.inner`` also accepted) and return it.
-    Nested attributes work too: the longest importable module prefix is imported and the
-    rest is looked up as attributes."""
+    """Import ``module.path.Attr`` (or ``module.path:Attr.inner``) and return it."""
     if not isinstance(qualname, str) or not qualname.strip():
         raise PlatformError(f"expected a qualified name like 'pkg.module.Name', got {qualname!r}")
     text = qualname.strip()

@@ -10,15 +10,7 @@ from pagedkv.runtime.coordinators import (
     UnitaryCoordinator,
     make_coordinator,
 )
-from pagedkv.runtime.events import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    EventBatch,
-    KVCacheEvent,
-    decode_event_batch,
-    encode_event_batch,
-)
+from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from pagedkv.runtime.hashing import (
     BlockHasher,
     LoRA,

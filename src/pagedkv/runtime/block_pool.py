@@ -1,10 +1,8 @@
 """The block pool: block ids, reference counts, the free queue and the prefix-cache hash map.
 
-Blocks are integer ids; block 0 is the permanent null block. Per-block state is three flat
-lists (reference count, hash, group). ``_maps[group][hash]`` is the block lookups return;
-further blocks with the same key wait in ``_dups[group][hash]``, promoted when it goes.
-Between ``begin`` and ``commit`` every change is journaled (the managers' through
-``record``); ``rollback`` undoes them newest first, exactly.
+Block 0 is the null block. ``_maps[group][hash]`` is the block lookups return; further
+blocks with the same key wait in ``_dups[group][hash]``. Between ``begin`` and ``commit``
+every change is journaled; ``rollback`` undoes them newest first.
 """
 
 from __future__ import annotations
@@ -23,9 +21,7 @@ NULL_BLOCK = 0
 
 
 class BlockPool:
-    """Fixed set of KV cache blocks shared by every group of a model. ``hash_block_size``:
-    the requests' hash granularity (None: each group's block size). ``free_queue``: the
-    eviction order, built for ``num_blocks``."""
+    """Fixed set of KV cache blocks shared by every group of a model."""
 
     def __init__(
         self,
@@ -104,8 +100,7 @@ class BlockPool:
         }
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
-        """Pop ``num_blocks`` blocks from the head of the free queue (reference count 1;
-        cached ones lose their hash). NoFreeBlocksError, changing nothing, if too few."""
+        """Pop blocks from the free queue's head (cached ones lose their hash)."""
         if num_blocks <= 0:
             return []
         queue = self.queue
@@ -143,8 +138,7 @@ class BlockPool:
     def free_blocks(
         self, ordered_blocks: Iterable[int], priority: int = 0, evict_first: bool = False
     ) -> None:
-        """Drop one reference on each block; those reaching zero go to the free queue, the
-        first given evicted first (``evict_first``: before every other cached block)."""
+        """Drop one reference on each block; those at zero are freed, the first given first."""
         ref = self.ref_cnt
         hashes = self.block_hash
         caching = self.enable_caching
@@ -174,8 +168,7 @@ class BlockPool:
         group_id: int,
         keep: set[int] | None = None,
     ) -> None:
-        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their chain hash, skipping null
-        blocks and indices not in ``keep``."""
+        """Hash ``blocks[num_cached_blocks:num_full_blocks]`` (but nulls, indices not in keep)."""
         if num_cached_blocks >= num_full_blocks:
             return
         hashes = request.block_hashes
@@ -235,7 +228,6 @@ class BlockPool:
         return True
 
     def _drop_key(self, block: int) -> tuple[Any, int, int]:
-        # Returns the key and the block's index among the key's blocks, for _restore_key.
         h, gid = self.block_hash[block], self.block_group[block]
         self.block_hash[block] = None
         m, dups = self._maps[gid], self._dups[gid]
@@ -284,8 +276,7 @@ class BlockPool:
         self._journal = None
 
     def record(self, undo: Callable[..., object], *args: Any) -> None:
-        """Inside a transaction: call ``undo(*args)`` on rollback (managers journal their
-        table changes here, so one rollback restores pool and tables together)."""
+        """Inside a transaction: call ``undo(*args)`` on rollback."""
         if self._journal is not None:
             self._journal.append((undo, args))
 

@@ -8,10 +8,7 @@ from pagedkv.runtime.block_pool import NULL_BLOCK
 
 
 class KVCacheBlocks(NamedTuple):
-    """Block ids per group (outer index = group id). Null blocks appear as id 0.
-
-    Read-only: the manager hands out one shared instance when no group got a block.
-    """
+    """Block ids per group (null blocks are 0). Read-only: the empty one is shared."""
 
     blocks: tuple[list[int], ...]
 

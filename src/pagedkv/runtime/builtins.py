@@ -6,7 +6,6 @@ from pagedkv import specs as s
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime import managers as m
 
-# spec class -> (manager class, uniform-type base spec; None = the class itself)
 BUILTIN_KV_CACHE_SPECS: dict[type, tuple[type, type | None]] = {
     s.FullAttentionSpec: (m.FullAttentionManager, None),
     s.MLAAttentionSpec: (m.FullAttentionManager, s.FullAttentionSpec),

@@ -27,8 +27,7 @@ def group_behaviour_spec(group: KVCacheGroupSpec) -> KVCacheSpec:
 def resolve_caching(
     groups: Sequence[KVCacheGroupSpec], default: bool, enable_caching: bool | None
 ) -> bool:
-    """Whether prefix caching is on: ``enable_caching``, or ``default`` when None and every
-    group can be prefix-cached. ConfigError if asked for with a group that cannot be."""
+    """``enable_caching``, or when None ``default`` if every group can be prefix-cached."""
     specs = [group_behaviour_spec(g) for g in groups]
     if not specs:
         return False
@@ -69,10 +68,8 @@ class SpecGroup(NamedTuple):
 
 class KVCacheCoordinator:
     """Owns the block pool and one manager per group, and combines the groups' cache-hit
-    searches (vLLM's fixed point): downward-closed kinds (full attention) are searched
-    once, first; each other kind is searched within the current bound; the passes repeat
-    until no kind shortens the hit (one pass with one downward-closed kind plus one other,
-    or a single kind). Every kind rounds down to ``alignment_tokens``."""
+    searches (vLLM's fixed point): downward-closed kinds first, once; the others repeat
+    within the current bound until no kind shortens the hit."""
 
     def __init__(
         self,
@@ -82,9 +79,6 @@ class KVCacheCoordinator:
         free_queue: FreeQueue | None = None,
         **manager_kwargs: Any,
     ) -> None:
-        """``manager_kwargs``: the keywords every manager takes (``enable_caching``,
-        ``hash_block_size``, ``alignment_tokens``, ``max_model_len``, ``in_flight_tokens``,
-        ``retention``); the first three are required."""
         self.enable_caching = manager_kwargs["enable_caching"]
         self.hash_block_size = manager_kwargs["hash_block_size"]
         self.alignment_tokens = alignment_tokens = manager_kwargs["alignment_tokens"]
@@ -107,7 +101,6 @@ class KVCacheCoordinator:
             if manager.enable_caching:
                 by_key.setdefault((manager.kv_cache_spec, type(manager)), []).append(gid)
         groups = [SpecGroup(spec, tuple(ids), cls) for (spec, cls), ids in by_key.items()]
-        # Stable sort: downward-closed kinds first, otherwise in group order.
         self.spec_groups = sorted(groups, key=lambda g: not g.manager_cls.downward_closed_hits)
         self._searches = [
             (sg.manager_cls, sg.group_ids, (pool, sg.spec, alignment_tokens, self.hash_block_size))
@@ -118,8 +111,7 @@ class KVCacheCoordinator:
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
     ) -> tuple[list[list[int]], int, int]:
-        """Hit blocks per group, the hit length in tokens (valid for every group) and the
-        longest prefix some group had cached (> hit when another group cut it short)."""
+        """Hit blocks per group, the hit length and the longest prefix some group had."""
         lists: list[list[int]] = [[] for _ in self.managers]
         if len(self._searches) == 1:  # one kind: its search is the answer
             cls, group_ids, where = self._searches[0]

@@ -1,10 +1,7 @@
 """The free queue: the order in which the block pool hands out (and evicts) free blocks.
 
-``FreeQueue`` is the interface an eviction order implements (docs/runtime.md lists when
-the pool calls each method); ``LRUFreeQueue`` is vLLM 0.33's order and the default. Undo:
-a rolled-back allocation calls ``unpop`` / ``reinsert`` newest first, so each undo sees
-the queue exactly as it was right after the call it undoes. Frees never happen inside an
-allocation, so pushes need no undo.
+A rolled-back allocation calls ``unpop`` / ``reinsert`` newest first, so each undo sees the
+queue as it was right after the call it undoes; frees never happen inside an allocation.
 """
 
 from __future__ import annotations
@@ -16,8 +13,7 @@ from typing import Any, ClassVar
 
 
 class FreeQueue(ABC):
-    """Eviction order of the free blocks of one pool (block 0, the null block, is never in
-    it). Built with every usable block free, in id order."""
+    """Eviction order of a pool's free blocks (never block 0), built all free in id order."""
 
     wants_hits: ClassVar[bool] = False
 
@@ -26,8 +22,7 @@ class FreeQueue(ABC):
 
     @abstractmethod
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
-        """Take ``num_blocks`` blocks from the head (``num_blocks <= len(self)``); returns
-        them, head first, and a token for ``unpop``."""
+        """Take ``num_blocks`` blocks from the head; returns them and a token for ``unpop``."""
 
     @abstractmethod
     def unpop(self, blocks: list[int], token: Any) -> None:
@@ -39,9 +34,8 @@ class FreeQueue(ABC):
 
     @abstractmethod
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
-        """Freed blocks that keep their hash, ``blocks[0]`` evicted first among them.
-        ``priority``: the freeing request's (vLLM: lower is more important);
-        ``evict_first``: evict them before every other cached block."""
+        """Freed blocks that keep their hash, ``blocks[0]`` evicted first among them
+        (``evict_first``: before every other cached block)."""
 
     @abstractmethod
     def remove(self, block: int) -> Any:
@@ -68,11 +62,8 @@ class FreeQueue(ABC):
 
 class LRUFreeQueue(FreeQueue):
     """vLLM's order: freed uncached blocks at the head (LIFO), freed cached ones at the
-    tail (LRU). Kept as three parts that concatenate to vLLM's one list: ``_stack``
-    (pushed blocks, head at its end), the never-used ids ``[_next_fresh, num_blocks)``
-    (a fresh pool costs nothing per block) and ``_lru`` (cached blocks -> sequence
-    number, ascending: O(1) removal from the middle). ``reinsert`` is O(n) only in the
-    middle of the LRU part, which only an exception's undo reaches."""
+    tail (LRU). Three parts concatenate to vLLM's one list: ``_stack`` (head at its end),
+    the never-used ids ``[_next_fresh, num_blocks)`` and ``_lru`` (block -> sequence)."""
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks

@@ -1,8 +1,5 @@
-"""Chained block hashing, byte-identical to vLLM 0.33's for the same algorithm.
-
-Block ``i``'s hash is ``hash_fn((hash of block i-1 or NONE_HASH, token_ids, extra_keys))``;
-the extra keys and the NONE_HASH seed follow vLLM's rules (docs/runtime.md, Block hashing).
-"""
+"""Chained block hashing, byte-identical to vLLM 0.33's for the same algorithm: block
+``i``'s hash is ``hash_fn((hash of block i-1 or NONE_HASH, token_ids, extra_keys))``."""
 
 from __future__ import annotations
 
@@ -94,8 +91,7 @@ def get_hash_fn(name: str) -> HashFn:
 
 
 def none_hash_seed(hash_algo: str) -> str:
-    """vLLM's NONE_HASH seed: ``PYTHONHASHSEED`` when set, otherwise ``"vllm-none-hash"``
-    (32 random bytes per process for the xxhash algorithms)."""
+    """vLLM's NONE_HASH seed: ``PYTHONHASHSEED``, else ``"vllm-none-hash"`` (xxhash: random)."""
     global _random_seed
     seed = os.environ.get("PYTHONHASHSEED")
     if seed is not None:

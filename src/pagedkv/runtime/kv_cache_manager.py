@@ -19,24 +19,9 @@ from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
 
 
-def _default_queue(config: EngineConfig, free_queue: FreeQueue | None) -> FreeQueue | None:
-    policy = config.cache.eviction_policy
-    if free_queue is None and policy != "lru":
-        raise ConfigError(
-            f"CacheConfig.eviction_policy={policy!r} is an extension: build the manager with "
-            "pagedkv.policies.make_kv_cache_manager (or pass free_queue=)"
-        )
-    return free_queue
-
-
 class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
-
-    ``retention``: ``"vllm"`` (vLLM 0.33's) or ``"dense"`` (pagedkv's opt-in); None takes
-    ``config.cache.prefix_cache_retention``. ``free_queue``: the pool's eviction order
-    (default vLLM's LRU), built for ``kv_cache_config.num_blocks``.
-    ``event_token_ids=False`` leaves the token ids out of BlockStored events.
-    """
+    ``retention``: ``"vllm"`` (vLLM 0.33's) or ``"dense"``; ``free_queue``: default LRU."""
 
     def __init__(
         self,
@@ -77,6 +62,12 @@ class KVCacheManager:
         self.hasher = BlockHasher(
             self.hash_block_size, hash_algo or config.cache.hash_algo, hash_seed
         )
+        policy = config.cache.eviction_policy
+        if free_queue is None and policy != "lru":
+            raise ConfigError(
+                f"CacheConfig.eviction_policy={policy!r} is an extension: build the manager with "
+                "pagedkv.policies.make_kv_cache_manager (or pass free_queue=)"
+            )
         self.coordinator = make_coordinator(
             kv_cache_config,
             max_model_len=self.max_model_len,
@@ -86,7 +77,7 @@ class KVCacheManager:
             enable_events=enable_events,
             in_flight_tokens=config.max_in_flight_tokens,
             retention=retention,
-            free_queue=_default_queue(config, free_queue),
+            free_queue=free_queue,
         )
         self.block_pool = self.coordinator.block_pool
         self.block_pool.event_token_ids = event_token_ids
@@ -96,9 +87,8 @@ class KVCacheManager:
         self._skipping = [m for m in managers if m.skips_tokens]
         self._caching = [m for m in managers if m.enable_caching]
         self._cross = [isinstance(m, CrossAttentionManager) for m in managers]
-        # The fast path reads "no group needs a block and no block became full" off the
-        # tables when every kind's table ends at cdiv(tokens, block_size) entries (plain
-        # kinds and Mamba); only when all grow plainly does it also count the blocks itself.
+        # Fast path: every table ends at cdiv(tokens, block_size) entries (plain kinds,
+        # Mamba); only when all grow plainly does it also count the blocks itself.
         self._fast_alloc = all(plain_growth(m) for m in managers)
         self._growth = None
         if all(plain_growth(m) or isinstance(m, MambaManager) for m in managers):
@@ -106,7 +96,6 @@ class KVCacheManager:
                 (m.block_size, m.req_to_blocks, m.num_cached_block, cross)
                 for m, cross in zip(managers, self._cross)
             ]
-        # A request is running iff group 0 has its table.
         self._first_tables: dict[str, list[int]] = managers[0].req_to_blocks if managers else {}
         # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule).
         self._cache_step = self.scheduler_block_size if self.num_groups > 1 else 1
@@ -129,8 +118,7 @@ class KVCacheManager:
 
     @property
     def num_evictions(self) -> int:
-        """Cached blocks evicted (reused, or dropped by ``evict_blocks``) since the start;
-        a failed allocation's are not counted."""
+        """Cached blocks evicted (reused or by ``evict_blocks``); failed allocations' not."""
         return self.block_pool.num_evictions
 
     @property
@@ -150,8 +138,7 @@ class KVCacheManager:
         return KVCacheBlocks(self.get_block_ids(request_id))
 
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
-        """The request's longest cached prefix (blocks per group, tokens): at most
-        ``num_tokens - 1`` tokens; nothing is referenced until ``allocate_slots``."""
+        """Longest cached prefix (blocks per group, tokens) of at most ``num_tokens - 1``."""
         if not self.enable_caching:
             return self._empty, 0
         if request.hasher is not self.hasher:
@@ -192,14 +179,9 @@ class KVCacheManager:
         full_sequence_must_fit: bool = False,
         has_scheduled_reqs: bool = True,
     ) -> KVCacheBlocks | None:
-        """Blocks for ``num_new_tokens`` more tokens (plus lookahead slots), or None if they
-        do not fit (blocks out of the request's window are released first, as in vLLM).
-
-        A new request adopts ``new_computed_blocks`` covering ``num_new_computed_tokens``.
-        Full blocks are cached unless ``delay_cache_blocks`` (lookahead slots never). With
-        ``full_sequence_must_fit`` the whole sequence must fit (local kinds at their
-        admission cap). If anything raises midway, the allocation is undone.
-        """
+        """Blocks for ``num_new_tokens`` more tokens (plus lookahead), or None if they do
+        not fit. A new request adopts ``new_computed_blocks``; full blocks are cached unless
+        ``delay_cache_blocks``. If anything raises midway, the allocation is undone."""
         request_id = request.request_id
         if num_new_tokens <= 0 or num_lookahead_tokens < 0:
             if num_lookahead_tokens < 0:
@@ -299,7 +281,6 @@ class KVCacheManager:
     ) -> KVCacheBlocks:
         request_id = request.request_id
         pool = self.block_pool
-        # One transaction: the pool's journal holds the pool's and the managers' changes.
         savepoint = pool.begin()
         try:
             if not running:
@@ -327,7 +308,6 @@ class KVCacheManager:
         return KVCacheBlocks(new_blocks) if any(new_blocks) else self._empty
 
     def _reserve(self, running: bool, has_scheduled_reqs: bool) -> int:
-        # The watermark is kept free when admitting a request while others are scheduled.
         return self.watermark_blocks if has_scheduled_reqs and not running else 0
 
     def _num_blocks_needed(
@@ -394,8 +374,7 @@ class KVCacheManager:
         return events
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
-        """Cache the request's full blocks up to ``num_computed_tokens`` (after a delayed
-        allocation)."""
+        """Cache the request's full blocks up to ``num_computed_tokens``."""
         for m in self._caching:
             m.cache_blocks(request, num_computed_tokens)
 

@@ -10,16 +10,9 @@ from pagedkv.runtime.hashing import BlockHasher, LoRA, MultiModalFeature
 
 
 class Request:
-    """Token ids (prompt then outputs), LoRA adapter, cache salt, multimodal items, prompt
-    embeddings and the chained block hashes, extended as output tokens are appended.
-
-    ``lora``: a ``LoRA(name, id, path)`` (or any object with ``lora_name``, ``lora_int_id``
-    and ``lora_path``, like vLLM's ``LoRARequest``); ``lora_name`` alone is a LoRA with no
-    path. ``prompt_embeds``: per-token embeddings (numpy array, torch tensor), hashed.
-
-    ``num_computed_tokens`` is owned by the scheduler. ``hasher=None`` lets the
-    ``KVCacheManager`` attach its own hasher the first time it sees the request.
-    """
+    """Token ids (prompt then outputs), hash keys (LoRA, cache salt, multimodal items,
+    prompt embeddings) and the chained block hashes, extended as tokens are appended.
+    ``lora``: a ``LoRA`` or any object with vLLM's ``LoRARequest`` fields."""
 
     __slots__ = (
         "all_token_ids",

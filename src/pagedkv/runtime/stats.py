@@ -16,7 +16,6 @@ class PrefixCacheStats:
     preempted_queries: int = 0
     preempted_hits: int = 0
     reset: bool = False
-    # Cached blocks evicted (hash dropped to reuse the block, or by evict_blocks).
     evictions: int = 0
 
     @property

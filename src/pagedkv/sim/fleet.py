@@ -18,7 +18,7 @@ from typing import Any
 from pagedkv.cluster import EngineLoad, KVIndex, Router, make_router
 from pagedkv.cluster.routing import PrefixRouter
 from pagedkv.errors import ConfigError
-from pagedkv.runtime.events import external_block_hash
+from pagedkv.events.wire import external_block_hash
 from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.fleet_result import FleetResult, ReplicaStats
 from pagedkv.sim.loop import EngineLoop

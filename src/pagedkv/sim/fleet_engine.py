@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from pagedkv.events import KVEventsConfig, ZmqEventPublisher
-from pagedkv.runtime.events import external_block_hash
+from pagedkv.events.wire import external_block_hash
 from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.metrics import SimResult
 from pagedkv.sim.scheduler import SchedulerSettings

@@ -47,8 +47,7 @@ def all_match(
 def merge_checked(
     cls: type[KVCacheSpec], specs: Sequence[KVCacheSpec], reconciled: Collection[str] = ()
 ) -> None:
-    """Check that ``specs`` are all of ``cls``'s exact type and agree on every
-    compared field except ``reconciled``; raise KVCacheSpecError naming the field."""
+    """KVCacheSpecError unless ``specs`` share one type and agree but in ``reconciled``."""
     if not specs:
         raise KVCacheSpecError(f"{cls.__name__}.merge needs at least one spec")
     first = specs[0]
@@ -60,10 +59,8 @@ def merge_checked(
             )
     compared = (f.name for f in dataclasses.fields(first) if f.compare)
     for name in (n for n in compared if n not in reconciled):
-        values: list[Any] = []
-        for value in (getattr(spec, name) for spec in specs):
-            if value not in values:
-                values.append(value)
+        column = [getattr(spec, name) for spec in specs]
+        values = [v for i, v in enumerate(column) if v not in column[:i]]
         if len(values) > 1:
             raise KVCacheSpecError(
                 f"{cls.__name__}.merge: layers in one KV cache group differ in "

@@ -30,11 +30,7 @@ class CrossAttentionSpec(AttentionSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class EncoderOnlyAttentionSpec(AttentionSpec):
-    """Encoder self-attention keeps nothing between steps.
-
-    Deliberately unregistered: it never reaches planning, and the registry check
-    rejects it if it does.
-    """
+    """Encoder self-attention keeps nothing between steps (unregistered on purpose)."""
 
     kind: ClassVar[str] = "encoder_only_attention"
 

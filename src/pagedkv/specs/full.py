@@ -25,11 +25,8 @@ def merge_window_sizes(values: set[int]) -> int | None:
 
 @dataclass(frozen=True, kw_only=True)
 class FullAttentionSpec(AttentionSpec):
-    """Every token stays for the life of the request.
-
-    ``sliding_window`` / ``attention_chunk_size`` only record that a local layer
-    was promoted to full allocation; they do not change sizing.
-    """
+    """Every token stays for the life of the request (``sliding_window`` /
+    ``attention_chunk_size`` only record a promoted local layer)."""
 
     sliding_window: int | None = None
     attention_chunk_size: int | None = None

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 
 def _normalize_shapes(name: str, shapes: Any) -> tuple[tuple[int, ...], ...]:
-    """Shapes as tuples of positive ints; KVCacheSpecError naming ``name.shapes`` if not."""
     try:
         if isinstance(shapes, str | bytes) or any(isinstance(s, str | bytes) for s in shapes):
             raise TypeError
@@ -44,12 +43,8 @@ def _normalize_dtypes(spec: KVCacheSpec, dtypes: Any) -> tuple[str, ...]:
 
 @dataclass(frozen=True, kw_only=True)
 class MambaSpec(KVCacheSpec):
-    """State tensors (``shapes`` with ``dtypes``) per request.
-
-    ``mamba_cache_mode="none"``: one state block per request, never cached.
-    ``"align"``: the state at every ``block_size`` boundary can be cached as a
-    checkpoint (prefix caching for state layers).
-    """
+    """State tensors (``shapes`` with ``dtypes``) per request. ``mamba_cache_mode``
+    ``"none"``: one block, never cached; ``"align"``: a checkpoint per ``block_size``."""
 
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]

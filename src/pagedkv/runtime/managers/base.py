@@ -1,9 +1,7 @@
 """The per-group manager interface and the algorithms every kind shares.
 
-Retention: ``"vllm"`` (vLLM 0.33's default): kinds with ``sparse_retention`` cache only
-the blocks a hit at the prompt's replay boundary or the shared-prefix junction needs.
-``"dense"`` (pagedkv's opt-in): every full block is cached; blocks leaving a window are
-evicted before every other cached block, except those such a hit needs.
+Retention ``"vllm"``: ``sparse_retention`` kinds cache only the blocks a boundary hit needs;
+``"dense"``: every full block, those leaving a window evicted first (docs/runtime.md).
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ RETENTION_POLICIES = ("vllm", "dense")
 
 
 class HitQuery(NamedTuple):
-    """One cache-hit search: the request's chain hashes (at ``hash_block_size``), the most
-    tokens a hit may cover, the groups that must all hit, and where to look."""
+    """One cache-hit search over the groups ``group_ids`` (which must all hit)."""
 
     block_hashes: list[Any]
     max_length: int
@@ -35,17 +32,12 @@ class HitQuery(NamedTuple):
     hash_block_size: int
 
     def hashes(self) -> list[Any]:
-        """The chain hashes at the spec's block size (the last fine hash of each block)."""
         scale = self.spec.block_size // self.hash_block_size
         return self.block_hashes if scale == 1 else self.block_hashes[scale - 1 :: scale]
 
 
 class SingleTypeKVCacheManager(ABC):
-    """Block tables of one KV cache group, for one kind of layer.
-
-    Every manager takes the same constructor keywords, so a registered custom manager
-    can be built by the coordinator without special cases.
-    """
+    """Block tables of one KV cache group; every kind takes the same constructor keywords."""
 
     skips_tokens: ClassVar[bool] = False  # frees blocks of running requests
     downward_closed_hits: ClassVar[bool] = False  # a hit implies every shorter prefix hits
@@ -81,20 +73,15 @@ class SingleTypeKVCacheManager(ABC):
     @classmethod
     @abstractmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
-        """Longest cached prefix of at most ``query.max_length`` tokens, a multiple of
-        ``query.alignment_tokens``, hit in every group of ``query.group_ids``.
-
-        Returns one block list per group id (nulls where the kind needs no block)
-        and the hit length in tokens. Touches nothing.
-        """
+        """Longest aligned cached prefix hit in every group of ``query.group_ids``: one
+        block list per group (nulls where not needed) and its length in tokens."""
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Leading tokens whose blocks this kind no longer needs."""
         return 0
 
     def max_admission_blocks(self) -> int | None:
-        """The most blocks a request of this kind holds at once (None: unbounded); the
-        spec's ``max_admission_blocks_per_request`` where it has one (local kinds)."""
+        """The most blocks a request of this kind holds at once (None: unbounded)."""
         cap = getattr(self.kv_cache_spec, "max_admission_blocks_per_request", None)
         if cap is None or self.max_model_len is None:
             return None
@@ -113,8 +100,7 @@ class SingleTypeKVCacheManager(ABC):
         num_tokens_main_model: int,
         apply_admission_cap: bool = False,
     ) -> int:
-        """Free-queue blocks an allocation up to ``num_tokens`` would consume, counting
-        cached hit blocks that must leave the free queue."""
+        """Free-queue blocks an allocation up to ``num_tokens`` would consume."""
         required = cdiv(num_tokens, self.block_size)
         if apply_admission_cap:
             cap = self.max_admission_blocks()
@@ -159,8 +145,7 @@ class SingleTypeKVCacheManager(ABC):
         return new
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
-        """Cache the full blocks among the first ``num_tokens`` tokens (with vLLM's
-        retention, sparse kinds only those a boundary hit needs)."""
+        """Cache the full blocks among the first ``num_tokens`` tokens."""
         request_id = request.request_id
         num_cached = self.num_cached_block[request_id]
         num_full = min(num_tokens, len(request.block_hashes) * self.hash_block_size)
@@ -191,8 +176,7 @@ class SingleTypeKVCacheManager(ABC):
     def _reachable_blocks(
         self, request: Request, start: int, end: int, *more_boundaries: int
     ) -> set[int]:
-        # Blocks in [start, end) a hit at the replay boundary (the prompt's last token is
-        # recomputed) or the shared-prefix junction needs.
+        # Blocks in [start, end) a hit at the replay boundary or shared-prefix junction needs.
         keep: set[int] = set()
         boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
         for boundary in (*boundaries, *more_boundaries):
@@ -211,8 +195,7 @@ class SingleTypeKVCacheManager(ABC):
             self._release(range(len(table) - 1, -1, -1), table, retained, priority)
 
     def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Replace blocks this kind no longer needs by the null block and free them, the
-        highest position first. The nulled region is a prefix: the scan stops at a null."""
+        """Null and free the blocks this kind no longer needs (a prefix), highest first."""
         skipped = self.get_num_skipped_tokens(num_computed_tokens)
         table = self.req_to_blocks.get(request_id)
         if skipped <= 0 or not table:
@@ -237,8 +220,7 @@ class SingleTypeKVCacheManager(ABC):
         retained: set[int] | None,
         priority: int = 0,
     ) -> None:
-        # blocks[k] was at position indices[k]; the first given is evicted first. Dense
-        # retention: retained positions go to the LRU tail, the others before every other.
+        # Dense retention: retained positions go to the LRU tail, the others first.
         if not self.dense:
             self.block_pool.free_blocks(blocks, priority)
             return

@@ -17,9 +17,7 @@ def _chunk_size(spec: KVCacheSpec) -> int:
 
 
 class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
-    """Blocks of chunks before the one holding ``max_length`` are null (nothing attends
-    to them); hits are searched left to right from that chunk's start. Every full block
-    is cached (vLLM keeps no sparse mask for this kind)."""
+    """Blocks of earlier chunks are null; hits are searched from the last chunk's start."""
 
     skips_tokens = True
 
@@ -39,10 +37,8 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
                 out.append(block)
         num_blocks = len(lists[0])
         if num_blocks == start and (start * block_size) % chunk:
-            # A chunk that is not a multiple of the block size (vLLM never plans one; its
-            # search would return a wrong all-null hit here): the block straddling the
-            # chunk start holds tokens the next ones attend to, so the hit ends at the
-            # last boundary of both chunk and block.
+            # Chunk not a multiple of the block size (vLLM never plans one): the block
+            # straddling the chunk start is needed, so end at a chunk-and-block boundary.
             step = math.lcm(chunk, block_size)
             num_blocks = (num_blocks * block_size // step) * step // block_size
             for out in lists:

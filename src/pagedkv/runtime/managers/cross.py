@@ -11,8 +11,7 @@ if TYPE_CHECKING:
 
 
 class CrossAttentionManager(SingleTypeKVCacheManager):
-    """The coordinator passes the encoder token count as ``num_tokens``; the blocks are
-    allocated at the first allocation and kept until the request ends."""
+    """Blocks for the encoder tokens, allocated at the first allocation, kept to the end."""
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:

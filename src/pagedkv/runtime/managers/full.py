@@ -37,8 +37,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
 
 def _leading_hits(lookup: Callable[[Any], int | None], hashes: list[Any], limit: int) -> list[int]:
-    """Blocks of ``hashes[:limit]`` up to the first miss, looked up in growing chunks at C
-    speed (``map`` over ``dict.get``), so a long hit costs a few list operations."""
+    # Looked up in growing chunks at C speed (``map`` over ``dict.get``).
     hit: list[int] = []
     start, step = 0, 8
     while start < limit:

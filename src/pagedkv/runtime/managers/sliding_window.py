@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 
 
 def _window_blocks(spec: KVCacheSpec) -> int:
-    """Blocks a hit needs: those holding the ``sliding_window - 1`` tokens before it."""
     window = int(spec.sliding_window)  # type: ignore[attr-defined]
     return max(cdiv(window - 1, spec.block_size), 1)
 
@@ -36,9 +35,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         maps = [query.block_pool.hash_map(g) for g in query.group_ids]
         first = maps[0]
         aligned = alignment_tokens == block_size
-        # Scan the first group right to left; on a candidate window every group's blocks
-        # are fetched at C speed (a miss in any group restarts left of it), so each extra
-        # identical group costs a few list operations.
+        # Right to left over the first group; a candidate window is checked in all groups.
         run = 0
         i = limit - 1
         while i >= 0:
@@ -80,9 +77,8 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 def _blocks(
     maps: list[dict[Any, int]], window: list[Any], start: int, last: bool
 ) -> tuple[list[list[int]], int]:
-    """Each group's table (``start`` nulls, then its blocks for ``window``) and -1, or the
-    index in ``window`` of a miss: with ``last`` the last miss of the first group that
-    misses, otherwise the first miss over all groups (tables then cover only the hits)."""
+    # Each group's table (``start`` nulls, then ``window``'s blocks) and -1, or the index
+    # of a miss: with ``last`` the first missing group's last, else the first over all.
     tables: list[list[int]] = []
     found = -1
     nulls: list[int | None] = [NULL_BLOCK] * start
