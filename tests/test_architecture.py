@@ -381,26 +381,9 @@ def _closed_path(graph: dict[str, set[str]], members: set[str]) -> list[str]:
     return sorted(members)
 
 
-# Circles that predate this check, in areas other branches own; each owner removes its
-# entry when it breaks the circle (the stale-entry test below then insists).
-KNOWN_CIRCLES: dict[tuple[str, ...], str] = {
-    (
-        "pagedkv.runtime.hashing",
-        "pagedkv.runtime.request",
-        "pagedkv.runtime.hashing",
-    ): "issue-10 (runtime: hashing names Request under TYPE_CHECKING)",
-}
-
-
 def test_no_import_circles() -> None:
-    circles = [c for c in import_circles(SRC) if tuple(c) not in KNOWN_CIRCLES]
+    circles = import_circles(SRC)
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
-
-
-def test_known_circles_still_exist() -> None:
-    found = {tuple(c) for c in import_circles(SRC)}
-    stale = [c for c in KNOWN_CIRCLES if c not in found]
-    assert not stale, f"these circles are gone, remove them from KNOWN_CIRCLES: {stale}"
 
 
 @pytest.mark.parametrize(
