@@ -1,4 +1,5 @@
-"""Planning speed: a 1,000-layer hybrid across 64 workers (TP 8 x PP 8).
+"""Planning speed: a 1,000-layer hybrid across 64 workers (TP 8 x PP 8), with vLLM's
+grouping (the default) and with the least-waste opt-in.
 
 Prints JSON: median seconds over runs for each scenario, and the ratio of each to a
 reference run in the same process (a 1,000-layer dense model on one worker).
@@ -75,6 +76,7 @@ def main() -> None:
     config = EngineConfig.create(
         max_model_len=131072, tensor_parallel_size=TP, pipeline_parallel_size=PP
     )
+    searched = config.replace(kv_cache_grouping_rule="least-waste")
     dense = {f"layers.{i}": full(8) for i in range(NUM_LAYERS)}
     reference_config = EngineConfig.create(max_model_len=131072)
     scenarios: dict[str, Callable[[], object]] = {
@@ -84,6 +86,12 @@ def main() -> None:
         ),
         "mamba_hybrid_64_workers": lambda: plan_kv_cache(
             config, split(mamba_hybrid(2), TP, PP), [80 * GiB] * (TP * PP)
+        ),
+        "sliding_hybrid_64_workers_least_waste": lambda: plan_kv_cache(
+            searched, split(sliding_hybrid(2), TP, PP), [80 * GiB] * (TP * PP)
+        ),
+        "mamba_hybrid_64_workers_least_waste": lambda: plan_kv_cache(
+            searched, split(mamba_hybrid(2), TP, PP), [80 * GiB] * (TP * PP)
         ),
     }
     medians = {name: timed(fn, args.runs) for name, fn in scenarios.items()}

@@ -35,6 +35,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     # planning/types.py holds the result types the runtime reads: it imports no other planning.
     "planning.types": BOTTOM | {"registry", "specs", "platforms"},
     "runtime": BOTTOM | {"registry", "specs", "planning.types"},
+    # extension grouping rules / builders, selected by name; the core never imports them.
+    "builders": BOTTOM | {"registry", "specs", "platforms", "planning"},
     "models": BOTTOM | {"registry", "specs"},
     "tensors": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "distributed"},
     "distributed": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "tensors"},
@@ -228,6 +230,18 @@ def test_registry_imports_only_the_bootstrap_by_name() -> None:
     assert names <= {"pagedkv.bootstrap"}, names
 
 
+def test_core_names_the_builders_extension_only_in_the_rule_table() -> None:
+    # The core selects pagedkv.builders by name (config.KV_CACHE_GROUPING_RULES), never imports it.
+    core = [PACKAGE / f"{m}.py" for m in ("dtypes", "config", "errors", "registry")]
+    for package in ("specs", "platforms", "planning", "runtime"):
+        core += sorted((PACKAGE / package).rglob("*.py"))
+    naming = [p.relative_to(PACKAGE) for p in core if "pagedkv.builders" in p.read_text()]
+    assert naming == [Path("config.py")], naming
+    assert not [
+        i for p in core for i in collect_imports(p, SRC) if i.target.startswith("pagedkv.builders")
+    ]
+
+
 def test_every_package_directory_has_a_layer() -> None:
     for path in PACKAGE.rglob("*.py"):
         assert layer_of(module_name(path, SRC)) in ALLOWED, path
@@ -367,26 +381,9 @@ def _closed_path(graph: dict[str, set[str]], members: set[str]) -> list[str]:
     return sorted(members)
 
 
-# Circles that predate this check, in areas other branches own; each owner removes its
-# entry when it breaks the circle (the stale-entry test below then insists).
-KNOWN_CIRCLES: dict[tuple[str, ...], str] = {
-    (
-        "pagedkv.runtime.hashing",
-        "pagedkv.runtime.request",
-        "pagedkv.runtime.hashing",
-    ): "issue-10 (runtime: hashing names Request under TYPE_CHECKING)",
-}
-
-
 def test_no_import_circles() -> None:
-    circles = [c for c in import_circles(SRC) if tuple(c) not in KNOWN_CIRCLES]
+    circles = import_circles(SRC)
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
-
-
-def test_known_circles_still_exist() -> None:
-    found = {tuple(c) for c in import_circles(SRC)}
-    stale = [c for c in KNOWN_CIRCLES if c not in found]
-    assert not stale, f"these circles are gone, remove them from KNOWN_CIRCLES: {stale}"
 
 
 @pytest.mark.parametrize(

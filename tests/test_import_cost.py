@@ -11,7 +11,13 @@ import subprocess
 import sys
 
 FORBIDDEN_PACKAGES = ("torch", "transformers", "matplotlib", "numpy")
-FORBIDDEN_MODULES = ("pagedkv.sim", "pagedkv.cli", "pagedkv.tensors", "pagedkv.distributed")
+FORBIDDEN_MODULES = (
+    "pagedkv.sim",
+    "pagedkv.cli",
+    "pagedkv.tensors",
+    "pagedkv.distributed",
+    "pagedkv.builders",
+)
 IMPORT_LIMIT_S = 1.5
 ATTEMPTS = 3  # the best of a few runs, so one run slowed by a busy machine does not fail
 
@@ -50,6 +56,22 @@ def test_first_registry_query_stays_light() -> None:
     # The first query runs the start-up hook (built-ins, platform, plugins): still no torch.
     _, modules = _probe("import pagedkv\npagedkv.KVCacheSpecRegistry.ensure_registered()")
     assert _offenders(modules) == [], f"start-up registration imported: {_offenders(modules)}"
+
+
+def test_default_plan_leaves_the_grouping_extension_unloaded() -> None:
+    # vLLM's grouping is the core's; the least-waste search loads only when selected.
+    plan = (
+        "import pagedkv\nfrom pagedkv.planning.grouping import choose_kv_cache_groups as c\n"
+        "s = pagedkv.SlidingWindowSpec(block_size=16, num_kv_heads=8, head_size=64, "
+        "sliding_window=128)\nf = pagedkv.FullAttentionSpec(block_size=16, num_kv_heads=4, "
+        "head_size=64)\nspecs = {{'s': s, 'f': f}}\n"
+        "assert len(c(pagedkv.EngineConfig(), specs).groups) == 2\n{extra}"
+    )
+    _, modules = _probe(plan.format(extra=""))
+    assert _offenders(modules) == [], f"a default plan imported: {_offenders(modules)}"
+    lw = "c(pagedkv.EngineConfig.create(kv_cache_grouping_rule='least-waste'), specs)"
+    _, modules = _probe(plan.format(extra=lw))
+    assert "pagedkv.builders.least_waste" in modules
 
 
 def test_import_pagedkv_is_fast() -> None:

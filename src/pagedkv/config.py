@@ -11,6 +11,14 @@ from pagedkv.errors import ConfigError, PagedKVError
 
 MambaCacheMode = Literal["none", "align"]
 
+# KV cache grouping rules by name (CacheConfig.kv_cache_grouping_rule -> the qualname the
+# planner resolves): vLLM 0.33's rule, the default, and pagedkv's opt-in search in the
+# pagedkv.builders extension. A plugin adds a rule by adding an entry. See docs/planning.md.
+KV_CACHE_GROUPING_RULES: dict[str, str] = {
+    "vllm": "pagedkv.planning.grouping.vllm_grouping",
+    "least-waste": "pagedkv.builders.least_waste.least_waste_grouping",
+}
+
 
 def check_int(
     owner: str,
@@ -30,10 +38,33 @@ def check_int(
         raise error(f"{owner}.{name} must be {want}{alternative}, got {value!r}")
 
 
-def _check(part: object, *names: str, allow_none: bool = False, minimum: int = 1) -> None:
+def check_fields(
+    obj: object,
+    *names: str,
+    minimum: int = 1,
+    allow_none: bool = False,
+    error: type[PagedKVError] = ConfigError,
+) -> None:
+    """``error`` naming the class and field of the first bad integer field of ``obj``."""
     for name in names:
-        value = getattr(part, name)
-        check_int(type(part).__name__, name, value, minimum=minimum, allow_none=allow_none)
+        value = getattr(obj, name)
+        check_int(
+            type(obj).__name__, name, value, minimum=minimum, allow_none=allow_none, error=error
+        )
+
+
+def check_choice(
+    obj: object,
+    name: str,
+    *choices: str,
+    allow_none: bool = False,
+    error: type[PagedKVError] = ConfigError,
+) -> None:
+    """``error`` naming the class and field unless ``obj.name`` is one of ``choices``."""
+    value = getattr(obj, name)
+    if not (value is None and allow_none) and value not in choices:
+        known = " or ".join(map(repr, choices))
+        raise error(f"{type(obj).__name__}.{name} must be {known}, got {value!r}")
 
 
 def _check_bool(part: object, *names: str) -> None:
@@ -87,15 +118,17 @@ class CacheConfig:
     prefix_cache_retention: str = "vllm"
     enable_hybrid_kv_cache: bool = True
     kv_cache_layout: str | None = None
-    # Most KV cache groups the default grouping search may choose (None: its default).
+    # How layers form KV cache groups: a name in KV_CACHE_GROUPING_RULES.
+    kv_cache_grouping_rule: str = "vllm"
+    # Most KV cache groups a searching rule ("least-waste") may choose (None: its default).
     max_kv_cache_groups: int | None = None
     # Eviction policy of the device pool by name ("lru": vLLM's; others: pagedkv.policies).
     eviction_policy: str = "lru"
 
     def __post_init__(self) -> None:
-        _check(self, "block_size")
+        check_fields(self, "block_size")
         names = ("num_gpu_blocks_override", "kv_cache_memory_bytes", "max_kv_cache_groups")
-        _check(self, *names, allow_none=True)
+        check_fields(self, *names, allow_none=True)
         _check_bool(self, "enable_prefix_caching", "enable_hybrid_kv_cache")
         if not isinstance(self.eviction_policy, str) or not self.eviction_policy:
             raise ConfigError(
@@ -108,15 +141,14 @@ class CacheConfig:
                 "CacheConfig.gpu_memory_utilization must be in (0, 1], "
                 f"got {self.gpu_memory_utilization!r}"
             )
-        if self.mamba_cache_mode not in (None, "none", "align"):
+        check_choice(self, "mamba_cache_mode", "none", "align", allow_none=True)
+        check_choice(self, "prefix_cache_retention", "vllm", "dense")
+        check_choice(self, "kv_cache_grouping_rule", *KV_CACHE_GROUPING_RULES)
+        if self.kv_cache_grouping_rule == "vllm" and self.max_kv_cache_groups is not None:
             raise ConfigError(
-                "CacheConfig.mamba_cache_mode must be 'none' or 'align', "
-                f"got {self.mamba_cache_mode!r}"
-            )
-        if self.prefix_cache_retention not in ("vllm", "dense"):
-            raise ConfigError(
-                "CacheConfig.prefix_cache_retention must be 'vllm' or 'dense', "
-                f"got {self.prefix_cache_retention!r}"
+                "CacheConfig.max_kv_cache_groups bounds a searched grouping; vLLM's grouping "
+                "(kv_cache_grouping_rule='vllm', the default) has no group budget: set "
+                "kv_cache_grouping_rule='least-waste' with it"
             )
         if self.cache_dtype != "auto":
             object.__setattr__(self, "cache_dtype", canonical_dtype_name(self.cache_dtype))
@@ -135,7 +167,7 @@ class ParallelConfig:
     pipeline_parallel_size: int = 1
 
     def __post_init__(self) -> None:
-        _check(self, "tensor_parallel_size", "pipeline_parallel_size")
+        check_fields(self, "tensor_parallel_size", "pipeline_parallel_size")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,9 +179,9 @@ class SchedulerConfig:
     num_lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
-        _check(self, "max_num_batched_tokens", "max_num_seqs")
-        _check(self, "max_num_encoder_input_tokens", allow_none=True)
-        _check(self, "num_lookahead_tokens", minimum=0)
+        check_fields(self, "max_num_batched_tokens", "max_num_seqs")
+        check_fields(self, "max_num_encoder_input_tokens", allow_none=True)
+        check_fields(self, "num_lookahead_tokens", minimum=0)
         _check_bool(self, "async_scheduling")
 
 

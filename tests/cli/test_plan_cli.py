@@ -135,7 +135,15 @@ def test_default_plan_is_readable() -> None:
         (["plan", "Llama-3.1-8B", "--memory", "24GB"], "the largest max_model_len that fits is"),
         (["plan", "Kimi-K2-Instruct", "--gpu", "L4"], "no memory left for the KV cache"),
         (["plan", "t5-small", "--pp", "9"], "pipeline_parallel_size (9) is larger"),
-        (["plan", "gemma-3-27b-it", "--max-groups", "1"], "max_kv_cache_groups=1 cannot be met"),
+        (
+            ["plan", "gemma-3-27b-it", "--max-groups", "1", "--grouping", "least-waste"],
+            "max_kv_cache_groups=1 cannot be met",
+        ),
+        (["plan", "gemma-3-27b-it", "--max-groups", "8"], "kv_cache_grouping_rule='least-waste'"),
+        (
+            ["plan", "gemma-3-27b-it", "--grouping", "fewest"],
+            "must be 'vllm' or 'least-waste'",
+        ),
     ],
 )
 def test_bad_input_is_one_line(
@@ -229,21 +237,27 @@ def test_max_groups_bounds_the_hybrid_grouping(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
-    default = plan_in_process(capsys, "gemma-3-27b-it")
+    vllm = plan_in_process(capsys, "gemma-3-27b-it")
+    assert (vllm["num_groups"], vllm["alternatives"]) == (7, [])  # vLLM's rule by default
+    assert round(vllm["concurrency_by_context_len"][0]["bytes_per_request"] / 2**30, 2) == 14.23
+    least_waste = ("gemma-3-27b-it", "--grouping", "least-waste")
+    default = plan_in_process(capsys, *least_waste)
     assert default["num_groups"] == 13  # 52 sliding + 10 full layers, 5 per group
     excluded = [a for a in default["alternatives"] if not a["within_budget"]]
     assert [a["num_groups"] for a in excluded] == [31]
     assert {a["max_groups"] for a in default["alternatives"]} == {16}
-    widest = plan_in_process(capsys, "gemma-3-27b-it", "--max-groups", "64")
+    widest = plan_in_process(capsys, *least_waste, "--max-groups", "64")
     assert (widest["num_groups"], widest["waste_fraction"]) == (31, 0.0)
     assert all(a["within_budget"] for a in widest["alternatives"])
-    narrow = plan_in_process(capsys, "gemma-3-27b-it", "--max-groups", "7")
+    narrow = plan_in_process(capsys, *least_waste, "--max-groups", "7")
     assert narrow["num_groups"] == 7
     per_request = [
         p["concurrency_by_context_len"][0]["bytes_per_request"] for p in (widest, default, narrow)
     ]
     assert per_request == sorted(per_request) and len(set(per_request)) == 3
-    llama = plan_in_process(capsys, "Llama-3.1-8B", "--max-groups", "1")
+    llama = plan_in_process(
+        capsys, "Llama-3.1-8B", "--grouping", "least-waste", "--max-groups", "1"
+    )
     assert llama["num_groups"] == 1
 
 

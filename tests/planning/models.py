@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pagedkv.planning import KVCacheConfig
 from pagedkv.specs import (
     FullAttentionSpec,
     KVCacheSpec,
@@ -61,3 +62,9 @@ def deepseek_v3(num_layers: int = 61) -> dict[str, KVCacheSpec]:
     return {
         f"layers.{i}": MLAAttentionSpec(block_size=64, head_size=576) for i in range(num_layers)
     }
+
+
+def group_spec_of(config: KVCacheConfig, layer_name: str) -> KVCacheSpec:
+    """The spec of the group holding ``layer_name``."""
+    (group,) = (g for g in config.kv_cache_groups if layer_name in g.layer_names)
+    return group.kv_cache_spec

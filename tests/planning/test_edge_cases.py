@@ -23,13 +23,18 @@ from pagedkv import (
     get_kv_cache_configs,
     plan_kv_cache,
 )
-from pagedkv.planning.grouping import check_exact_partition, groups_from_buckets, make_buckets
-from pagedkv.planning.search import vllm_group_size
+from pagedkv.planning.grouping import (
+    check_exact_partition,
+    groups_from_buckets,
+    make_buckets,
+    vllm_group_size,
+)
 from pagedkv.planning.sizing import RequestCost, scheduler_block_size
 
-from .models import GiB, full, gemma3_27b, llama_8b, sliding
+from .models import GiB, full, gemma3_27b, group_spec_of, llama_8b, sliding
 
 CONFIG = EngineConfig.create(max_model_len=8192)
+LEAST_WASTE = CONFIG.replace(kv_cache_grouping_rule="least-waste")
 
 
 def only(plan_specs: dict, memory: int = 8 * GiB, config: EngineConfig = CONFIG):  # type: ignore[no-untyped-def]
@@ -64,7 +69,9 @@ def test_50_group_size_rule() -> None:
     assert vllm_group_size([52, 10]) == 10
     assert vllm_group_size([15, 10]) == 10  # 15 is not < 1.5 * 10
     specs = {f"s{i}": sliding(128) for i in range(12)} | {f"f{i}": full() for i in range(13)}
-    vllm = next(a for a in only(specs).alternatives if a.name == "vllm")
+    plan = only(specs)  # vLLM's grouping is the default
+    assert [g.num_layers for g in plan.groups] == [12, 13]
+    vllm = next(a for a in only(specs, config=LEAST_WASTE).alternatives if a.name == "vllm")
     assert (vllm.num_groups, vllm.layers_per_group) == (2, 13)
 
 
@@ -75,7 +82,9 @@ def test_51_groups_take_layers_by_stride() -> None:
 
 
 def test_52_padding_percentage_is_pad_over_bucket_length() -> None:
-    config = EngineConfig.create(max_model_len=131072, async_scheduling=True)
+    config = EngineConfig.create(
+        max_model_len=131072, async_scheduling=True, kv_cache_grouping_rule="least-waste"
+    )
     plan = plan_kv_cache(config, [gemma3_27b()], [80 * GiB])
     vllm = next(a for a in plan.alternatives if a.name == "vllm")
     assert "8 padding layers for the 52-layer sliding_window bucket" in vllm.description
@@ -94,9 +103,14 @@ class TestPageUnification53:
         specs = {f"f{i}": full(heads=3) for i in range(2)} | {
             f"s{i}": sliding(256, heads=2) for i in range(2)
         }
-        plan = only(specs)
-        vllm = next(a for a in plan.alternatives if a.name == "vllm")
-        assert vllm.waste_fraction > 0.0  # 16 KiB pages padded to 24 KiB
+        vllm = only(specs)  # the default: 16 KiB pages padded to 24 KiB
+        assert vllm.num_groups == 2 and vllm.waste_fraction > 0.0
+        assert {g.kind: g.block_size for g in vllm.groups} == {
+            "full_attention": 16,
+            "sliding_window": 16,
+        }
+        plan = only(specs, config=LEAST_WASTE)
+        assert next(a for a in plan.alternatives if a.name == "vllm").waste_fraction > 0.0
         assert plan.waste_fraction == 0.0
         assert {g.kind: g.block_size for g in plan.groups} == {
             "full_attention": 32,
@@ -107,8 +121,15 @@ class TestPageUnification53:
     def test_mla_is_never_padded(self) -> None:
         mla = MLAAttentionSpec(block_size=64, head_size=576)  # 73,728 B pages
         specs = {"m0": mla, "m1": mla, "s0": sliding(256, heads=8, bs=64)}  # 262,144 B pages
-        plan = only(specs, memory=40 * GiB)
-        assert not any(a.name == "vllm" for a in plan.alternatives)  # vLLM cannot unify
+        # vLLM cannot unify the pages: its fallback makes the window full attention and
+        # puts every layer in one uniform-type group.
+        vllm = only(specs, memory=40 * GiB)
+        (group,) = vllm.configs[0].kv_cache_groups
+        assert isinstance(group.kv_cache_spec, UniformTypeKVCacheSpecs)
+        assert group.layer_specs()["s0"].kind == "full_attention"
+        assert vllm.groups[0].padding_bytes == 0
+        plan = only(specs, memory=40 * GiB, config=LEAST_WASTE)
+        assert not any(a.name == "vllm" for a in plan.alternatives)
         mla_groups = [g for g in plan.groups if g.kind == "mla_attention"]
         assert mla_groups and all(g.padding_bytes == 0 for g in mla_groups)
 
@@ -117,11 +138,13 @@ class TestPageUnification53:
         odd = MLAAttentionSpec(block_size=1, head_size=577)
         other = SlidingWindowMLASpec(block_size=1, head_size=579, sliding_window=128)
         with pytest.raises(PlanningError, match="cannot unify the page sizes"):
-            only({"m": odd, "s": other})
+            only({"m": odd, "s": other}, config=LEAST_WASTE)
 
     def test_mla_found_a_common_page_by_search(self) -> None:
         odd = MLAAttentionSpec(block_size=1, head_size=577)  # 1,154 B per token
-        plan = only({"m": odd, "s": sliding(256)})
+        with pytest.raises(PlanningError, match=r"layer 'm': its page \(1154 B\) does not divide"):
+            only({"m": odd, "s": sliding(256)})  # vLLM's rule and its fallback cannot
+        plan = only({"m": odd, "s": sliding(256)}, config=LEAST_WASTE)
         mla = next(g for g in plan.groups if g.kind == "mla_attention")
         assert mla.padding_bytes == 0 and mla.page_size_bytes % 1154 == 0
 
@@ -245,10 +268,10 @@ def test_63_sliding_window_keeps_lookahead_tokens() -> None:
     config = CONFIG.replace(num_lookahead_tokens=4)
     specs = {"s": sliding(128), "f": full()}
     (kv,) = get_kv_cache_configs(config, [specs], [GiB])
-    spec = kv.kv_cache_groups[kv.group_of("s")].kv_cache_spec
+    spec = group_spec_of(kv, "s")
     assert isinstance(spec, SlidingWindowSpec) and spec.extra_retained_tokens == 3
     (plain,) = get_kv_cache_configs(CONFIG, [specs], [GiB])
-    assert plain.kv_cache_groups[plain.group_of("s")].kv_cache_spec.extra_retained_tokens == 0  # type: ignore[attr-defined]
+    assert group_spec_of(plain, "s").extra_retained_tokens == 0  # type: ignore[attr-defined]
 
 
 def test_64_draft_layers_group_with_targets() -> None:
@@ -275,7 +298,7 @@ def test_66_concurrency_excludes_the_null_block() -> None:
 
 
 def test_64_draft_flag_survives_page_unification() -> None:
-    from pagedkv.planning.search import page_candidates
+    from pagedkv.builders.search import page_candidates
 
     draft = dataclasses.replace(full(heads=8), is_draft=True)
     specs = {"f": full(heads=8), "d": draft, "s": sliding(128, heads=4)}

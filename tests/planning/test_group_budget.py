@@ -1,4 +1,4 @@
-"""The group budget (CacheConfig.max_kv_cache_groups) of the grouping search."""
+"""The group budget (CacheConfig.max_kv_cache_groups) of the least-waste grouping search."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagedkv import ConfigError, EngineConfig, PlanningError, plan_kv_cache
+from pagedkv.builders.search import DEFAULT_MAX_KV_CACHE_GROUPS, TOLERANCE, search
 from pagedkv.planning.grouping import make_buckets
-from pagedkv.planning.search import DEFAULT_MAX_KV_CACHE_GROUPS, TOLERANCE, search
 
 from .models import GiB, full, gemma3_27b, sliding
 
-CONFIG = EngineConfig.create(max_model_len=131072, async_scheduling=True)
+CONFIG = EngineConfig.create(
+    max_model_len=131072, async_scheduling=True, kv_cache_grouping_rule="least-waste"
+)
 
 
 def mixed(num_sliding: int, num_full: int, window: int = 1024) -> dict:  # type: ignore[type-arg]
@@ -24,7 +26,7 @@ def mixed(num_sliding: int, num_full: int, window: int = 1024) -> dict:  # type:
 @pytest.mark.parametrize("bad", [0, -3, True, 2.0, "8"])
 def test_budget_is_validated(bad: object) -> None:
     with pytest.raises(ConfigError, match="max_kv_cache_groups"):
-        EngineConfig.create(max_kv_cache_groups=bad)
+        EngineConfig.create(max_kv_cache_groups=bad, kv_cache_grouping_rule="least-waste")
 
 
 @pytest.mark.parametrize(
@@ -76,7 +78,14 @@ def test_vllm_rule_builder_is_not_held_to_the_budget() -> None:
     )
     config = CONFIG.replace(model=model, max_kv_cache_groups=3)
     plan = plan_kv_cache(config, [gemma3_27b()], [80 * GiB])
-    assert plan.num_groups == 7
+    assert plan.num_groups == 7 and plan.alternatives == ()
+
+
+def test_the_budget_needs_a_searching_rule() -> None:
+    with pytest.raises(ConfigError, match="max_kv_cache_groups bounds a searched grouping"):
+        EngineConfig.create(max_kv_cache_groups=8)  # vLLM's grouping has no budget
+    with pytest.raises(ConfigError, match="kv_cache_grouping_rule must be 'vllm' or 'least-waste'"):
+        EngineConfig.create(kv_cache_grouping_rule="fewest")
 
 
 @settings(max_examples=40, deadline=None)
@@ -90,7 +99,7 @@ def test_budget_is_kept_and_more_budget_never_costs_memory(
     num_sliding: int, num_full: int, small: int, extra: int
 ) -> None:
     buckets = make_buckets(mixed(num_sliding, num_full))
-    config = EngineConfig.create(max_model_len=32768)
+    config = EngineConfig.create(max_model_len=32768, kv_cache_grouping_rule="least-waste")
     tight = search(buckets, config, 1, max_groups=small)
     loose = search(buckets, config, 1, max_groups=small + extra)
     for result, budget in ((tight, small), (loose, small + extra)):

@@ -216,7 +216,10 @@ class TestSingleGroupAlternative:
     )
     @pytest.mark.parametrize("max_groups", [None, 3])
     def test_matches_the_plan(self, specs: dict[str, KVCacheSpec], max_groups: int | None) -> None:
-        config = CONFIG.replace(max_kv_cache_groups=max_groups)
+        config = CONFIG.replace(
+            kv_cache_grouping_rule="least-waste", max_kv_cache_groups=max_groups
+        )
+        assert plan_kv_cache(CONFIG, [specs], [GiB]).alternatives == ()  # vLLM's: none
         plan = plan_kv_cache(config, [specs], [GiB])
         (alt,) = plan.alternatives
         (group,) = plan.groups

@@ -83,6 +83,7 @@ def cluster(draw: st.DrawFn) -> tuple[EngineConfig, list[dict[str, KVCacheSpec]]
         tensor_parallel_size=tp,
         pipeline_parallel_size=len(stages),
         num_gpu_blocks_override=override,
+        kv_cache_grouping_rule=draw(st.sampled_from(["vllm", "least-waste"])),
     )
     return config, workers, memory
 
@@ -92,6 +93,9 @@ def plan_or_skip(config, workers, memory):  # type: ignore[no-untyped-def]
         return plan_kv_cache(config, workers, memory, max_model_len_limit=1 << 16)
     except InsufficientMemoryError:
         assume(False)
+        raise
+    except PlanningError as exc:  # as vLLM: an MLA page it can neither scale nor pad
+        assume("vLLM's grouping cannot unify" not in str(exc))
         raise
 
 
@@ -161,7 +165,7 @@ def test_search_never_worse_than_vllm(
     case: tuple[EngineConfig, list[dict[str, KVCacheSpec]], list[int]],
 ) -> None:
     config, workers, memory = case
-    plan = plan_or_skip(config, workers, memory)
+    plan = plan_or_skip(config.replace(kv_cache_grouping_rule="least-waste"), workers, memory)
     chosen = [a for a in plan.alternatives if a.chosen]
     vllm = [a for a in plan.alternatives if a.name == "vllm"]
     if plan.alternatives:

@@ -1,4 +1,5 @@
-"""Reference section 8: vLLM's numbers for its rule, and the better grouping where one exists."""
+"""Reference section 8: vLLM's numbers for its rule (the default), and the better grouping
+the least-waste opt-in finds where one exists."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from pagedkv import EngineConfig, MambaSpec, plan_kv_cache
 from pagedkv.planning import KVCachePlan
 
-from .models import GiB, KiB, deepseek_v3, gemma3_27b, jamba, llama_8b
+from .models import GiB, KiB, deepseek_v3, gemma3_27b, group_spec_of, jamba, llama_8b
 
 
 def vllm_alternative(plan: KVCachePlan):  # type: ignore[no-untyped-def]
@@ -53,9 +54,17 @@ class TestLlama:
 
 class TestGemma:
     config = EngineConfig.create(max_model_len=131072, async_scheduling=True)
+    least_waste = config.replace(kv_cache_grouping_rule="least-waste")
+
+    def test_vllm_rule_is_the_default(self) -> None:
+        plan = plan_kv_cache(self.config, [gemma3_27b()], [80 * GiB])
+        assert (plan.num_groups, plan.bytes_per_block) == (7, 1_310_720)
+        assert plan.max_concurrency[0].bytes_per_request == 14_726 * 1_310_720
+        assert plan.waste_fraction == pytest.approx(0.0592, abs=1e-3)
+        assert plan.alternatives == ()
 
     def test_vllm_rule_numbers(self) -> None:
-        plan = plan_kv_cache(self.config, [gemma3_27b()], [80 * GiB])
+        plan = plan_kv_cache(self.least_waste, [gemma3_27b()], [80 * GiB])
         vllm = vllm_alternative(plan)
         assert vllm.num_groups == 7
         assert vllm.layers_per_group == 10
@@ -73,7 +82,7 @@ class TestGemma:
 
     def test_default_budget_keeps_most_of_the_gain(self) -> None:
         # 16 groups at most: 5 layers per group pads 3 sliding slots (52 = 11 x 5 - 3).
-        plan = plan_kv_cache(self.config, [gemma3_27b()], [80 * GiB])
+        plan = plan_kv_cache(self.least_waste, [gemma3_27b()], [80 * GiB])
         chosen = next(a for a in plan.alternatives if a.chosen)
         assert (plan.num_groups, chosen.layers_per_group, chosen.max_groups) == (13, 5, 16)
         assert plan.bytes_per_block == 5 * 128 * KiB
@@ -86,7 +95,7 @@ class TestGemma:
         assert "over the 16-group budget" in excluded[0].name
 
     def test_search_finds_zero_waste_grouping(self) -> None:
-        config = self.config.replace(max_kv_cache_groups=64)
+        config = self.least_waste.replace(max_kv_cache_groups=64)
         plan = plan_kv_cache(config, [gemma3_27b()], [80 * GiB])
         assert vllm_alternative(plan).waste_fraction == pytest.approx(0.0592, abs=1e-3)
         chosen = next(a for a in plan.alternatives if a.chosen)
@@ -125,7 +134,7 @@ class TestJamba:
         assert all(g.padding_bytes == 4 * 16_384 for g in mamba)
         spec = plan.groups[0].layer_names[0]
         (kv,) = plan.configs
-        group_spec = kv.kv_cache_groups[kv.group_of(spec)].kv_cache_spec
+        group_spec = group_spec_of(kv, spec)
         assert isinstance(group_spec, MambaSpec)
         assert group_spec.page_size_bytes == 327_680
         assert group_spec.real_page_size_bytes == 311_296
@@ -138,7 +147,9 @@ class TestJamba:
         assert none_mode.max_concurrency[0].blocks_per_request == 3277 + 7
 
     def test_vllm_rule_already_optimal_and_kept(self) -> None:
-        plan = plan_kv_cache(self.config, [jamba()], [80 * GiB])
+        config = self.config.replace(kv_cache_grouping_rule="least-waste")
+        plan = plan_kv_cache(config, [jamba()], [80 * GiB])
+        assert plan.groups == plan_kv_cache(self.config, [jamba()], [80 * GiB]).groups
         chosen = next(a for a in plan.alternatives if a.chosen)
         assert chosen.name == "vllm"
         assert all(a.bytes_per_request >= chosen.bytes_per_request for a in plan.alternatives)
@@ -183,7 +194,10 @@ class TestDeepSeekMLA:
 
 def test_layer_slot_i_is_shared_by_layer_i_of_every_group() -> None:
     config = EngineConfig.create(
-        max_model_len=131072, async_scheduling=True, max_kv_cache_groups=31
+        max_model_len=131072,
+        async_scheduling=True,
+        kv_cache_grouping_rule="least-waste",
+        max_kv_cache_groups=31,
     )
     plan = plan_kv_cache(config, [gemma3_27b()], [80 * GiB])
     (kv,) = plan.configs

@@ -30,8 +30,14 @@ MAX_GROUPS_OPTION = typer.Option(
     None,
     "--max-groups",
     min=1,
-    help="Most KV cache groups for a hybrid model (default: the planner's budget); "
+    help="Most KV cache groups --grouping least-waste may choose (default 16); "
     "fewer groups cost less run time per call, more may waste less memory.",
+)
+GROUPING_OPTION = typer.Option(
+    "vllm",
+    "--grouping",
+    help="How layers form KV cache groups: vllm (vLLM 0.33's rule) or least-waste "
+    "(pagedkv's search for the fewest bytes per request).",
 )
 PLOT_OPTION = typer.Option(
     None, "--plot", help="Write max concurrency vs context length (PNG, needs matplotlib)."
@@ -84,6 +90,7 @@ def plan_command(
     platform: str | None = PLATFORM_OPTION,
     context_len: list[int] = CONTEXT_LEN_OPTION,
     max_groups: int | None = MAX_GROUPS_OPTION,
+    grouping: str = GROUPING_OPTION,
     json_output: bool = JSON_OPTION,
     plot: Path | None = PLOT_OPTION,
 ) -> None:
@@ -109,6 +116,7 @@ def plan_command(
         kv_cache_dtype=kv_cache_dtype,
         context_lengths=tuple(context_len),
         max_groups=max_groups,
+        grouping=grouping,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         enable_prefix_caching=enable_prefix_caching,

@@ -26,8 +26,8 @@ from pagedkv.planning import KVCachePlan, plan_kv_cache
 from pagedkv.specs import KVCacheSpec
 
 # A 5:1 sliding-window hybrid on the most common serving GPU: its plan shows hybrid
-# grouping, the alternatives the planner weighed (vLLM's rule pads 8 layers here) and
-# how concurrency collapses from 4K to 128K contexts, all on one screen.
+# grouping (vLLM's rule pads 8 layer slots here; --grouping least-waste shows what the
+# search weighed) and how concurrency collapses from 4K to 128K contexts, on one screen.
 DEFAULT_MODEL = "gemma-3-27b-it"
 DEFAULT_CONTEXT_LENGTHS = (1024, 4096, 16384, 65536)
 
@@ -47,6 +47,7 @@ class PlanRequest:
     kv_cache_dtype: str = "auto"
     context_lengths: tuple[int, ...] = ()
     max_groups: int | None = None
+    grouping: str = "vllm"
     # None: vLLM's `vllm serve` default for the device.
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
@@ -119,6 +120,7 @@ def _options(request: PlanRequest, gpu: GPU | None, device_bytes: int | None) ->
         options["max_model_len"] = request.max_model_len
     if request.max_groups is not None:
         options["max_kv_cache_groups"] = request.max_groups
+    options["kv_cache_grouping_rule"] = request.grouping
     return options
 
 

@@ -1,4 +1,4 @@
-"""Planning: layers into groups (``search``, ``grouping``), groups into tensors
+"""Planning: layers into groups (``grouping``, ``pages``), groups into tensors
 (``placement``), memory to blocks (``sizing``), the pluggable ``builder``, the
 cross-worker ``planner`` and its results (``types``). See docs/ARCHITECTURE.md."""
 

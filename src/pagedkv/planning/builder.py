@@ -60,10 +60,12 @@ class KVCacheConfigBuilder(ABC):
 
 
 class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
-    """The model's own grouping when it declares one, else the searched default;
-    layer-slot placement in one shared allocation."""
+    """The model's own grouping when it declares one, else the grouping rule the config
+    names (``CacheConfig.kv_cache_grouping_rule``: vLLM's by default); layer-slot
+    placement in one shared allocation."""
 
-    vllm_rule: bool = False
+    # A grouping rule name that overrides the config's (None: the config's).
+    grouping_rule: str | None = None
 
     def get_kv_cache_groups(
         self, config: EngineConfig, kv_cache_spec: Mapping[str, KVCacheSpec]
@@ -81,7 +83,7 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
     def choose_kv_cache_groups(
         self, config: EngineConfig, kv_cache_spec: Mapping[str, KVCacheSpec]
     ) -> GroupingChoice:
-        """The searched default grouping together with the alternatives it scored."""
+        """The grouping rule's groups together with any alternatives it scored."""
         platform = get_current_platform()
         multiple = platform.kv_cache_block_size_multiple(config)
         check_int(
@@ -92,7 +94,7 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
             kv_cache_spec,
             block_size_multiple=multiple,
             allow_hybrid=config.cache.enable_hybrid_kv_cache and platform.support_hybrid_kv_cache(),
-            vllm_rule=self.vllm_rule,
+            rule=self.grouping_rule,
         )
 
     def get_kv_cache_config_from_groups(
@@ -107,10 +109,9 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
 
 
 class VLLMRuleKVCacheConfigBuilder(DefaultKVCacheConfigBuilder):
-    """The default builder keeping vLLM's fixed group-size rule whenever it can unify
-    the pages (to compare against vLLM); the searched groupings stay in the report."""
+    """The default builder held to vLLM's grouping whatever the config's rule."""
 
-    vllm_rule = True
+    grouping_rule = "vllm"
 
 
 def get_kv_cache_config_builder(config: EngineConfig | None) -> KVCacheConfigBuilder:

@@ -1,27 +1,30 @@
 """Layers into KV cache groups: buckets of mergeable specs, one group when the layers
-allow it, else the searched hybrid (``search``); the alternatives it scored; and the
-exact-partition check the planner runs on any builder's groups."""
+allow it, else vLLM's hybrid rule (one page size, groups of the smallest bucket); the
+rule a config names (``CacheConfig.kv_cache_grouping_rule``); and the exact-partition
+check the planner runs on any builder's groups."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
 
-from pagedkv.config import EngineConfig
-from pagedkv.errors import KVCacheSpecError, PlanningError
-from pagedkv.planning.search import Bucket, Scored, SearchResult, group_budget, search
+from pagedkv.config import KV_CACHE_GROUPING_RULES, EngineConfig
+from pagedkv.errors import ConfigError, KVCacheSpecError, PlanningError
+from pagedkv.planning.pages import (
+    Bucket,
+    fit_page,
+    is_state_spec,
+    unify_pages,
+    vllm_page,
+)
 from pagedkv.planning.types import GroupingAlternative, KVCacheGroupSpec
+from pagedkv.platforms import resolve_obj_by_qualname
 from pagedkv.specs.base import KVCacheSpec, cdiv
 from pagedkv.specs.full import FullAttentionSpec, MLAAttentionSpec
 from pagedkv.specs.local import ChunkedLocalAttentionSpec, SlidingWindowMLASpec, SlidingWindowSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
-
-# Length used to score groupings when max_model_len is -1 (the planner re-scores
-# at the fitted length).
-DEFAULT_REFERENCE_LEN = 32768
-MAX_ALTERNATIVES = 8
 
 
 def merge_specs(specs: Sequence[KVCacheSpec]) -> KVCacheSpec:
@@ -73,25 +76,21 @@ def single_group(kv_cache_spec: Mapping[str, KVCacheSpec]) -> list[KVCacheGroupS
     return None if spec is None else [KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec)]
 
 
-_ATTENTION_FIELDS = (
-    "block_size", "is_draft", "num_kv_heads", "head_size", "dtype",
-    "head_size_v", "page_size_padded", "state_content_bytes", "max_tp_shards",
-)  # fmt: skip
+# Local kinds and the full-attention kind each is promoted to (subclasses first).
+_PROMOTED = (
+    (SlidingWindowMLASpec, MLAAttentionSpec),
+    (SlidingWindowSpec, FullAttentionSpec),
+    (ChunkedLocalAttentionSpec, FullAttentionSpec),
+)
 
 
 def promote_to_full(spec: KVCacheSpec, block_size: int | None) -> KVCacheSpec:
     """A sliding-window or chunked layer as full attention (window kept as metadata)."""
-    target: type[FullAttentionSpec] = FullAttentionSpec
-    extra: dict[str, Any]
-    if isinstance(spec, SlidingWindowMLASpec):
-        target, extra = MLAAttentionSpec, {"sliding_window": spec.sliding_window}
-    elif isinstance(spec, SlidingWindowSpec):
-        extra = {"sliding_window": spec.sliding_window}
-    elif isinstance(spec, ChunkedLocalAttentionSpec):
-        extra = {"attention_chunk_size": spec.attention_chunk_size}
-    else:
+    target = next((full for local, full in _PROMOTED if isinstance(spec, local)), None)
+    if target is None:
         return spec
-    promoted = target(**{name: getattr(spec, name) for name in _ATTENTION_FIELDS}, **extra)
+    names = [f.name for f in dataclasses.fields(target) if hasattr(spec, f.name)]
+    promoted = target(**{name: getattr(spec, name) for name in names})
     if block_size is not None and block_size != promoted.block_size:
         promoted = promoted.copy_with_new_block_size(block_size)
     return promoted
@@ -161,9 +160,65 @@ def check_exact_partition(
         )
 
 
+def vllm_group_size(bucket_sizes: Sequence[int]) -> int:
+    """vLLM's rule: the smallest bucket, unless the largest is under 1.5x of it."""
+    smallest, largest = min(bucket_sizes), max(bucket_sizes)
+    return largest if largest < 1.5 * smallest else smallest
+
+
 class GroupingChoice(NamedTuple):
     groups: tuple[KVCacheGroupSpec, ...]
-    alternatives: tuple[GroupingAlternative, ...]
+    alternatives: tuple[GroupingAlternative, ...] = ()
+
+
+# (config, the layers' specs, the platform's block size multiple) -> the groups.
+GroupingRule = Callable[[EngineConfig, Mapping[str, KVCacheSpec], int], GroupingChoice]
+
+
+def vllm_grouping(
+    config: EngineConfig, kv_cache_spec: Mapping[str, KVCacheSpec], block_size_multiple: int
+) -> GroupingChoice:
+    """vLLM 0.33's grouping: one group when the layers allow it; else every page
+    unified to vLLM's page size and each bucket split into groups of
+    ``vllm_group_size``; layers whose pages cannot be unified take vLLM's fallback."""
+    single = single_group(kv_cache_spec)
+    if single is not None:
+        return GroupingChoice(tuple(single))
+    buckets = make_buckets(kv_cache_spec)
+    page, attention_bs = vllm_page(buckets, config.block_size, block_size_multiple)
+    unified = unify_pages(buckets, page, attention_bs)
+    if unified is None:
+        return GroupingChoice(tuple(_full_allocation_fallback(kv_cache_spec, page)))
+    return GroupingChoice(
+        tuple(groups_from_buckets(unified, vllm_group_size(list(map(len, buckets)))))
+    )
+
+
+def _full_allocation_fallback(
+    kv_cache_spec: Mapping[str, KVCacheSpec], page_bytes: int
+) -> list[KVCacheGroupSpec]:
+    """vLLM's way out when pages cannot be unified: with MLA and plain sliding-window
+    layers (no sliding MLA or chunked ones) the windows become full attention in one
+    uniform-type group; otherwise a PlanningError naming the layer that does not fit."""
+    specs = kv_cache_spec.values()
+    mla = any(isinstance(s, MLAAttentionSpec) for s in specs)
+    local = any(isinstance(s, SlidingWindowMLASpec | ChunkedLocalAttentionSpec) for s in specs)
+    if mla and not local and any(isinstance(s, SlidingWindowSpec) for s in specs):
+        single = single_group({n: promote_to_full(s, None) for n, s in kv_cache_spec.items()})
+        if single is not None:
+            return single
+    unfit = (
+        n
+        for n, s in kv_cache_spec.items()
+        if not is_state_spec(s) and not fit_page(s, page_bytes, 0)
+    )
+    name = next(unfit, next(iter(kv_cache_spec)))
+    raise PlanningError(
+        f"layer {name!r}: its page ({kv_cache_spec[name].page_size_bytes} B) does not divide "
+        f"the largest page ({page_bytes} B) and cannot be padded (MLA pages never are), so "
+        "vLLM's grouping cannot unify the page sizes; kv_cache_grouping_rule='least-waste' "
+        "searches other page sizes"
+    )
 
 
 def choose_kv_cache_groups(
@@ -172,115 +227,25 @@ def choose_kv_cache_groups(
     *,
     block_size_multiple: int = 1,
     allow_hybrid: bool = True,
-    vllm_rule: bool = False,
+    rule: str | None = None,
 ) -> GroupingChoice:
-    """The default builder's grouping with the alternatives it scored (``vllm_rule``:
-    vLLM's fixed group-size rule whenever it applies, for comparisons)."""
-    if config.max_model_len <= 0:
-        config = config.replace(max_model_len=DEFAULT_REFERENCE_LEN)
+    """The groups (and any alternatives scored) of the grouping rule named ``rule``
+    (None: ``config.cache.kv_cache_grouping_rule``), after promoting local layers to
+    full attention when hybrid groups are disallowed."""
     if not kv_cache_spec:
-        return GroupingChoice((), ())
+        return GroupingChoice(())
     specs: Mapping[str, KVCacheSpec] = kv_cache_spec
     if not allow_hybrid and single_group(specs) is None:
         specs = promote_local_specs(specs)
-    single = single_group(specs)
-    if single is not None:
-        return GroupingChoice(tuple(single), (_single_alternative(single[0], config),))
-    max_groups = config.cache.max_kv_cache_groups
-    result = search(
-        make_buckets(specs), config, block_size_multiple, vllm_rule=vllm_rule, max_groups=max_groups
-    )
-    groups = groups_from_buckets(result.chosen.page.buckets, result.chosen.group_size)
-    alternatives = [_alternative(s, s is result.chosen, config, result) for s in _shortlist(result)]
-    alternatives.sort(key=lambda a: (not a.chosen, a.bytes_per_request))
-    return GroupingChoice(tuple(groups), tuple(alternatives))
-
-
-def _single_alternative(group: KVCacheGroupSpec, config: EngineConfig) -> GroupingAlternative:
-    spec = group.kv_cache_spec
-    width = spec.page_size_bytes * (
-        1 if isinstance(spec, UniformTypeKVCacheSpecs) else len(group.layer_names)
-    )
-    return GroupingAlternative(
-        name="single group",
-        chosen=True,
-        block_sizes=(spec.block_size,),
-        num_groups=1,
-        layers_per_group=len(group.layer_names),
-        bytes_per_block=width,
-        waste_fraction=spec.padding_bytes / spec.page_size_bytes,
-        bytes_per_request=spec.max_memory_usage_blocks(config) * width,
-        reference_len=config.max_model_len,
-        description="all layers share one block table (uniform or uniform-type specs)",
-        max_groups=group_budget(config.cache.max_kv_cache_groups),
+    return grouping_rule(rule or config.cache.kv_cache_grouping_rule)(
+        config, specs, block_size_multiple
     )
 
 
-def _describe(s: Scored) -> str:
-    sizes = ", ".join(str(len(b)) for b in s.page.buckets)
-    rule = "vLLM rule (smallest bucket unless largest < 1.5x)" if s.is_vllm else "searched"
-    notes = [
-        f"{-len(b) % s.group_size} padding layers for the {len(b)}-layer {b.first.kind} "
-        f"bucket (may waste up to {-len(b) % s.group_size / len(b) * 100:.2f}%)"
-        for b in s.page.buckets
-        if len(b) % s.group_size
-    ]
-    return (
-        f"{rule}: buckets of {sizes} layers split into groups of <= {s.group_size}, "
-        f"{s.num_groups} groups, page {s.page.page_size_bytes} B ({s.page.name}); "
-        + ("; ".join(notes) or "no padding layers")
-    )
-
-
-def _alternative(
-    s: Scored, chosen: bool, config: EngineConfig, result: SearchResult
-) -> GroupingAlternative:
-    name = "vllm" if s.is_vllm else f"{s.page.name}, group size {s.group_size}"
-    description = _describe(s)
-    within = result.within_budget(s)
-    if not within:
-        name += f" (over the {result.max_groups}-group budget)"
-        description += (
-            f"; excluded: {s.num_groups} groups > max_kv_cache_groups {result.max_groups}"
-        )
-    return GroupingAlternative(
-        name=name,
-        chosen=chosen,
-        block_sizes=s.block_sizes,
-        num_groups=s.num_groups,
-        layers_per_group=s.group_size,
-        bytes_per_block=s.bytes_per_block,
-        waste_fraction=s.waste_fraction,
-        bytes_per_request=s.bytes_per_request,
-        reference_len=config.max_model_len,
-        description=description,
-        max_groups=result.max_groups,
-        within_budget=within,
-    )
-
-
-def _by_bytes(s: Scored) -> tuple[int, int]:
-    return (s.bytes_per_request, s.num_groups)
-
-
-def _shortlist(result: SearchResult) -> list[Scored]:
-    """The chosen, vLLM's, the least-waste one the budget excluded, then the best of
-    each page size within the budget and the chosen page's runners-up. Candidates
-    with equal keys plan the same groups (vLLM's often equals a searched one)."""
-    chosen = result.chosen
-    within = sorted((s for s in result.scored if result.within_budget(s)), key=_by_bytes)
-    over = [s for s in result.scored if not result.within_budget(s)]
-    picked = [s for s in (chosen, result.vllm, min(over, key=_by_bytes, default=None)) if s]
-    best_per_page: dict[str, Scored] = {}
-    for s in within:
-        if not s.is_vllm:
-            best_per_page.setdefault(s.page.name, s)
-    page = (chosen.page.page_size_bytes, chosen.block_sizes)
-    same_page = [
-        s for s in within if s is not chosen and (s.page.page_size_bytes, s.block_sizes) == page
-    ]
-    out: dict[tuple[Any, ...], Scored] = {}
-    for s in [*picked, *best_per_page.values(), *same_page[:3]]:
-        key = (s.page.page_size_bytes, s.group_size, s.block_sizes, s.bytes_per_request)
-        out.setdefault(key, s)
-    return list(out.values())[:MAX_ALTERNATIVES]
+def grouping_rule(name: str) -> GroupingRule:
+    """The grouping rule registered as ``name`` in ``config.KV_CACHE_GROUPING_RULES``."""
+    if name not in KV_CACHE_GROUPING_RULES:
+        known = ", ".join(map(repr, KV_CACHE_GROUPING_RULES))
+        raise ConfigError(f"unknown KV cache grouping rule {name!r}; known: {known}")
+    rule: GroupingRule = resolve_obj_by_qualname(KV_CACHE_GROUPING_RULES[name])
+    return rule

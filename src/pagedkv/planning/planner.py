@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pagedkv.config import EngineConfig, check_int
 from pagedkv.errors import InsufficientMemoryError, PlanningError
+from pagedkv.planning import sizing
 from pagedkv.planning.builder import (
     DefaultKVCacheConfigBuilder,
     KVCacheConfigBuilder,
@@ -15,19 +16,6 @@ from pagedkv.planning.builder import (
 )
 from pagedkv.planning.grouping import check_exact_partition, with_retained_tokens
 from pagedkv.planning.placement import check_regions, resolve_kv_cache_layout
-from pagedkv.planning.sizing import (
-    RequestCost,
-    blocks_from_memory,
-    concurrency_point,
-    fit_max_model_len,
-    full_attention_token_capacity,
-    group_reports,
-    kv_tp_replicas,
-    merge_worker_specs,
-    project_groups,
-    request_waste,
-    scheduler_block_size,
-)
 from pagedkv.planning.types import (
     GroupingAlternative,
     KVCacheConfig,
@@ -60,19 +48,15 @@ def _check_inputs(specs: Sequence[Mapping[str, KVCacheSpec]], available: Sequenc
             )
 
 
-def _uses_default_search(builder: KVCacheConfigBuilder, config: EngineConfig) -> bool:
-    return (
-        isinstance(builder, DefaultKVCacheConfigBuilder)
-        and type(builder).get_kv_cache_groups is DefaultKVCacheConfigBuilder.get_kv_cache_groups
-        and config.model.kv_cache_grouping is None
-    )
-
-
 def _group(
     builder: KVCacheConfigBuilder, config: EngineConfig, specs: Mapping[str, KVCacheSpec]
 ) -> tuple[Groups, tuple[GroupingAlternative, ...]]:
-    if _uses_default_search(builder, config):
-        assert isinstance(builder, DefaultKVCacheConfigBuilder)
+    # The default builder's own grouping also reports the alternatives its rule scored.
+    if (
+        isinstance(builder, DefaultKVCacheConfigBuilder)
+        and type(builder).get_kv_cache_groups is DefaultKVCacheConfigBuilder.get_kv_cache_groups
+        and config.model.kv_cache_grouping is None
+    ):
         groups, alternatives = builder.choose_kv_cache_groups(config, specs)
     else:
         groups, alternatives = tuple(builder.get_kv_cache_groups(config, specs)), ()
@@ -151,14 +135,14 @@ def _size(
     specs_per_worker: Sequence[Mapping[str, KVCacheSpec]],
     available: Sequence[int],
     limit: int,
-) -> tuple[list[list[KVCacheGroupSpec]], list[int], int, RequestCost, int, bool]:
+) -> tuple[list[list[KVCacheGroupSpec]], list[int], int, sizing.RequestCost, int, bool]:
     """Per-worker groups and bytes per block, the block count, the request cost and the
     planned ``max_model_len`` with whether it was auto-fitted."""
-    worker_groups = [project_groups(groups, specs.keys()) for specs in specs_per_worker]
+    worker_groups = [sizing.project_groups(groups, specs.keys()) for specs in specs_per_worker]
     bpb = [pool_bytes_per_block(builder, config, wg) for wg in worker_groups]
-    num_blocks = blocks_from_memory(config, bpb, available)
-    cost = RequestCost(groups, config)
-    length, fitted = fit_max_model_len(config, cost, num_blocks, bpb, available, limit)
+    num_blocks = sizing.blocks_from_memory(config, bpb, available)
+    cost = sizing.RequestCost(groups, config)
+    length, fitted = sizing.fit_max_model_len(config, cost, num_blocks, bpb, available, limit)
     return worker_groups, bpb, num_blocks, cost, length, fitted
 
 
@@ -187,31 +171,32 @@ def plan_kv_cache(
     _check_inputs(specs_per_worker, available)
     limit = DEFAULT_MAX_MODEL_LEN_LIMIT if max_model_len_limit is None else max_model_len_limit
     check_int("plan_kv_cache", "max_model_len_limit", limit, error=PlanningError)
-    merged = merge_worker_specs(specs_per_worker)
+    merged = sizing.merge_worker_specs(specs_per_worker)
     KVCacheSpecRegistry.check_kv_cache_spec_registry(merged)
     merged = with_retained_tokens(merged, config.scheduler.num_lookahead_tokens)
     builder = get_kv_cache_config_builder(config)
     groups, alternatives = _group(builder, config, merged)
     sized = _size(builder, config, groups, specs_per_worker, available, limit)
-    if sized[-1] and _uses_default_search(builder, config) and merged:
-        # Auto-fitted: score the groupings again at the length that fits.
+    if sized[-1] and alternatives:
+        # Auto-fitted: a rule that scored groupings scores them again at the length that fits.
         regrouped, realternatives = _group(builder, config.replace(max_model_len=sized[-2]), merged)
         if regrouped != groups:
             groups, alternatives = regrouped, realternatives
             sized = _size(builder, config, groups, specs_per_worker, available, limit)
     worker_groups, bpb, num_blocks, cost, length, fitted = sized
     final = config if config.max_model_len == length else config.replace(max_model_len=length)
-    replicas = kv_tp_replicas(groups, config.parallel.tensor_parallel_size)
+    replicas = sizing.kv_tp_replicas(groups, config.parallel.tensor_parallel_size)
     configs = []
     for w, wg in enumerate(worker_groups):
         planned = builder.get_kv_cache_config_from_groups(final, wg, num_blocks)
         validate_worker_config(planned, wg, num_blocks, available[w], w, builder)
         configs.append(dataclasses.replace(planned, max_model_len=length, kv_tp_replicas=replicas))
-    reports = group_reports(groups, cost, length)
+    reports = sizing.group_reports(groups, cost, length)
     points = [
-        concurrency_point(cost, n, num_blocks, max(bpb)) for n in _lengths(length, context_lengths)
+        sizing.concurrency_point(cost, n, num_blocks, max(bpb))
+        for n in _lengths(length, context_lengths)
     ]
-    waste_bytes, waste_fraction = request_waste(reports)
+    waste_bytes, waste_fraction = sizing.request_waste(reports)
     workers = (
         WorkerReport(
             worker=w,
@@ -227,7 +212,7 @@ def plan_kv_cache(
     return KVCachePlan(
         configs=tuple(configs),
         workers=tuple(workers),
-        block_size=scheduler_block_size(groups, config.block_size),
+        block_size=sizing.scheduler_block_size(groups, config.block_size),
         num_blocks=num_blocks,
         usable_blocks=num_blocks - 1,
         bytes_per_block=max(bpb),
@@ -240,7 +225,7 @@ def plan_kv_cache(
         ),
         max_concurrency=tuple(points),
         token_capacity=points[0].token_capacity,
-        full_attention_token_capacity=full_attention_token_capacity(groups, num_blocks),
+        full_attention_token_capacity=sizing.full_attention_token_capacity(groups, num_blocks),
         waste_bytes_per_request=waste_bytes,
         waste_fraction=waste_fraction,
         alternatives=alternatives,

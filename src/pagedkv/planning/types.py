@@ -4,7 +4,7 @@ plan report (the one source of numbers the CLI and simulator print)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
 
 from pagedkv.errors import PlanningError
@@ -112,12 +112,6 @@ class KVCacheConfig:
     def layer_regions(self) -> dict[str, LayerRegion]:
         """Every layer's byte region, by layer name."""
         return {r.layer_name: r for t in self.kv_cache_tensors for r in t.regions()}
-
-    def group_of(self, layer_name: str) -> int:
-        for gid, group in enumerate(self.kv_cache_groups):
-            if layer_name in group.layer_names:
-                return gid
-        raise PlanningError(f"layer {layer_name!r} is in no KV cache group")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,17 +241,8 @@ class KVCachePlan:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (the per-worker configs are summed up in ``workers``)."""
-        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "configs"}
+        out = asdict(replace(self, configs=()))
+        del out["configs"]
         for group, report in zip(out["groups"], self.groups):
             group["num_layers"] = report.num_layers
         return {**out, "num_groups": self.num_groups}
-
-
-def _plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return _plain(asdict(value))
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value

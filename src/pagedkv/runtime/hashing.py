@@ -8,14 +8,11 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import cbor2
 
 from pagedkv.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pagedkv.runtime.request import Request
 
 HashFn = Callable[[Any], Any]
 DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
@@ -35,6 +32,19 @@ class LoRA(NamedTuple):
     name: str
     id: int = 0
     path: str = ""
+
+
+class HashedRequest(Protocol):
+    """What block hashing reads from a request (``pagedkv.runtime.Request`` has it all)."""
+
+    lora: LoRA | None
+    mm_features: tuple[MultiModalFeature, ...]
+    cache_salt: str | None
+    prompt_embeds: Any
+    num_prompt_tokens: int
+    plain: bool
+    block_hashes: list[Any]
+    all_token_ids: list[int]
 
 
 def sha256(obj: Any) -> bytes:
@@ -111,7 +121,7 @@ def _embeds_bytes(embeds: Any) -> bytes:
 
 
 def block_extra_keys(
-    request: Request, start: int, end: int, mm_index: int
+    request: HashedRequest, start: int, end: int, mm_index: int
 ) -> tuple[tuple[Any, ...] | None, int]:
     """Extra keys of the block ``[start, end)`` and the next multimodal item index to look at."""
     keys: list[tuple[Any, ...]] = []
@@ -149,7 +159,7 @@ class BlockHasher:
         self.hash_fn = get_hash_fn(hash_algo)
         self.none_hash = self.hash_fn(none_hash_seed(hash_algo) if seed is None else seed)
 
-    def __call__(self, request: Request) -> list[Any]:
+    def __call__(self, request: HashedRequest) -> list[Any]:
         """Hashes of the full blocks after ``len(request.block_hashes)``."""
         hashes = request.block_hashes
         start = len(hashes) * self.block_size
@@ -160,7 +170,7 @@ class BlockHasher:
         return self._chain(tokens, start, parent, None if request.plain else request)
 
     def _chain(
-        self, tokens: Sequence[int], start: int, parent: Any, request: Request | None
+        self, tokens: Sequence[int], start: int, parent: Any, request: HashedRequest | None
     ) -> list[Any]:
         fn, bs, end = self.hash_fn, self.block_size, len(tokens)
         extra = None

@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from pagedkv.config import check_int
+from pagedkv.config import check_fields as _check_fields
 from pagedkv.dtypes import canonical_dtype_name, get_kv_dtype
 from pagedkv.errors import KVCacheSpecError, RegistryError, UnknownDtypeError
 from pagedkv.registry import KVCacheSpecRegistry
@@ -23,12 +23,7 @@ def cdiv(a: int, b: int) -> int:
 
 def check_fields(spec: object, *names: str, minimum: int = 1, allow_none: bool = False) -> None:
     """KVCacheSpecError naming the class and field of the first bad integer field."""
-    owner = type(spec).__name__
-    for name in names:
-        value = getattr(spec, name)
-        check_int(
-            owner, name, value, minimum=minimum, allow_none=allow_none, error=KVCacheSpecError
-        )
+    _check_fields(spec, *names, minimum=minimum, allow_none=allow_none, error=KVCacheSpecError)
 
 
 def spec_dtype_name(spec: object, name: str, value: Any) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pagedkv.config import MambaCacheMode
+from pagedkv.config import MambaCacheMode, check_choice
 from pagedkv.dtypes import get_kv_dtype
 from pagedkv.errors import KVCacheSpecError
 from pagedkv.specs.base import KVCacheSpec, all_match, cdiv, check_fields, spec_dtype_name
@@ -65,10 +65,7 @@ class MambaSpec(KVCacheSpec):
                 f"{name}.shapes has {len(self.shapes)} tensors but {name}.dtypes has "
                 f"{len(self.dtypes)}"
             )
-        if self.mamba_cache_mode not in ("none", "align"):
-            raise KVCacheSpecError(
-                f"{name}.mamba_cache_mode must be 'none' or 'align', got {self.mamba_cache_mode!r}"
-            )
+        check_choice(self, "mamba_cache_mode", "none", "align", error=KVCacheSpecError)
         check_fields(self, "num_speculative_blocks", minimum=0)
         check_fields(self, "page_size_padded", allow_none=True)
         if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
