@@ -4,14 +4,17 @@ every result and every state after every op. Recordings in ``$PAGEDKV_GOLDEN_DIR
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pagedkv.runtime import BlockHasher, Request
 
-from .replay import build_request, load, replay
+from .replay import GoldenMismatch, build_request, load, replay
 
 DATA = Path(__file__).parent / "data"
 
@@ -47,3 +50,26 @@ def test_block_hashes_equal_vllms(path: Path) -> None:
         req.set_hasher(hasher)
         got = [h.hex() for h in req.block_hashes]
         assert got == rec["prompt_block_hashes"], f"{path.name}: request {rid} block hashes"
+
+
+@pytest.mark.parametrize(
+    ("field", "change"),
+    [
+        ("num_free_blocks", lambda op: op["state"].__setitem__("num_free_blocks", -1)),
+        ("new_block_ids", lambda op: op["result"]["new_block_ids"][0].append(10_000)),
+    ],
+)
+def test_replay_catches_a_changed_value(tmp_path: Path, field: str, change: Any) -> None:
+    """The judge can fail: one recorded value altered makes the replay name that field."""
+    data = load(DATA / "swa-seed3.json.gz")
+    op = next(
+        op
+        for op in data["ops"]
+        if op["op"] == "allocate_slots" and op["result"]["ok"] and op["result"]["new_block_ids"]
+    )
+    change(op)
+    path = tmp_path / "altered.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(data, f)
+    with pytest.raises(GoldenMismatch, match=field):
+        replay(path)
