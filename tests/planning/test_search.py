@@ -111,3 +111,12 @@ def test_bad_platform_block_multiple_and_bad_limit() -> None:
     set_current_platform(None)
     with pytest.raises(PlanningError, match="max_model_len_limit"):
         plan_kv_cache(CONFIG, [jamba()], [8 * GiB], max_model_len_limit=0)
+
+
+def test_auto_fit_reports_alternatives_at_the_fitted_length_when_groups_stay() -> None:
+    from .models import llama_8b
+
+    plan = plan_kv_cache(CONFIG.replace(max_model_len=-1), [llama_8b(4)], [1 * GiB])
+    assert plan.max_model_len > 32768
+    assert plan.alternatives
+    assert all(a.reference_len == plan.max_model_len for a in plan.alternatives)

@@ -179,9 +179,10 @@ def plan_kv_cache(
     sized = _size(builder, config, groups, specs_per_worker, available, limit)
     if sized[-1] and alternatives:
         # Auto-fitted: a rule that scored groupings scores them again at the length that fits.
-        regrouped, realternatives = _group(builder, config.replace(max_model_len=sized[-2]), merged)
+        # The alternatives are always reported at that length, even when the groups stay.
+        regrouped, alternatives = _group(builder, config.replace(max_model_len=sized[-2]), merged)
         if regrouped != groups:
-            groups, alternatives = regrouped, realternatives
+            groups = regrouped
             sized = _size(builder, config, groups, specs_per_worker, available, limit)
     worker_groups, bpb, num_blocks, cost, length, fitted = sized
     final = config if config.max_model_len == length else config.replace(max_model_len=length)
