@@ -53,6 +53,9 @@ class RecordingFreeQueue(FreeQueue):
     def remove(self, block: int) -> Any:
         return self.inner.remove(block)
 
+    def remove_many(self, blocks: Sequence[int]) -> list[Any]:
+        return self.inner.remove_many(blocks)
+
     def reinsert(self, block: int, token: Any) -> None:
         self.inner.reinsert(block, token)
 
