@@ -17,9 +17,9 @@ from pagedkv.planning.grouping import (
     make_buckets,
     single_group,
 )
+from pagedkv.planning.placement import group_width_bytes
 from pagedkv.planning.types import GroupingAlternative, KVCacheGroupSpec
 from pagedkv.specs.base import KVCacheSpec
-from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
 # Length used to score groupings when max_model_len is -1 (the planner re-scores
 # at the fitted length).
@@ -54,9 +54,7 @@ def least_waste_grouping(
 
 def _single_alternative(group: KVCacheGroupSpec, config: EngineConfig) -> GroupingAlternative:
     spec = group.kv_cache_spec
-    width = spec.page_size_bytes * (
-        1 if isinstance(spec, UniformTypeKVCacheSpecs) else len(group.layer_names)
-    )
+    width = group_width_bytes(group)
     return GroupingAlternative(
         name="single group",
         chosen=True,

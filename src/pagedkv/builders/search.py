@@ -187,7 +187,8 @@ def search(
     vllm = None
     if vllm_page is not None:
         vllm = score(vllm_page, vllm_group_size([len(b) for b in buckets]), is_vllm=True)
-    limit = max(MAX_GROUPS, group_budget(max_groups), vllm.num_groups if vllm else 0)
+    budget = group_budget(max_groups)
+    limit = max(MAX_GROUPS, budget, vllm.num_groups if vllm else 0)
     largest = max(len(b) for b in buckets)
     scored = [score(p, g) for p in pages for g in range(1, largest + 1)]
     scored = [s for s in scored if s.num_groups <= limit]
@@ -200,7 +201,6 @@ def search(
         )
     # The budget in force; an explicit one that no candidate meets is an error, the
     # default one gives way to the fewest groups.
-    budget = group_budget(max_groups)
     within = [s for s in scored if s.num_groups <= budget]
     if not within:
         budget = min(s.num_groups for s in scored)
