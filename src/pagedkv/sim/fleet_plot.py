@@ -12,13 +12,12 @@ from pagedkv.sim.fleet_result import FleetResult
 def plot_fleet_sweep(results: Sequence[FleetResult], path: str | Path, *, title: str) -> None:
     """Write a PNG: hit rate (with one N-times cache's LRU and bound) and load imbalance."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         raise ConfigError("--plot needs matplotlib: pip install 'pagedkv[plot]'") from None
-    fig, (hit_ax, load_ax) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
+    # Built without pyplot (as sim.plot.sweep_figure), so no global backend is chosen.
+    fig = Figure(figsize=(10, 4.2), dpi=120)
+    hit_ax, load_ax = fig.subplots(1, 2)
     routers = list(dict.fromkeys(r.router for r in results))
     for router in routers:
         rows = [r for r in results if r.router == router]
@@ -41,4 +40,3 @@ def plot_fleet_sweep(results: Sequence[FleetResult], path: str | Path, *, title:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)

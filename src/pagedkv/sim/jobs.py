@@ -32,20 +32,22 @@ def run_jobs(
         return _run_ray(jobs, ray_address, progress)
     count = min(workers or os.cpu_count() or 1, len(jobs))
     if count <= 1:
-        results = []
-        for done, (fn, args) in enumerate(jobs, 1):
-            results.append(fn(*args))
-            if progress is not None:
-                progress(done)
-        return results
+        return _gather(jobs, lambda job: _call(*job), progress)
     with ProcessPoolExecutor(count, mp_context=get_context("spawn")) as pool:
         futures = [pool.submit(_call, fn, args) for fn, args in jobs]
-        results = []
-        for done, future in enumerate(futures, 1):
-            results.append(future.result())
-            if progress is not None:
-                progress(done)
-        return results
+        return _gather(futures, lambda future: future.result(), progress)
+
+
+def _gather(
+    pending: Sequence[Any], get: Callable[[Any], Any], progress: Callable[[int], None] | None
+) -> list[Any]:
+    """``get`` of each pending item, in order, reporting the count done after each."""
+    results = []
+    for done, item in enumerate(pending, 1):
+        results.append(get(item))
+        if progress is not None:
+            progress(done)
+    return results
 
 
 def _run_ray(
@@ -58,9 +60,4 @@ def _run_ray(
     ray.init(address=None if address == "local" else address, ignore_reinit_error=True)
     remote = ray.remote(_call)
     refs = [remote.remote(fn, args) for fn, args in jobs]
-    results = []
-    for done, ref in enumerate(refs, 1):
-        results.append(ray.get(ref))
-        if progress is not None:
-            progress(done)
-    return results
+    return _gather(refs, ray.get, progress)

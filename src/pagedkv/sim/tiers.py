@@ -171,13 +171,12 @@ def plot_tier_sweep(points: Sequence[TierPoint], path: str, *, title: str) -> No
     """Hit rate against total cache (device + host tokens): one line per policy and host
     size, the bound of a cache that large dashed."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         raise ConfigError("--plot needs matplotlib: pip install 'pagedkv[plot]'") from None
-    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=120)
+    # Built without pyplot (as sim.plot.sweep_figure), so no global backend is chosen.
+    fig = Figure(figsize=(7.5, 4.5), dpi=120)
+    ax = fig.subplots()
     lines: dict[tuple[int, str], list[TierPoint]] = {}
     for p in points:
         lines.setdefault((p.host_num_blocks, p.policy), []).append(p)
@@ -212,4 +211,3 @@ def plot_tier_sweep(points: Sequence[TierPoint], path: str, *, title: str) -> No
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
