@@ -206,7 +206,3 @@ def _redraw(name: str, param: torch.Tensor, generator: torch.Generator, std: flo
         return
     scale = std / max(1.0, float(param.shape[-1]) ** 0.5)
     param.copy_(torch.randn(param.shape, generator=generator) * scale * 4)
-
-
-def describe_changes(changes: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in changes.items() if not isinstance(v, list))
