@@ -176,10 +176,9 @@ def test_bundled_list_is_sorted_and_complete() -> None:
 
 
 def test_adapter_family_bases_are_abstract_and_every_registered_adapter_is_concrete() -> None:
+    from pagedkv.models.adapters import _adapters, registered_adapter_names
     from pagedkv.models.adapters.encdec import EncoderDecoderAdapter
     from pagedkv.models.adapters.hybrid import HybridAdapter
-    from pagedkv.models.lookup import registered_adapter_names
-    from pagedkv.models.registry import _adapters
 
     for base in (EncoderDecoderAdapter, HybridAdapter):
         with pytest.raises(TypeError, match="abstract"):

@@ -1,5 +1,11 @@
 """Model configs to KV cache specs: adapters, bundled configs, weights and the GPU table."""
 
+from pagedkv.models.adapters import (
+    ModelAdapter,
+    register_model_adapter,
+    registered_adapter_names,
+    unregister_model_adapter,
+)
 from pagedkv.models.build import (
     describe_model,
     get_kv_cache_specs,
@@ -23,12 +29,6 @@ from pagedkv.models.layers import (
     StateLayer,
     StateShape,
     Unit,
-)
-from pagedkv.models.lookup import registered_adapter_names
-from pagedkv.models.registry import (
-    ModelAdapter,
-    register_model_adapter,
-    unregister_model_adapter,
 )
 from pagedkv.models.source import ModelSource, list_bundled_models, load_model_config
 from pagedkv.models.view import ConfigView

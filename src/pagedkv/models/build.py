@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pagedkv.dtypes import canonical_dtype_name
 from pagedkv.errors import ConfigError, ModelConfigError
+from pagedkv.models.adapters import find_adapter
 from pagedkv.models.layers import (
     AttentionLayer,
     LatentLayer,
@@ -16,7 +17,6 @@ from pagedkv.models.layers import (
     Unit,
     shard,
 )
-from pagedkv.models.lookup import find_adapter
 from pagedkv.models.source import ModelSource, bundled_models_dir, load_model_config
 from pagedkv.models.view import ConfigView, normalize_with_transformers, transformers_mode
 from pagedkv.specs import (
