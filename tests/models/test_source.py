@@ -244,4 +244,7 @@ def test_a_lookup_imports_only_the_family_module_it_needs() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('pagedkv.models.adapters.')))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert ast.literal_eval(done.stdout.strip()) == ["pagedkv.models.adapters.dense"]
+    assert ast.literal_eval(done.stdout.strip()) == [
+        "pagedkv.models.adapters.common",
+        "pagedkv.models.adapters.dense",
+    ]
