@@ -27,7 +27,7 @@ from pagedkv.models import (
 )
 from pagedkv.models.adapters import find_adapter
 from pagedkv.models.adapters.dense import Gemma3Adapter
-from pagedkv.models.view import normalize_with_transformers
+from pagedkv.models.source import normalize_with_transformers
 from pagedkv.specs import FullAttentionSpec
 
 LLAMA = load_model_config("Llama-3.1-8B").raw

@@ -16,7 +16,9 @@ from pagedkv.models.engine import (
     MemoryBudget,
     activation_reserve_bytes,
     engine_config_for,
+    estimate_weight_bytes,
     memory_budgets,
+    weight_bytes_per_worker,
 )
 from pagedkv.models.gpus import GPU, get_gpu, list_gpus
 from pagedkv.models.layers import (
@@ -30,9 +32,7 @@ from pagedkv.models.layers import (
     StateShape,
     Unit,
 )
-from pagedkv.models.source import ModelSource, list_bundled_models, load_model_config
-from pagedkv.models.view import ConfigView
-from pagedkv.models.weights import estimate_weight_bytes, weight_bytes_per_worker
+from pagedkv.models.source import ConfigView, ModelSource, list_bundled_models, load_model_config
 
 __all__ = [
     "GPU",

@@ -17,8 +17,14 @@ from pagedkv.models.layers import (
     Unit,
     shard,
 )
-from pagedkv.models.source import ModelSource, bundled_models_dir, load_model_config
-from pagedkv.models.view import ConfigView, normalize_with_transformers, transformers_mode
+from pagedkv.models.source import (
+    ConfigView,
+    ModelSource,
+    bundled_models_dir,
+    load_model_config,
+    normalize_with_transformers,
+    transformers_mode,
+)
 from pagedkv.specs import (
     ChunkedLocalAttentionSpec,
     CrossAttentionSpec,

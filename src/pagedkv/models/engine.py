@@ -1,4 +1,5 @@
-"""Engine configs and KV cache memory budgets derived from a model config."""
+"""What an engine gets from a model config: its EngineConfig, and each worker's memory
+(weights, activation reserve, KV cache budget)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from typing import Any
 from pagedkv.config import EngineConfig
 from pagedkv.dtypes import dtype_size
 from pagedkv.errors import ConfigError
-from pagedkv.models.build import ModelLike, _as_layout
+from pagedkv.models.build import ModelLike, _as_layout, pipeline_stages
 from pagedkv.models.layers import ModelLayout
-from pagedkv.models.weights import weight_bytes_per_worker
 
 # Memory outside PyTorch's allocator (CUDA context, NCCL, graphs), per worker.
 NON_TORCH_RESERVE_BYTES = 512 * 2**20
@@ -31,6 +31,59 @@ def engine_config_for(model: ModelLike | ModelLayout, **options: Any) -> EngineC
         base["max_num_encoder_input_tokens"] = layout.max_encoder_len
         base["enable_prefix_caching"] = False
     return EngineConfig.create(**{**base, **options})
+
+
+# Bits per weight of quantised linear layers, scales included (mxfp4: 1 scale byte per 32).
+_QUANT_BITS = {"fp8": 8.0, "fbgemm_fp8": 8.0, "mxfp4": 4.25, "awq": 4.25, "gptq": 4.25}
+# Formats that quantise only the MoE experts.
+_EXPERTS_ONLY = {"mxfp4"}
+
+
+def bytes_per_param(layout: ModelLayout) -> tuple[float, float]:
+    """(dense linear, expert) bytes per parameter."""
+    base = float(dtype_size(layout.dtype))
+    bits = _QUANT_BITS.get(layout.quant_method or "")
+    if bits is None:
+        return base, base
+    quant = bits / 8
+    return (base if layout.quant_method in _EXPERTS_ONLY else quant), quant
+
+
+def weight_bytes_per_worker(
+    model: ModelLike | ModelLayout, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1
+) -> list[int]:
+    """Estimated weight bytes on each worker (pp-major).
+
+    Every stage holds its layers, the first also the embedding (and encoder), the
+    last the output head; tensor parallelism divides each stage evenly. Norms,
+    biases and vision towers are not counted, unless the checkpoint's index states
+    its total size: then the split is scaled to that total.
+    """
+    layout = _as_layout(model, None)
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    dense, expert = bytes_per_param(layout)
+    base = dtype_size(layout.dtype)
+    out: list[int] = []
+    stages = pipeline_stages(layout, pp)
+    for rank, units in enumerate(stages):
+        total = sum(u.params * dense + u.expert_params * expert for u in units)
+        if rank == 0:
+            total += layout.embedding_params * base + layout.encoder_params * dense
+        if rank == len(stages) - 1:
+            total += layout.head_params * base
+        out.extend([int(-(-total // tp))] * tp)
+    estimated = sum(out)
+    if layout.checkpoint_bytes and estimated:
+        scale = layout.checkpoint_bytes / estimated
+        out = [int(-(-(w * scale) // 1)) for w in out]
+    return out
+
+
+def estimate_weight_bytes(
+    model: ModelLike | ModelLayout, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1
+) -> int:
+    """Weight bytes of the most loaded worker (what its memory budget must hold)."""
+    return max(weight_bytes_per_worker(model, tensor_parallel_size, pipeline_parallel_size))
 
 
 def activation_reserve_bytes(layout: ModelLayout, config: EngineConfig) -> int:

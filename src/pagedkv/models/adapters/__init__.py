@@ -16,8 +16,7 @@ from typing import Any, TypeVar
 
 from pagedkv.errors import ModelConfigError, RegistryError
 from pagedkv.models.layers import ModelLayout
-from pagedkv.models.source import MAMBA_SSM_FORMAT, ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import MAMBA_SSM_FORMAT, ConfigView, ModelSource
 
 
 class ModelAdapter(ABC):

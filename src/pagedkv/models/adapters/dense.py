@@ -20,8 +20,7 @@ from pagedkv.models.adapters.common import (
     num_kv_heads,
 )
 from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
-from pagedkv.models.source import ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import ConfigView, ModelSource
 
 
 def optional_int(view: ConfigView, *keys: str) -> int:

@@ -15,8 +15,7 @@ from pagedkv.models.adapters.common import (
     gated_mlp_params,
 )
 from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
-from pagedkv.models.source import ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import ConfigView, ModelSource
 
 
 class EncoderDecoderAdapter(ModelAdapter):

@@ -35,8 +35,7 @@ from pagedkv.models.layers import (
     StateShape,
     Unit,
 )
-from pagedkv.models.source import ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import ConfigView, ModelSource
 
 
 def ssm_dtype(view: ConfigView) -> str | None:

@@ -20,8 +20,7 @@ from pagedkv.models.layers import (
     StateShape,
     Unit,
 )
-from pagedkv.models.source import ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import ConfigView, ModelSource
 
 # mamba_ssm's constructor defaults, used when ssm_cfg leaves a field out.
 MAMBA2_DEFAULTS = {"d_state": 128, "d_conv": 4, "expand": 2, "headdim": 64, "ngroups": 1}

@@ -9,8 +9,7 @@ from pagedkv.models.adapters.common import (
 )
 from pagedkv.models.adapters.dense import DecoderAdapter, optional_int
 from pagedkv.models.layers import LatentLayer, ModelLayout, Unit
-from pagedkv.models.source import ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import ConfigView, ModelSource
 
 # A sparse-attention indexer key is stored as fp8 with one fp32 scale per 128 values.
 INDEXER_QUANT_BLOCK = 128
