@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
-from pagedkv.cli.common import DEFAULT_GPU
-from pagedkv.cli.options import (
+from pagedkv.cli.common import (
     BLOCK_SIZE_OPTION,
+    DEFAULT_GPU,
     JSON_OPTION,
     KV_CACHE_DTYPE_OPTION,
     MAX_MODEL_LEN_OPTION,

@@ -6,8 +6,13 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from pagedkv.cli.common import DEFAULT_GPU, format_bytes, parse_bytes, stderr_console
-from pagedkv.cli.options import vllm_scheduler_defaults
+from pagedkv.cli.common import (
+    DEFAULT_GPU,
+    format_bytes,
+    parse_bytes,
+    stderr_console,
+    vllm_scheduler_defaults,
+)
 from pagedkv.config import EngineConfig, ModelConfig
 from pagedkv.errors import ConfigError, InsufficientMemoryError
 from pagedkv.models import (

@@ -8,9 +8,9 @@ from typing import Any
 
 import typer
 
-from pagedkv.cli.common import DEFAULT_GPU, stderr_console
-from pagedkv.cli.options import (
+from pagedkv.cli.common import (
     BLOCK_SIZE_OPTION,
+    DEFAULT_GPU,
     JSON_OPTION,
     KV_CACHE_DTYPE_OPTION,
     MAX_MODEL_LEN_OPTION,
@@ -21,6 +21,7 @@ from pagedkv.cli.options import (
     TP_OPTION,
     check_hash_algo,
     parse_max_model_len,
+    stderr_console,
 )
 from pagedkv.cli.progress import phase, progress_enabled, require_matplotlib
 from pagedkv.cli.simulate_fleet import (
