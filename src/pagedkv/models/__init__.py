@@ -2,37 +2,33 @@
 
 from pagedkv.models.adapters import (
     ModelAdapter,
+    describe_model,
     register_model_adapter,
     registered_adapter_names,
     unregister_model_adapter,
-)
-from pagedkv.models.build import (
-    describe_model,
-    get_kv_cache_specs,
-    layer_spec,
-    pipeline_stages,
 )
 from pagedkv.models.engine import (
     MemoryBudget,
     activation_reserve_bytes,
     engine_config_for,
     estimate_weight_bytes,
+    get_kv_cache_specs,
     memory_budgets,
+    pipeline_stages,
     weight_bytes_per_worker,
 )
 from pagedkv.models.gpus import GPU, get_gpu, list_gpus
 from pagedkv.models.layers import (
     AttentionLayer,
-    GatedDeltaNetState,
     LatentLayer,
-    Mamba1State,
-    Mamba2State,
     ModelLayout,
     StateLayer,
     StateShape,
     Unit,
+    layer_spec,
 )
 from pagedkv.models.source import ConfigView, ModelSource, list_bundled_models, load_model_config
+from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
 
 __all__ = [
     "GPU",

@@ -74,6 +74,10 @@ class ModelSource:
         return text if isinstance(text, dict) else self.raw
 
 
+# What load_model_config reads: a bundled name, a directory, a file, a Hub id, or a parsed config.
+ModelLike = str | Path | ModelSource
+
+
 def _parse(path: Path, name: str) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -135,9 +139,7 @@ def _not_found(text: str) -> ModelConfigError:
     )
 
 
-def load_model_config(
-    name_or_path: str | Path | ModelSource, *, revision: str | None = None
-) -> ModelSource:
+def load_model_config(name_or_path: ModelLike, *, revision: str | None = None) -> ModelSource:
     """Read a config: a ModelSource as is, a model directory or file, a bundled model by
     exact name, or a Hugging Face Hub id (``org/name``, at ``revision``) through the Hub's
     cache. Only config.json and the safetensors index are fetched, never weights."""

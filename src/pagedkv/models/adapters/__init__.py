@@ -1,4 +1,4 @@
-"""Model adapters: the interface, and which adapter reads which config.
+"""Model adapters: the interface, which adapter reads which config, and describing a model.
 
 One module per architecture family (``dense``, ``mla``, ``hybrid``, ``encdec``,
 ``mamba_ssm``). The table below says which class reads which architecture or
@@ -16,7 +16,16 @@ from typing import Any, TypeVar
 
 from pagedkv.errors import ModelConfigError, RegistryError
 from pagedkv.models.layers import ModelLayout
-from pagedkv.models.source import MAMBA_SSM_FORMAT, ConfigView, ModelSource
+from pagedkv.models.source import (
+    MAMBA_SSM_FORMAT,
+    ConfigView,
+    ModelLike,
+    ModelSource,
+    bundled_models_dir,
+    load_model_config,
+    normalize_with_transformers,
+    transformers_mode,
+)
 
 
 class ModelAdapter(ABC):
@@ -210,3 +219,24 @@ def find_adapter(source: ModelSource) -> ModelAdapter:
         f"{source.name}: unknown architecture {label!r} (field 'architectures' / 'model_type'); "
         "register an adapter with pagedkv.models.register_model_adapter"
     )
+
+
+def describe_model(model: ModelLike, *, use_transformers: bool | None = None) -> ModelLayout:
+    """Read a config (bundled name, directory, file or ModelSource) into a ModelLayout.
+
+    ``use_transformers``: True requires transformers, False never uses it, None
+    (default) uses it when installed unless ``PAGEDKV_TRANSFORMERS=0``, except for
+    bundled configs: tests prove both paths give the same specs for those, and
+    importing transformers costs seconds.
+    """
+    source = load_model_config(model)
+    adapter = find_adapter(source)
+    if use_transformers is None and transformers_mode(None) is None and _is_bundled(source):
+        use_transformers = False
+    normalized, _ = normalize_with_transformers(source.name, source.raw, use_transformers)
+    view = ConfigView(source.name, source.text_config, normalized)
+    return adapter.describe(view, source)
+
+
+def _is_bundled(source: ModelSource) -> bool:
+    return source.path is not None and source.path.parent.parent == bundled_models_dir()

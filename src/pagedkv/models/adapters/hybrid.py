@@ -26,16 +26,14 @@ from pagedkv.models.adapters.common import (
 from pagedkv.models.adapters.dense import optional_int
 from pagedkv.models.layers import (
     AttentionLayer,
-    GatedDeltaNetState,
     LayerDesc,
-    Mamba1State,
-    Mamba2State,
     ModelLayout,
     StateLayer,
     StateShape,
     Unit,
 )
 from pagedkv.models.source import ConfigView, ModelSource
+from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
 
 
 def ssm_dtype(view: ConfigView) -> str | None:

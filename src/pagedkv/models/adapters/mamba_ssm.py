@@ -13,14 +13,13 @@ from pagedkv.models.adapters.common import (
 from pagedkv.models.layers import (
     AttentionLayer,
     LayerDesc,
-    Mamba1State,
-    Mamba2State,
     ModelLayout,
     StateLayer,
     StateShape,
     Unit,
 )
 from pagedkv.models.source import ConfigView, ModelSource
+from pagedkv.models.states import Mamba1State, Mamba2State
 
 # mamba_ssm's constructor defaults, used when ssm_cfg leaves a field out.
 MAMBA2_DEFAULTS = {"d_state": 128, "d_conv": 4, "expand": 2, "headdim": 64, "ngroups": 1}
