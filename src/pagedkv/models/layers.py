@@ -162,7 +162,8 @@ class ModelLayout:
     def layer_kinds(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for layer in self.layers:
-            counts[layer.kind] = counts.get(layer.kind, 0) + 1
+            kind = layer.kind
+            counts[kind] = counts.get(kind, 0) + 1
         return counts
 
 
