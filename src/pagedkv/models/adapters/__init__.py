@@ -165,10 +165,10 @@ def register_model_adapter(*names: str, override: bool = False) -> Callable[[A],
             raise RegistryError(f"{cls!r} is not a ModelAdapter subclass")
         with _lock:
             for name in names:
-                current = _current_name(name)
-                if current is not None and current != _qualified(cls) and not override:
+                current = _registered_other_than(name, cls)
+                if current is not None and not override:
                     raise RegistryError(
-                        f"model adapter for {name!r} is already {current.rsplit('.', 1)[-1]}; "
+                        f"model adapter for {name!r} is already {current}; "
                         "pass override=True to replace it"
                     )
             for name in names:
@@ -178,17 +178,15 @@ def register_model_adapter(*names: str, override: bool = False) -> Callable[[A],
     return decorate
 
 
-def _qualified(cls: type[Any]) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _current_name(name: str) -> str | None:
-    """The qualified name of the class registered for ``name``, without importing it."""
-    if name in _adapters:
-        return _qualified(_adapters[name])
-    if name in _builtin:
-        return f"{__name__}.{_builtin[name]}"
-    return None
+def _registered_other_than(name: str, cls: type[ModelAdapter]) -> str | None:
+    """The qualname of another class registered for ``name`` (a built-in is not imported)."""
+    current = _adapters.get(name)
+    if current is not None:
+        return None if current is cls else current.__qualname__
+    where = _builtin.get(name)
+    if where is None or f"{cls.__module__}.{cls.__qualname__}" == f"{__name__}.{where}":
+        return None
+    return where.split(".")[1]
 
 
 def unregister_model_adapter(name: str) -> None:
