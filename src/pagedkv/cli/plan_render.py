@@ -1,4 +1,4 @@
-"""Printing a plan: rich tables, one JSON object, or a concurrency plot."""
+"""What `pagedkv plan` prints (PlanResult) and how: rich tables, one JSON object, or a plot."""
 
 from __future__ import annotations
 
