@@ -186,22 +186,22 @@ class ConfigView:
         self.published = published
         self.normalized = normalized or {}
         self.prefix = prefix
+        # What ``get`` reads: published values win, normalised ones fill the gaps.
+        self._values = {**self.normalized, **{k: v for k, v in published.items() if v is not None}}
 
     def _missing(self, key: str) -> ModelConfigError:
         return ModelConfigError(f"{self.model}: config field {self.prefix}{key!r} is missing")
 
     def has(self, key: str) -> bool:
-        return self.get(key) is not None
+        return self._values.get(key) is not None
 
     def get(self, key: str, default: Any = None) -> Any:
-        value = self.published.get(key)
-        if value is None:
-            value = self.normalized.get(key)
+        value = self._values.get(key)
         return default if value is None else value
 
     def int(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
         """A positive (or ``>= minimum``) integer field; ``default`` when absent."""
-        value = self.get(key)
+        value = self._values.get(key)
         if value is None:
             if default is _MISSING:
                 raise self._missing(key)
