@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 
+from pagedkv.capacity import plan_kv_cache
 from pagedkv.cli.common import (
     BLOCK_SIZE_OPTION,
     DEFAULT_GPU,
@@ -46,7 +47,6 @@ from pagedkv.models import (
     load_model_config,
     memory_budgets,
 )
-from pagedkv.planning import plan_kv_cache
 
 # A 5:1 sliding-window hybrid on the most common serving GPU: its plan shows hybrid
 # grouping (vLLM's rule pads 8 layer slots here; --grouping least-waste shows what the

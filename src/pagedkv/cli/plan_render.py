@@ -10,11 +10,11 @@ from typing import Any
 
 from rich.table import Table
 
+from pagedkv.capacity import KVCachePlan, plan_kv_cache
 from pagedkv.cli.common import format_bytes, format_int, stdout_console
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
 from pagedkv.models import GPU, MemoryBudget, ModelLayout
-from pagedkv.planning import KVCachePlan, plan_kv_cache
 from pagedkv.specs import KVCacheSpec
 
 PLOT_POINTS = 32
