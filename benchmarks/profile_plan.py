@@ -68,8 +68,18 @@ def profile(model: str, all_files: bool) -> dict[str, Any]:
         "files": len(files),
         "functions": len(functions),
         **counts,
+        "files_by_area": _by_area(files),
         "files_by_calls": dict(sorted(files.items(), key=lambda kv: -kv[1])),
     }
+
+
+def _by_area(files: dict[str, int]) -> dict[str, int]:
+    """Files entered per package (``models/adapters/dense.py`` counts for ``models``)."""
+    areas: dict[str, int] = {}
+    for rel in files:
+        area = rel.split("/", 1)[0] if "/" in rel else "(top level)"
+        areas[area] = areas.get(area, 0) + 1
+    return dict(sorted(areas.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def main() -> None:

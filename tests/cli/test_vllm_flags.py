@@ -10,7 +10,7 @@ import pytest
 import typer
 
 from pagedkv.cli.app import main
-from pagedkv.cli.options import parse_human_int, parse_max_model_len, vllm_scheduler_defaults
+from pagedkv.cli.common import parse_human_int, parse_max_model_len, vllm_scheduler_defaults
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagedkv.models import describe_model, get_kv_cache_specs
-from pagedkv.models.view import normalize_with_transformers
+from pagedkv.models.source import normalize_with_transformers
 
 pytest.importorskip("transformers")
 

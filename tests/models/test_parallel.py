@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError, ModelConfigError
 from pagedkv.models import AttentionLayer, describe_model, get_kv_cache_specs, pipeline_stages
-from pagedkv.models.build import attention_spec
+from pagedkv.models.layers import attention_spec
 from pagedkv.specs import AttentionSpec, FullAttentionSpec, MambaSpec, MLAAttentionSpec
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,9 @@ from pagedkv.models import (
     register_model_adapter,
     unregister_model_adapter,
 )
-from pagedkv.models.view import normalize_with_transformers
+from pagedkv.models.adapters import find_adapter
+from pagedkv.models.adapters.dense import Gemma3Adapter
+from pagedkv.models.source import normalize_with_transformers
 from pagedkv.specs import FullAttentionSpec
 
 LLAMA = load_model_config("Llama-3.1-8B").raw
@@ -176,10 +181,9 @@ def test_bundled_list_is_sorted_and_complete() -> None:
 
 
 def test_adapter_family_bases_are_abstract_and_every_registered_adapter_is_concrete() -> None:
+    from pagedkv.models.adapters import _adapters, registered_adapter_names
     from pagedkv.models.adapters.encdec import EncoderDecoderAdapter
     from pagedkv.models.adapters.hybrid import HybridAdapter
-    from pagedkv.models.lookup import registered_adapter_names
-    from pagedkv.models.registry import _adapters
 
     for base in (EncoderDecoderAdapter, HybridAdapter):
         with pytest.raises(TypeError, match="abstract"):
@@ -198,3 +202,49 @@ def test_every_adapter_family_records_the_quantization_method(tmp_path: Path, na
     layout = describe_model(write(tmp_path, raw), use_transformers=False)
     assert layout.quant_method == "fp8"
     assert layout.name and layout.architecture and layout.dtype
+
+
+def test_every_concrete_family_adapter_is_in_the_builtin_table() -> None:
+    import importlib
+    import inspect
+
+    from pagedkv.models.adapters import BUILTIN_ADAPTERS
+
+    listed = set(BUILTIN_ADAPTERS)
+    for module in ("dense", "mla", "hybrid", "encdec", "mamba_ssm"):
+        mod = importlib.import_module(f"pagedkv.models.adapters.{module}")
+        for name, cls in vars(mod).items():
+            own = inspect.isclass(cls) and cls.__module__ == mod.__name__
+            if own and issubclass(cls, ModelAdapter) and not inspect.isabstract(cls):
+                assert f"{module}.{name}" in listed, f"{module}.{name} reads no architecture"
+    names = [n for names in BUILTIN_ADAPTERS.values() for n in names]
+    assert len(names) == len(set(names)), "a name is listed for two adapters"
+
+
+def test_registering_over_a_builtin_name_raises_unless_override() -> None:
+    class Mine(TinyAdapter):
+        pass
+
+    with pytest.raises(RegistryError, match="already Gemma3Adapter"):
+        register_model_adapter("gemma3_text")(Mine)
+    register_model_adapter("gemma3_text", override=True)(Mine)
+    try:
+        raw = {"architectures": ["NoSuchArch"], "model_type": "gemma3_text"}
+        assert type(find_adapter(ModelSource("x", raw))) is Mine
+    finally:
+        unregister_model_adapter("gemma3_text")
+        register_model_adapter("gemma3_text")(Gemma3Adapter)
+
+
+def test_a_lookup_imports_only_the_family_module_it_needs() -> None:
+    code = (
+        "import sys\n"
+        "from pagedkv.models import describe_model\n"
+        "describe_model('gemma-3-27b-it', use_transformers=False)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('pagedkv.models.adapters.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert ast.literal_eval(done.stdout.strip()) == [
+        "pagedkv.models.adapters.common",
+        "pagedkv.models.adapters.dense",
+    ]

@@ -18,4 +18,3 @@ def test_planning_answers_the_capacity_names(name: str) -> None:
 def test_unknown_names_still_fail() -> None:
     with pytest.raises(AttributeError, match="no attribute 'KVCachePlans'"):
         pagedkv.planning.KVCachePlans  # noqa: B018
-

@@ -9,8 +9,14 @@ from typing import Any
 
 import typer
 
-from pagedkv.cli.common import parse_bytes, stderr_console, stdout_console
-from pagedkv.cli.options import BLOCK_SIZE_OPTION, JSON_OPTION, PREFIX_CACHING_OPTION
+from pagedkv.cli.common import (
+    BLOCK_SIZE_OPTION,
+    JSON_OPTION,
+    PREFIX_CACHING_OPTION,
+    parse_bytes,
+    stderr_console,
+    stdout_console,
+)
 from pagedkv.errors import ConfigError
 
 PROMPT_OPTION = typer.Option([], "--prompt", help="A prompt (repeatable).")

@@ -1,23 +1,40 @@
-"""Printing a plan: rich tables, one JSON object, or a concurrency plot."""
+"""What `pagedkv plan` prints (PlanResult) and how: rich tables, one JSON object, or a plot."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from pagedkv.capacity import plan_kv_cache
+from pagedkv.capacity import KVCachePlan, plan_kv_cache
 from pagedkv.cli.common import format_bytes, format_int, stdout_console
-from pagedkv.cli.plan_request import PlanResult
+from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
+from pagedkv.models import GPU, MemoryBudget, ModelLayout
+from pagedkv.specs import KVCacheSpec
 
 PLOT_POINTS = 32
 # 2: max_concurrency is one number (vLLM's figure at max_model_len); the per-length
 # table moved to concurrency_by_context_len; scheduler options added.
 SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What ``plan`` prints: the planner's plan plus the inputs it was given."""
+
+    layout: ModelLayout
+    config: EngineConfig
+    gpu: GPU | None
+    budgets: tuple[MemoryBudget, ...]
+    plan: KVCachePlan
+    largest_max_model_len: int
+    model_limit: int
+    kv_cache_specs: tuple[dict[str, KVCacheSpec], ...]
 
 
 def plan_dict(result: PlanResult) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from typing import Any
 
 import typer
 
-from pagedkv.cli.common import DEFAULT_GPU, stderr_console
-from pagedkv.cli.options import (
+from pagedkv.cli.common import (
     BLOCK_SIZE_OPTION,
+    DEFAULT_GPU,
     JSON_OPTION,
     KV_CACHE_DTYPE_OPTION,
     MAX_MODEL_LEN_OPTION,
@@ -21,6 +21,7 @@ from pagedkv.cli.options import (
     TP_OPTION,
     check_hash_algo,
     parse_max_model_len,
+    stderr_console,
 )
 from pagedkv.cli.progress import phase, progress_enabled, require_matplotlib
 from pagedkv.cli.simulate_fleet import (
@@ -52,14 +53,14 @@ def _engine(
     model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
 ) -> Any:
     """The engine to replay on; ``model`` is a loaded ModelSource (Hub revision applied)."""
-    from pagedkv.cli.plan_request import PlanRequest, make_plan
+    from pagedkv.cli.plan import PlanRequest, make_plan
     from pagedkv.sim.engine import engine_from_model, engine_from_plan
     from pagedkv.sim.planned import PlanInputs
 
     if gpu is not None and num_blocks is not None:
         raise ConfigError("--gpu and --num-blocks are alternatives; give one")
     if num_blocks is not None:
-        from pagedkv.cli.plan_request import check_model_limit
+        from pagedkv.cli.plan import check_model_limit
         from pagedkv.models import describe_model
 
         check_model_limit(describe_model(model), opts["max_model_len"])

@@ -1,38 +1,34 @@
 """Model configs to KV cache specs: adapters, bundled configs, weights and the GPU table."""
 
-from pagedkv.models.build import (
+from pagedkv.models.adapters import (
+    ModelAdapter,
     describe_model,
-    get_kv_cache_specs,
-    layer_spec,
-    pipeline_stages,
+    register_model_adapter,
+    registered_adapter_names,
+    unregister_model_adapter,
 )
 from pagedkv.models.engine import (
     MemoryBudget,
     activation_reserve_bytes,
     engine_config_for,
+    estimate_weight_bytes,
+    get_kv_cache_specs,
     memory_budgets,
+    pipeline_stages,
+    weight_bytes_per_worker,
 )
 from pagedkv.models.gpus import GPU, get_gpu, list_gpus
 from pagedkv.models.layers import (
     AttentionLayer,
-    GatedDeltaNetState,
     LatentLayer,
-    Mamba1State,
-    Mamba2State,
     ModelLayout,
     StateLayer,
     StateShape,
     Unit,
+    layer_spec,
 )
-from pagedkv.models.lookup import registered_adapter_names
-from pagedkv.models.registry import (
-    ModelAdapter,
-    register_model_adapter,
-    unregister_model_adapter,
-)
-from pagedkv.models.source import ModelSource, list_bundled_models, load_model_config
-from pagedkv.models.view import ConfigView
-from pagedkv.models.weights import estimate_weight_bytes, weight_bytes_per_worker
+from pagedkv.models.source import ConfigView, ModelSource, list_bundled_models, load_model_config
+from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
 
 __all__ = [
     "GPU",

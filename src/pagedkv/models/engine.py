@@ -1,19 +1,31 @@
-"""Engine configs and KV cache memory budgets derived from a model config."""
+"""What an engine's workers get from a model: each one's ``{layer name: KVCacheSpec}``
+(pipeline stages x tensor-parallel ranks), the EngineConfig, and each one's memory
+(weights, activation reserve, KV cache budget)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pagedkv.config import EngineConfig
-from pagedkv.dtypes import dtype_size
-from pagedkv.errors import ConfigError
-from pagedkv.models.build import ModelLike, _as_layout
-from pagedkv.models.layers import ModelLayout
-from pagedkv.models.weights import weight_bytes_per_worker
+from pagedkv.dtypes import canonical_dtype_name, dtype_size
+from pagedkv.errors import ConfigError, ModelConfigError
+from pagedkv.models.adapters import describe_model
+from pagedkv.models.layers import ModelLayout, Unit, layer_spec
+from pagedkv.models.source import ModelLike
+from pagedkv.specs import KVCacheSpec
+
+if TYPE_CHECKING:
+    from pagedkv.config import MambaCacheMode
 
 # Memory outside PyTorch's allocator (CUDA context, NCCL, graphs), per worker.
 NON_TORCH_RESERVE_BYTES = 512 * 2**20
+
+
+def _as_layout(model: ModelLike | ModelLayout, use_transformers: bool | None) -> ModelLayout:
+    if isinstance(model, ModelLayout):
+        return model
+    return describe_model(model, use_transformers=use_transformers)
 
 
 def engine_config_for(model: ModelLike | ModelLayout, **options: Any) -> EngineConfig:
@@ -31,6 +43,59 @@ def engine_config_for(model: ModelLike | ModelLayout, **options: Any) -> EngineC
         base["max_num_encoder_input_tokens"] = layout.max_encoder_len
         base["enable_prefix_caching"] = False
     return EngineConfig.create(**{**base, **options})
+
+
+# Bits per weight of quantised linear layers, scales included (mxfp4: 1 scale byte per 32).
+_QUANT_BITS = {"fp8": 8.0, "fbgemm_fp8": 8.0, "mxfp4": 4.25, "awq": 4.25, "gptq": 4.25}
+# Formats that quantise only the MoE experts.
+_EXPERTS_ONLY = {"mxfp4"}
+
+
+def bytes_per_param(layout: ModelLayout) -> tuple[float, float]:
+    """(dense linear, expert) bytes per parameter."""
+    base = float(dtype_size(layout.dtype))
+    bits = _QUANT_BITS.get(layout.quant_method or "")
+    if bits is None:
+        return base, base
+    quant = bits / 8
+    return (base if layout.quant_method in _EXPERTS_ONLY else quant), quant
+
+
+def weight_bytes_per_worker(
+    model: ModelLike | ModelLayout, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1
+) -> list[int]:
+    """Estimated weight bytes on each worker (pp-major).
+
+    Every stage holds its layers, the first also the embedding (and encoder), the
+    last the output head; tensor parallelism divides each stage evenly. Norms,
+    biases and vision towers are not counted, unless the checkpoint's index states
+    its total size: then the split is scaled to that total.
+    """
+    layout = _as_layout(model, None)
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    dense, expert = bytes_per_param(layout)
+    base = dtype_size(layout.dtype)
+    out: list[int] = []
+    stages = pipeline_stages(layout, pp)
+    for rank, units in enumerate(stages):
+        total = sum(u.params * dense + u.expert_params * expert for u in units)
+        if rank == 0:
+            total += layout.embedding_params * base + layout.encoder_params * dense
+        if rank == len(stages) - 1:
+            total += layout.head_params * base
+        out.extend([int(-(-total // tp))] * tp)
+    estimated = sum(out)
+    if layout.checkpoint_bytes and estimated:
+        scale = layout.checkpoint_bytes / estimated
+        out = [int(-(-(w * scale) // 1)) for w in out]
+    return out
+
+
+def estimate_weight_bytes(
+    model: ModelLike | ModelLayout, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1
+) -> int:
+    """Weight bytes of the most loaded worker (what its memory budget must hold)."""
+    return max(weight_bytes_per_worker(model, tensor_parallel_size, pipeline_parallel_size))
 
 
 def activation_reserve_bytes(layout: ModelLayout, config: EngineConfig) -> int:
@@ -105,3 +170,96 @@ def memory_budgets(
             MemoryBudget(device, util, usable, weight, activations, kv, given is not None)
         )
     return budgets
+
+
+def pipeline_stages(layout: ModelLayout, pp: int) -> list[tuple[Unit, ...]]:
+    """Even split of the decoder layers; leftover layers go to the stages before the last."""
+    count = len(layout.units)
+    if pp > count:
+        raise ModelConfigError(
+            f"{layout.name}: pipeline_parallel_size ({pp}) is larger than the number of "
+            f"layers (num_hidden_layers = {count})"
+        )
+    sizes = [count // pp] * pp
+    for i in range(count % pp):
+        sizes[pp - 2 - i] += 1
+    stages, start = [], 0
+    for size in sizes:
+        stages.append(layout.units[start : start + size])
+        start += size
+    return stages
+
+
+def _resolve_options(
+    config: EngineConfig | None, tp: int, pp: int, kv_cache_dtype: str, block_size: int
+) -> tuple[int, int, str, int, MambaCacheMode]:
+    from pagedkv.config import CacheConfig
+
+    if config is None:
+        return tp, pp, kv_cache_dtype, block_size, CacheConfig().resolved_mamba_cache_mode
+    given: dict[str, tuple[Any, Any]] = {
+        "tensor_parallel_size": (tp, 1),
+        "pipeline_parallel_size": (pp, 1),
+    }
+    given.update({"kv_cache_dtype": (kv_cache_dtype, "auto"), "block_size": (block_size, 16)})
+    from_config = {
+        "tensor_parallel_size": config.parallel.tensor_parallel_size,
+        "pipeline_parallel_size": config.parallel.pipeline_parallel_size,
+        "kv_cache_dtype": config.cache.cache_dtype,
+        "block_size": config.cache.block_size,
+    }
+    for name, (value, default) in given.items():
+        if value != default and value != from_config[name]:
+            raise ConfigError(
+                f"get_kv_cache_specs: {name}={value!r} conflicts with the config's "
+                f"{from_config[name]!r}; pass one or the other"
+            )
+    return (
+        config.parallel.tensor_parallel_size,
+        config.parallel.pipeline_parallel_size,
+        config.cache.cache_dtype,
+        config.cache.block_size,
+        config.cache.resolved_mamba_cache_mode,
+    )
+
+
+def get_kv_cache_specs(
+    model: ModelLike | ModelLayout,
+    *,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    kv_cache_dtype: str = "auto",
+    block_size: int = 16,
+    config: EngineConfig | None = None,
+    use_transformers: bool | None = None,
+) -> list[dict[str, KVCacheSpec]]:
+    """One ``{layer name: spec}`` per worker, rank order pp-major (worker = pp_rank * tp + tp_rank).
+
+    With ``config`` its parallel sizes, cache dtype, block size and Mamba cache mode
+    are used (keyword arguments may repeat them but not contradict them). Mamba
+    specs get ``block_size`` unpadded: the planner aligns block sizes and pads pages.
+    """
+    tp, pp, dtype, block_size, mode = _resolve_options(
+        config, tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype, block_size
+    )
+    for name, value in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    layout = _as_layout(model, use_transformers)
+    kv_dtype = layout.dtype if dtype == "auto" else canonical_dtype_name(dtype)
+    workers: list[dict[str, KVCacheSpec]] = []
+    for units in pipeline_stages(layout, pp):
+        stage = {
+            layer.name: layer_spec(
+                layout,
+                layer,
+                tp=tp,
+                kv_dtype=kv_dtype,
+                block_size=block_size,
+                mamba_cache_mode=mode,
+            )
+            for unit in units
+            for layer in unit.layers
+        }
+        workers.extend(dict(stage) for _ in range(tp))
+    return workers

@@ -7,17 +7,20 @@ when huggingface_hub was imported), so a process can change them between calls.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
 import socket
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from pagedkv.errors import ModelConfigError
-from pagedkv.models.view import quiet
 
 # ``org/name``: what the Hub calls a repo id (names without an organisation are not
 # looked up, so a mistyped bundled name never turns into a network request).
@@ -40,6 +43,21 @@ class CheckpointInfo:
 
 def is_hub_id(text: str) -> bool:
     return bool(_HUB_ID.match(text.strip()))
+
+
+@contextlib.contextmanager
+def quiet(library: str) -> Iterator[None]:
+    """Silence a library's log records below ERROR and its warnings (pagedkv reports one
+    line of its own instead)."""
+    logger = logging.getLogger(library)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _settings(revision: str | None) -> dict[str, Any]:

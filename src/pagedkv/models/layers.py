@@ -1,15 +1,31 @@
-"""Architecture-neutral descriptions of a model's cache-holding layers.
+"""A model's cache-holding layers, architecture-neutral, and the KV cache spec each
+gives on one tensor-parallel rank.
 
-Adapters turn a config into these; ``models.build`` turns them into KV cache
-specs for one tensor-parallel rank.
+Adapters turn a config into a ModelLayout of these; ``models.engine`` splits it over
+pipeline stages and asks each layer for its spec.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from pagedkv.errors import ModelConfigError
+from pagedkv.errors import ConfigError, ModelConfigError
+from pagedkv.specs import (
+    ChunkedLocalAttentionSpec,
+    CrossAttentionSpec,
+    FullAttentionSpec,
+    KVCacheSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SinkFullAttentionSpec,
+    SlidingWindowMLASpec,
+    SlidingWindowSpec,
+)
+
+if TYPE_CHECKING:
+    from pagedkv.config import MambaCacheMode
 
 
 def shard(model: str, field_name: str, value: int, tp: int) -> int:
@@ -73,66 +89,6 @@ class StateShape(ABC):
     @abstractmethod
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
         """Per-rank state tensor shapes (conv first)."""
-
-
-@dataclass(frozen=True)
-class Mamba1State(StateShape):
-    intermediate_size: int
-    state_size: int
-    conv_kernel: int
-
-    mamba_type = "mamba1"
-
-    def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
-        inner = shard(model, "mamba intermediate size", self.intermediate_size, tp)
-        return ((inner, self.conv_kernel - 1), (inner, self.state_size))
-
-
-@dataclass(frozen=True)
-class Mamba2State(StateShape):
-    intermediate_size: int
-    num_heads: int
-    head_dim: int
-    n_groups: int
-    state_size: int
-    conv_kernel: int
-
-    mamba_type = "mamba2"
-
-    def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
-        heads = shard(model, "mamba num_heads", self.num_heads, tp)
-        groups = self.n_groups
-        if groups % tp:
-            if groups != 1:
-                raise ModelConfigError(
-                    f"{model}: mamba n_groups ({groups}) must be 1 or divisible by "
-                    f"tensor_parallel_size ({tp})"
-                )
-            groups = tp  # one group replicated onto every rank
-        conv_dim = self.intermediate_size + 2 * groups * self.state_size
-        conv = shard(model, "mamba conv dim", conv_dim, tp)
-        return ((conv, self.conv_kernel - 1), (heads, self.head_dim, self.state_size))
-
-
-@dataclass(frozen=True)
-class GatedDeltaNetState(StateShape):
-    num_key_heads: int
-    num_value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int
-
-    mamba_type = "gated_delta_net"
-
-    def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
-        shard(model, "linear_num_key_heads", self.num_key_heads, tp)
-        heads_v = shard(model, "linear_num_value_heads", self.num_value_heads, tp)
-        conv_dim = 2 * self.num_key_heads * self.key_head_dim
-        conv_dim += self.num_value_heads * self.value_head_dim
-        return (
-            (conv_dim // tp, self.conv_kernel - 1),
-            (heads_v, self.value_head_dim, self.key_head_dim),
-        )
 
 
 @dataclass(frozen=True)
@@ -206,5 +162,118 @@ class ModelLayout:
     def layer_kinds(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for layer in self.layers:
-            counts[layer.kind] = counts.get(layer.kind, 0) + 1
+            kind = layer.kind
+            counts[kind] = counts.get(kind, 0) + 1
         return counts
+
+
+def _kv_heads_per_rank(model: str, layer: AttentionLayer, tp: int) -> int:
+    shard(model, f"num_attention_heads of {layer.name}", layer.num_heads, tp)
+    kv = layer.num_kv_heads
+    if kv >= tp:
+        return shard(model, f"num_key_value_heads of {layer.name}", kv, tp)
+    if tp % kv:
+        raise ModelConfigError(
+            f"{model}: tensor_parallel_size ({tp}) must be a multiple of "
+            f"num_key_value_heads of {layer.name} ({kv}) to replicate KV heads"
+        )
+    return 1
+
+
+def attention_spec(
+    model: str, layer: AttentionLayer, tp: int, dtype: str, block_size: int
+) -> KVCacheSpec:
+    if dtype == DS_MLA_DTYPE:
+        raise ConfigError(
+            f"{model}: kv_cache_dtype fp8_ds_mla applies to MLA models only "
+            f"({layer.name} is standard attention); use fp8"
+        )
+    common: dict[str, Any] = {
+        "block_size": block_size,
+        "num_kv_heads": _kv_heads_per_rank(model, layer, tp),
+        "head_size": layer.head_size,
+        "head_size_v": layer.head_size_v,
+        "dtype": dtype,
+        "max_tp_shards": layer.num_kv_heads,
+    }
+    if layer.cross:
+        return CrossAttentionSpec(**common)
+    if layer.sliding_window is not None:
+        return SlidingWindowSpec(sliding_window=layer.sliding_window, **common)
+    if layer.chunk_size is not None:
+        return ChunkedLocalAttentionSpec(attention_chunk_size=layer.chunk_size, **common)
+    if layer.sinks:
+        return SinkFullAttentionSpec(**common)
+    return FullAttentionSpec(**common)
+
+
+# fp8_ds_mla packs a 512 + 64 latent into 656 bytes a token: 512 fp8 values, four fp32
+# scales and the 64 rope values in bf16.
+DS_MLA_DTYPE = "fp8_ds_mla"
+DS_MLA_LATENT_SIZE = 576
+DS_MLA_BYTES_PER_TOKEN = 512 + 4 * 4 + 64 * 2
+
+
+def _ds_mla_fields(model: str, layer: LatentLayer) -> dict[str, Any]:
+    if layer.latent_size != DS_MLA_LATENT_SIZE:
+        raise ConfigError(
+            f"{model}: kv_cache_dtype fp8_ds_mla packs a {DS_MLA_LATENT_SIZE}-value latent; "
+            f"{layer.name} has {layer.latent_size}"
+        )
+    return {"dtype": "uint8", "state_content_bytes": DS_MLA_BYTES_PER_TOKEN}
+
+
+def latent_spec(
+    model: str, layer: LatentLayer, tp: int, dtype: str, block_size: int
+) -> KVCacheSpec:
+    if layer.num_heads > 1:
+        shard(model, f"num_attention_heads of {layer.name}", layer.num_heads, tp)
+    common: dict[str, Any] = {
+        "block_size": block_size,
+        "num_kv_heads": 1,
+        "head_size": layer.latent_size,
+        "dtype": layer.dtype or dtype,
+        "max_tp_shards": 1,
+    }
+    if common["dtype"] == DS_MLA_DTYPE:
+        common.update(_ds_mla_fields(model, layer))
+    if layer.sliding_window is not None:
+        return SlidingWindowMLASpec(sliding_window=layer.sliding_window, **common)
+    return MLAAttentionSpec(**common)
+
+
+def state_spec(
+    model: str,
+    layer: StateLayer,
+    tp: int,
+    model_dtype: str,
+    block_size: int,
+    mode: MambaCacheMode,
+) -> MambaSpec:
+    shapes = layer.state.shapes(model, tp)
+    ssm = layer.ssm_dtype or model_dtype
+    dtypes = (model_dtype,) + (ssm,) * (len(shapes) - 1)
+    return MambaSpec(
+        block_size=block_size,
+        shapes=shapes,
+        dtypes=dtypes,
+        mamba_type=layer.state.mamba_type,
+        mamba_cache_mode=mode,
+    )
+
+
+def layer_spec(
+    layout: ModelLayout,
+    layer: LayerDesc,
+    *,
+    tp: int,
+    kv_dtype: str,
+    block_size: int,
+    mamba_cache_mode: MambaCacheMode,
+) -> KVCacheSpec:
+    """One layer's spec on one tensor-parallel rank."""
+    if isinstance(layer, AttentionLayer):
+        return attention_spec(layout.name, layer, tp, kv_dtype, block_size)
+    if isinstance(layer, LatentLayer):
+        return latent_spec(layout.name, layer, tp, kv_dtype, block_size)
+    return state_spec(layout.name, layer, tp, layout.dtype, block_size, mamba_cache_mode)

@@ -77,7 +77,7 @@ def cost_model_for(
     engine: SimEngine, gpu: str, pcie_gbps: float = DEFAULT_PCIE_GBPS, mfu: float = DEFAULT_MFU
 ) -> CostModel:
     from pagedkv.models import describe_model
-    from pagedkv.models.weights import bytes_per_param, estimate_weight_bytes
+    from pagedkv.models.engine import bytes_per_param, estimate_weight_bytes
 
     tflops = PEAK_BF16_TFLOPS.get(gpu)
     if tflops is None:

@@ -7,9 +7,9 @@ from typing import Any
 
 from pagedkv.dtypes import canonical_dtype_name, dtype_size
 from pagedkv.errors import ModelConfigError, UnknownDtypeError
-from pagedkv.models.layers import GatedDeltaNetState, Mamba1State, Mamba2State, ModelLayout, Unit
-from pagedkv.models.source import ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.layers import ModelLayout, Unit
+from pagedkv.models.source import ConfigView, ModelSource
+from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
 
 FULL, SLIDING, CHUNKED, LINEAR, MLP = "full", "sliding", "chunked", "linear", "mlp"
 

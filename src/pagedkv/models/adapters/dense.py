@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pagedkv.models.adapters import ModelAdapter
 from pagedkv.models.adapters.common import (
     CHUNKED,
     FULL,
@@ -19,9 +20,7 @@ from pagedkv.models.adapters.common import (
     num_kv_heads,
 )
 from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
-from pagedkv.models.registry import ModelAdapter, register_model_adapter
-from pagedkv.models.source import ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import ConfigView, ModelSource
 
 
 def optional_int(view: ConfigView, *keys: str) -> int:
@@ -32,22 +31,6 @@ def optional_int(view: ConfigView, *keys: str) -> int:
     return 0
 
 
-@register_model_adapter(
-    "LlamaForCausalLM",
-    "MistralForCausalLM",
-    "MixtralForCausalLM",
-    "Phi3ForCausalLM",
-    "GlmForCausalLM",
-    "Glm4ForCausalLM",
-    "Glm4MoeForCausalLM",
-    "llama",
-    "mistral",
-    "mixtral",
-    "phi3",
-    "glm",
-    "glm4",
-    "glm4_moe",
-)
 class DecoderAdapter(ModelAdapter):
     """Llama-style decoder; a ``sliding_window`` without ``layer_types`` applies to every layer."""
 
@@ -114,16 +97,6 @@ class DecoderAdapter(ModelAdapter):
         return moe_params(hidden, experts, expert_size, shared)
 
 
-@register_model_adapter(
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-    "Qwen2MoeForCausalLM",
-    "Qwen3MoeForCausalLM",
-    "qwen2",
-    "qwen3",
-    "qwen2_moe",
-    "qwen3_moe",
-)
 class QwenAdapter(DecoderAdapter):
     """Qwen2/3: sliding window only with ``use_sliding_window``, from ``max_window_layers`` on."""
 
@@ -134,7 +107,6 @@ class QwenAdapter(DecoderAdapter):
         return [SLIDING if i >= first else FULL for i in range(num_layers)]
 
 
-@register_model_adapter("Gemma2ForCausalLM", "gemma2")
 class Gemma2Adapter(DecoderAdapter):
     """Gemma 2: sliding and global layers alternate, sliding first."""
 
@@ -147,9 +119,6 @@ class Gemma2Adapter(DecoderAdapter):
         return gated_mlp_params(view.int("hidden_size"), view.int("intermediate_size")), 0
 
 
-@register_model_adapter(
-    "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "gemma3", "gemma3_text"
-)
 class Gemma3Adapter(Gemma2Adapter):
     """Gemma 3: every ``sliding_window_pattern``-th layer (default 6th) is global."""
 
@@ -160,7 +129,6 @@ class Gemma3Adapter(Gemma2Adapter):
         return [SLIDING if (i + 1) % pattern else FULL for i in range(num_layers)]
 
 
-@register_model_adapter("Cohere2ForCausalLM", "cohere2")
 class Cohere2Adapter(Gemma3Adapter):
     """Command R7B / Command A: three sliding layers, then one global (pattern 4)."""
 
@@ -170,7 +138,6 @@ class Cohere2Adapter(Gemma3Adapter):
         return DecoderAdapter.mlp_params(self, view, index)
 
 
-@register_model_adapter("GptOssForCausalLM", "gpt_oss")
 class GptOssAdapter(DecoderAdapter):
     """gpt-oss: alternating sliding / full layers with learned attention sinks."""
 
@@ -180,9 +147,6 @@ class GptOssAdapter(DecoderAdapter):
         return [SLIDING if i % 2 == 0 else FULL for i in range(num_layers)]
 
 
-@register_model_adapter(
-    "Llama4ForConditionalGeneration", "Llama4ForCausalLM", "llama4", "llama4_text"
-)
 class Llama4Adapter(DecoderAdapter):
     """Llama 4: RoPE layers attend within ``attention_chunk_size`` chunks; NoPE layers are global.
 
@@ -207,9 +171,6 @@ class Llama4Adapter(DecoderAdapter):
         return moe_params(hidden, view.int("num_local_experts"), expert_size, expert_size)
 
 
-@register_model_adapter(
-    "Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "gemma4", "gemma4_text"
-)
 class Gemma4Adapter(DecoderAdapter):
     """Gemma 4: 5 sliding : 1 global (last layer always global); global layers use
     ``global_head_dim`` and, with ``attention_k_eq_v``, ``num_global_key_value_heads``.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
+from pagedkv.models.adapters import ModelAdapter
 from pagedkv.models.adapters.common import (
     attention_params,
     build_layout,
@@ -14,9 +15,7 @@ from pagedkv.models.adapters.common import (
     gated_mlp_params,
 )
 from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
-from pagedkv.models.registry import ModelAdapter, register_model_adapter
-from pagedkv.models.source import ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import ConfigView, ModelSource
 
 
 class EncoderDecoderAdapter(ModelAdapter):
@@ -64,7 +63,6 @@ class EncoderDecoderAdapter(ModelAdapter):
         )
 
 
-@register_model_adapter("T5ForConditionalGeneration", "t5")
 class T5Adapter(EncoderDecoderAdapter):
     self_name = "decoder.block.{}.layer.0.SelfAttention"
     cross_name = "decoder.block.{}.layer.1.EncDecAttention"
@@ -90,9 +88,6 @@ class T5Adapter(EncoderDecoderAdapter):
         return value, value
 
 
-@register_model_adapter(
-    "BartForConditionalGeneration", "BartModel", "MBartForConditionalGeneration", "bart", "mbart"
-)
 class BartAdapter(EncoderDecoderAdapter):
     def dims(self, view: ConfigView) -> tuple[int, int, int, int, int, int]:
         hidden = view.int("d_model")
@@ -107,7 +102,6 @@ class BartAdapter(EncoderDecoderAdapter):
         )
 
 
-@register_model_adapter("WhisperForConditionalGeneration", "whisper")
 class WhisperAdapter(BartAdapter):
     """Whisper: the encoder sees at most ``max_source_positions`` (1500) audio frames."""
 

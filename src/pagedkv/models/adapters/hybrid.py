@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import abstractmethod
 
 from pagedkv.errors import ModelConfigError
+from pagedkv.models.adapters import ModelAdapter
 from pagedkv.models.adapters.common import (
     FULL,
     LINEAR,
@@ -25,18 +26,14 @@ from pagedkv.models.adapters.common import (
 from pagedkv.models.adapters.dense import optional_int
 from pagedkv.models.layers import (
     AttentionLayer,
-    GatedDeltaNetState,
     LayerDesc,
-    Mamba1State,
-    Mamba2State,
     ModelLayout,
     StateLayer,
     StateShape,
     Unit,
 )
-from pagedkv.models.registry import ModelAdapter, register_model_adapter
-from pagedkv.models.source import ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import ConfigView, ModelSource
+from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
 
 
 def ssm_dtype(view: ConfigView) -> str | None:
@@ -113,7 +110,6 @@ class HybridAdapter(ModelAdapter):
         )
 
 
-@register_model_adapter("JambaForCausalLM", "jamba")
 class JambaAdapter(HybridAdapter):
     """Jamba: Mamba-1 layers with attention every ``attn_layer_period`` layers."""
 
@@ -146,7 +142,6 @@ class JambaAdapter(HybridAdapter):
         return gated_mlp_params(hidden, size), 0
 
 
-@register_model_adapter("NemotronHForCausalLM", "nemotron_h")
 class NemotronHAdapter(HybridAdapter):
     """Nemotron-H: ``hybrid_override_pattern`` (M = Mamba-2, * = attention, - = MLP, E = MoE)."""
 
@@ -191,7 +186,6 @@ class NemotronHAdapter(HybridAdapter):
         return 2 * view.int("hidden_size") * view.int("intermediate_size"), 0
 
 
-@register_model_adapter("GraniteMoeHybridForCausalLM", "granitemoehybrid")
 class GraniteHybridAdapter(HybridAdapter):
     """Granite 4.0-H: Mamba-2 and attention layers named in ``layer_types``."""
 
@@ -215,18 +209,6 @@ class GraniteHybridAdapter(HybridAdapter):
         return moe_params(hidden, experts, view.int("intermediate_size"), shared)
 
 
-@register_model_adapter(
-    "Qwen3NextForCausalLM",
-    "Qwen3_5ForConditionalGeneration",
-    "Qwen3_5MoeForConditionalGeneration",
-    "Qwen3_5ForCausalLM",
-    "Qwen3_5MoeForCausalLM",
-    "qwen3_next",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "qwen3_5_text",
-    "qwen3_5_moe_text",
-)
 class GatedDeltaNetAdapter(HybridAdapter):
     """Qwen3-Next / Qwen3.5: gated DeltaNet layers, every ``full_attention_interval``-th
     layer (default 4th) full attention."""
@@ -264,7 +246,6 @@ class GatedDeltaNetAdapter(HybridAdapter):
         )
 
 
-@register_model_adapter("Mamba2ForCausalLM", "mamba2")
 class Mamba2Adapter(HybridAdapter):
     """Pure Mamba-2 in transformers' format."""
 

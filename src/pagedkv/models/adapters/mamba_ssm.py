@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pagedkv.models.adapters import ModelAdapter
 from pagedkv.models.adapters.common import (
     attention_params,
     build_layout,
@@ -12,23 +13,19 @@ from pagedkv.models.adapters.common import (
 from pagedkv.models.layers import (
     AttentionLayer,
     LayerDesc,
-    Mamba1State,
-    Mamba2State,
     ModelLayout,
     StateLayer,
     StateShape,
     Unit,
 )
-from pagedkv.models.registry import ModelAdapter, register_model_adapter
-from pagedkv.models.source import MAMBA_SSM_FORMAT, ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import ConfigView, ModelSource
+from pagedkv.models.states import Mamba1State, Mamba2State
 
 # mamba_ssm's constructor defaults, used when ssm_cfg leaves a field out.
 MAMBA2_DEFAULTS = {"d_state": 128, "d_conv": 4, "expand": 2, "headdim": 64, "ngroups": 1}
 MAMBA1_DEFAULTS = {"d_state": 16, "d_conv": 4, "expand": 2}
 
 
-@register_model_adapter(MAMBA_SSM_FORMAT)
 class MambaSSMAdapter(ModelAdapter):
     """Pure Mamba-1/2 (``ssm_cfg.layer``), with attention at ``attn_layer_idx`` if any."""
 

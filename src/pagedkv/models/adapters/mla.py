@@ -9,9 +9,7 @@ from pagedkv.models.adapters.common import (
 )
 from pagedkv.models.adapters.dense import DecoderAdapter, optional_int
 from pagedkv.models.layers import LatentLayer, ModelLayout, Unit
-from pagedkv.models.registry import register_model_adapter
-from pagedkv.models.source import ModelSource
-from pagedkv.models.view import ConfigView
+from pagedkv.models.source import ConfigView, ModelSource
 
 # A sparse-attention indexer key is stored as fp8 with one fp32 scale per 128 values.
 INDEXER_QUANT_BLOCK = 128
@@ -39,17 +37,6 @@ def indexer_params(view: ConfigView) -> int:
     return q_rank * heads * head + hidden * head + hidden * heads
 
 
-@register_model_adapter(
-    "DeepseekV2ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "DeepseekV32ForCausalLM",
-    "KimiK2ForCausalLM",
-    "GlmMoeDsaForCausalLM",
-    "deepseek_v2",
-    "deepseek_v3",
-    "kimi_k2",
-    "glm_moe_dsa",
-)
 class MLAAdapter(DecoderAdapter):
     """Every layer caches ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by
     all heads (so tensor parallelism replicates it). With ``index_topk`` (DeepSeek-V3.2,
