@@ -42,7 +42,7 @@ def test_window_before_prompt_end_and_shared_junction_keeps_normal_priority() ->
     manager.allocate_slots(req, 24)
     req.num_computed_tokens = 24
     sw = manager.managers[0]
-    assert sw._retained["a"] == {3, 4}
+    assert sw.retention.retained["a"] == {3, 4}
     req.append_output_token_ids(list(range(16)))
     manager.allocate_slots(req, 16)
     table = manager.get_block_ids("a")[0]  # blocks 0-2 already left the window at 24
@@ -53,7 +53,7 @@ def test_window_before_prompt_end_and_shared_junction_keeps_normal_priority() ->
     assert set(lru[:3]) == {table[5], table[6], table[7]}
     assert table[:3] == [0, 0, 0] and lru[-1] == table[4]
     manager.free(req)
-    assert "a" not in sw._retained
+    assert "a" not in sw.retention.retained
 
 
 def test_hybrid_records_the_shared_prefix_junction() -> None:
@@ -68,7 +68,7 @@ def test_hybrid_records_the_shared_prefix_junction() -> None:
     hit, num_hit = manager.get_computed_blocks(b)
     assert num_hit == 32 and b.shared_prefix_boundary == 36
     manager.allocate_slots(b, 40 - num_hit, num_hit, hit)
-    assert manager.managers[1]._retained["b"] >= {7, 8}
+    assert manager.managers[1].retention.retained["b"] >= {7, 8}
 
 
 def test_cross_attention_is_sized_once_from_encoder_tokens_and_never_cached() -> None:

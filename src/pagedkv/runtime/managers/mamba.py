@@ -105,14 +105,14 @@ class MambaManager(SingleTypeKVCacheManager):
                 blocks = [table[i] for i in indices]
                 for i in indices:
                     table[i] = NULL_BLOCK
-                self._release(indices, blocks, self._retained.get(request_id))
+                self.retention.release(request_id, indices, blocks)
             self._retired[request_id] = last
         index = self._last_state.get(request_id)
         if index is not None and index < cdiv(num_computed_tokens, self.block_size) - 1:
             block = table[index]
             if block:
                 table[index] = NULL_BLOCK
-                self._release([index], [block], self._retained.get(request_id))
+                self.retention.release(request_id, [index], [block])
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         request_id = request.request_id
