@@ -18,7 +18,7 @@ def test_evict_early_puts_cached_blocks_at_the_front_of_the_cached_part() -> Non
     pool.cache_full_blocks(req, blocks, 0, 4, 4, 0)
     pool.free_blocks([blocks[0], blocks[1]])
     pool.free_blocks([blocks[3], blocks[2]], evict_first=True)
-    assert pool.free_queue()[-4:] == [blocks[3], blocks[2], blocks[0], blocks[1]]
+    assert pool.queue.order()[-4:] == [blocks[3], blocks[2], blocks[0], blocks[1]]
 
 
 def test_out_of_window_blocks_are_evicted_before_other_cached_blocks() -> None:
@@ -28,7 +28,7 @@ def test_out_of_window_blocks_are_evicted_before_other_cached_blocks() -> None:
     req.num_computed_tokens = 32
     table = manager.get_block_ids("a")[0]
     manager.allocate_slots(req, 8)  # 25 tokens skipped: blocks 0-5 leave the window
-    queue = manager.block_pool.free_queue()
+    queue = manager.block_pool.queue.order()
     cached_part = queue[-len(manager.block_pool.queue._lru) :]
     # Blocks 5..0 out of the window sit at the front of the cached part, except those
     # covering the window before the prompt end (39 -> blocks 7-8), none here.

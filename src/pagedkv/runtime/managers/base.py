@@ -216,9 +216,6 @@ class SingleTypeKVCacheManager(ABC):
     def _truncate(table: list[int], length: int) -> None:
         del table[length:]
 
-    def get_blocks(self, request_id: str) -> list[int]:
-        return self.req_to_blocks.get(request_id, [])
-
 
 class Retention:
     """Which full blocks a manager caches and how it frees blocks; one per manager. This
