@@ -29,7 +29,6 @@ class BlockPool:
         enable_caching: bool = True,
         hash_block_size: int | None = None,
         enable_events: bool = False,
-        medium: str = "GPU",
         free_queue: FreeQueue | None = None,
     ) -> None:
         if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
@@ -39,7 +38,7 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
-        self.medium = medium
+        self.medium = "GPU"  # of the events
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_hash: list[Any] = [None] * num_blocks  # None: not cached
         self.block_group: list[int] = [0] * num_blocks

@@ -82,7 +82,7 @@ class SingleTypeKVCacheManager(ABC):
         return cap(self.in_flight_tokens or 0, self.max_model_len)
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
-        """Block indices a cache hit of ``num_tokens`` tokens needs (empty by default)."""
+        """Block indices a cache hit of ``num_tokens`` tokens (aligned) needs (default: none)."""
         return 0, 0
 
     def get_num_blocks_to_allocate(
@@ -169,7 +169,7 @@ class SingleTypeKVCacheManager(ABC):
         boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
         for boundary in (*boundaries, *more_boundaries):
             if boundary > 0:
-                lo, hi = self.hit_block_range(boundary)
+                lo, hi = self.hit_block_range(boundary - boundary % self.alignment_tokens)
                 keep.update(range(max(lo, start), min(hi, end)))
         return keep
 

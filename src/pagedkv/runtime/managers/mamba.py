@@ -45,7 +45,7 @@ class MambaManager(SingleTypeKVCacheManager):
         return max(num_computed_tokens - 1, 0)
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
-        end = (num_tokens - num_tokens % self.alignment_tokens) // self.block_size
+        end = num_tokens // self.block_size
         return max(end - 1, 0), end
 
     def get_num_blocks_to_allocate(
