@@ -26,7 +26,7 @@ class DenseRetention(Retention):
         if self.dense:
             request_id = request.request_id
             self.block_pool.record(self._restore, request_id, self.retained.get(request_id))
-            boundaries = self.manager.boundary_blocks(request, 0, end, request.num_cached_tokens)
+            boundaries = self.boundary_blocks(request, 0, end, request.num_cached_tokens)
             self.retained[request_id] = boundaries
         return None
 

@@ -160,19 +160,6 @@ class SingleTypeKVCacheManager(ABC):
         pool.record(self.num_cached_block.__setitem__, request_id, num_cached)
         self.num_cached_block[request_id] = num_full
 
-    def boundary_blocks(
-        self, request: Request, start: int, end: int, *more_boundaries: int
-    ) -> set[int]:
-        """Table positions in ``[start, end)`` a hit at the prompt's replay boundary, the
-        shared-prefix junction or ``more_boundaries`` (in tokens) needs."""
-        keep: set[int] = set()
-        boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
-        for boundary in (*boundaries, *more_boundaries):
-            if boundary > 0:
-                lo, hi = self.hit_block_range(boundary - boundary % self.alignment_tokens)
-                keep.update(range(max(lo, start), min(hi, end)))
-        return keep
-
     def free(self, request_id: str, priority: int = 0) -> None:
         """Release the request's blocks, last first (the tail is evicted first)."""
         table = self.req_to_blocks.pop(request_id, None)
@@ -229,8 +216,7 @@ class Retention:
 
     def blocks_to_cache(self, request: Request, start: int, end: int) -> set[int] | None:
         """Table positions in ``[start, end)`` to cache now (None: every one)."""
-        manager = self.manager
-        return manager.boundary_blocks(request, start, end) if manager.sparse_retention else None
+        return self.boundary_blocks(request, start, end) if self.manager.sparse_retention else None
 
     def release(
         self, request_id: str, indices: Sequence[int], blocks: list[int], priority: int = 0
@@ -240,3 +226,17 @@ class Retention:
 
     def forget(self, request_id: str) -> None:
         """The request's table is gone (after its last ``release``)."""
+
+    def boundary_blocks(
+        self, request: Request, start: int, end: int, *more_boundaries: int
+    ) -> set[int]:
+        """Table positions in ``[start, end)`` a hit at the prompt's replay boundary, the
+        shared-prefix junction or ``more_boundaries`` (in tokens) needs."""
+        manager = self.manager
+        keep: set[int] = set()
+        boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
+        for boundary in (*boundaries, *more_boundaries):
+            if boundary > 0:
+                lo, hi = manager.hit_block_range(boundary - boundary % manager.alignment_tokens)
+                keep.update(range(max(lo, start), min(hi, end)))
+        return keep
