@@ -31,7 +31,7 @@ def test_default_retention_is_the_cores_and_leaves_the_extension_unloaded() -> N
 def test_dense_gives_every_group_a_dense_retention() -> None:
     manager = make_manager([full(), swa(8)], retention="dense")
     assert all(type(m.retention) is DenseRetention for m in manager.managers)
-    assert [m.retention.dense for m in manager.managers] == [False, True]  # type: ignore[attr-defined]
+    assert [m.retention.dense for m in manager.managers] == [False, True]
 
 
 class KeepNothing(Retention):

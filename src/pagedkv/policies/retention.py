@@ -15,7 +15,8 @@ from pagedkv.runtime.request import Request
 
 
 class DenseRetention(Retention):
-    """Kinds that keep every block (full attention, cross attention) behave as vLLM's."""
+    """Per manager; kinds that never free a running request's blocks (full and cross
+    attention) behave as under vLLM's retention."""
 
     def __init__(self, manager: SingleTypeKVCacheManager) -> None:
         super().__init__(manager)
@@ -23,18 +24,19 @@ class DenseRetention(Retention):
         self.retained: dict[str, set[int]] = {}  # positions freed in LRU order
 
     def blocks_to_cache(self, request: Request, start: int, end: int) -> set[int] | None:
-        if self.dense:
-            request_id = request.request_id
-            self.block_pool.record(self._restore, request_id, self.retained.get(request_id))
-            boundaries = self.boundary_blocks(request, 0, end, request.num_cached_tokens)
-            self.retained[request_id] = boundaries
+        if not self.dense:
+            return super().blocks_to_cache(request, start, end)
+        request_id = request.request_id
+        self.block_pool.record(self._restore, request_id, self.retained.get(request_id))
+        boundaries = self.boundary_blocks(request, 0, end, request.num_cached_tokens)
+        self.retained[request_id] = boundaries
         return None
 
     def release(
         self, request_id: str, indices: Sequence[int], blocks: list[int], priority: int = 0
     ) -> None:
         if not self.dense:
-            self.block_pool.free_blocks(blocks, priority)
+            super().release(request_id, indices, blocks, priority)
             return
         retained = self.retained.get(request_id)
         early: list[int] = []
