@@ -43,11 +43,15 @@ class PrefixCacheStatsCounter:
         self._reset = [True, True]
 
     def total(self, evictions: int) -> PrefixCacheStats:
-        return PrefixCacheStats(*self._total, self._reset[0], evictions)
+        return _snapshot(self._total, self._reset[0], evictions)
 
     def take_step(self, evictions: int) -> PrefixCacheStats:
         """The step's counts (``evictions``: the running total), then start afresh."""
         step = evictions - self._evictions_at_step
-        stats = PrefixCacheStats(*self._step, self._reset[1], step)
+        stats = _snapshot(self._step, self._reset[1], step)
         self._step, self._reset[1], self._evictions_at_step = [0] * 6, False, evictions
         return stats
+
+
+def _snapshot(c: list[int], reset: bool, evictions: int) -> PrefixCacheStats:
+    return PrefixCacheStats(c[0], c[1], c[2], c[3], c[4], c[5], reset, evictions)
