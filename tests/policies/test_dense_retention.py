@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,7 @@ def test_dense_gives_every_group_a_dense_retention() -> None:
 
 
 class KeepNothing(Retention):
-    def blocks_to_cache(self, request: object, start: int, end: int) -> set[int] | None:
+    def blocks_to_cache(self, manager: object, request: object, start: int, end: int) -> set[int]:
         return set()
 
 
@@ -50,3 +52,17 @@ def test_a_plugin_adds_a_retention_by_qualname(monkeypatch: pytest.MonkeyPatch) 
     names["bad"] = "pagedkv.runtime.request.Request"
     with pytest.raises(ConfigError, match="not a Retention"):
         make_manager([full()], retention="bad")
+
+
+@pytest.mark.parametrize("retention", ["vllm", "dense"])
+def test_a_dropped_manager_frees_its_pool_without_the_cycle_collector(retention: str) -> None:
+    # A retention holds no reference to its manager: a large pool goes with the manager.
+    gc.disable()
+    try:
+        manager = make_manager([full(), swa(8)], retention=retention)
+        manager.allocate_slots(Request("a", list(range(20))), 20)
+        pool = weakref.ref(manager.block_pool)
+        del manager
+        assert pool() is None
+    finally:
+        gc.enable()

@@ -23,12 +23,14 @@ class DenseRetention(Retention):
         self.dense = manager.skips_tokens
         self.retained: dict[str, set[int]] = {}  # positions freed in LRU order
 
-    def blocks_to_cache(self, request: Request, start: int, end: int) -> set[int] | None:
+    def blocks_to_cache(
+        self, manager: SingleTypeKVCacheManager, request: Request, start: int, end: int
+    ) -> set[int] | None:
         if not self.dense:
-            return super().blocks_to_cache(request, start, end)
+            return super().blocks_to_cache(manager, request, start, end)
         request_id = request.request_id
         self.block_pool.record(self._restore, request_id, self.retained.get(request_id))
-        boundaries = self.boundary_blocks(request, 0, end, request.num_cached_tokens)
+        boundaries = manager.boundary_blocks(request, 0, end, request.num_cached_tokens)
         self.retained[request_id] = boundaries
         return None
 

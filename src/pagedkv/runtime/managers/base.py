@@ -82,7 +82,7 @@ class SingleTypeKVCacheManager(ABC):
         return cap(self.in_flight_tokens or 0, self.max_model_len)
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
-        """Block indices a cache hit of ``num_tokens`` tokens (aligned) needs (default: none)."""
+        """Block indices a cache hit of ``num_tokens`` (aligned) tokens needs (default: none)."""
         return 0, 0
 
     def get_num_blocks_to_allocate(
@@ -146,7 +146,7 @@ class SingleTypeKVCacheManager(ABC):
         num_full //= self.block_size
         if num_full <= num_cached:
             return
-        keep = self.retention.blocks_to_cache(request, num_cached, num_full)
+        keep = self.retention.blocks_to_cache(self, request, num_cached, num_full)
         pool = self.block_pool
         pool.cache_full_blocks(
             request,
@@ -159,6 +159,19 @@ class SingleTypeKVCacheManager(ABC):
         )
         pool.record(self.num_cached_block.__setitem__, request_id, num_cached)
         self.num_cached_block[request_id] = num_full
+
+    def boundary_blocks(
+        self, request: Request, start: int, end: int, *more_boundaries: int
+    ) -> set[int]:
+        """Table positions in ``[start, end)`` a hit at the prompt's replay boundary, the
+        shared-prefix junction or ``more_boundaries`` (in tokens) needs."""
+        keep: set[int] = set()
+        boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
+        for boundary in (*boundaries, *more_boundaries):
+            if boundary > 0:
+                lo, hi = self.hit_block_range(boundary - boundary % self.alignment_tokens)
+                keep.update(range(max(lo, start), min(hi, end)))
+        return keep
 
     def free(self, request_id: str, priority: int = 0) -> None:
         """Release the request's blocks, last first (the tail is evicted first)."""
@@ -205,18 +218,20 @@ class SingleTypeKVCacheManager(ABC):
 
 
 class Retention:
-    """Which full blocks a manager caches and how it frees blocks; one per manager. This
-    base is vLLM 0.33's (``"vllm"``): a ``sparse_retention`` kind caches only the blocks a
-    boundary hit needs, and freed blocks go to the pool in the order given. Others are
-    named in ``config.PREFIX_CACHE_RETENTIONS`` (pagedkv's ``"dense"``: pagedkv.policies)."""
+    """Which full blocks a manager caches and how it frees blocks; one per manager (holding
+    no reference to it). This base is vLLM 0.33's (``"vllm"``): a ``sparse_retention`` kind
+    caches only the blocks a boundary hit needs, and freed blocks go to the pool in the
+    order given. Others are named in ``config.PREFIX_CACHE_RETENTIONS`` (pagedkv's
+    ``"dense"``: pagedkv.policies)."""
 
     def __init__(self, manager: SingleTypeKVCacheManager) -> None:
-        self.manager = manager
         self.block_pool = manager.block_pool
 
-    def blocks_to_cache(self, request: Request, start: int, end: int) -> set[int] | None:
+    def blocks_to_cache(
+        self, manager: SingleTypeKVCacheManager, request: Request, start: int, end: int
+    ) -> set[int] | None:
         """Table positions in ``[start, end)`` to cache now (None: every one)."""
-        return self.boundary_blocks(request, start, end) if self.manager.sparse_retention else None
+        return manager.boundary_blocks(request, start, end) if manager.sparse_retention else None
 
     def release(
         self, request_id: str, indices: Sequence[int], blocks: list[int], priority: int = 0
@@ -226,17 +241,3 @@ class Retention:
 
     def forget(self, request_id: str) -> None:
         """The request's table is gone (after its last ``release``)."""
-
-    def boundary_blocks(
-        self, request: Request, start: int, end: int, *more_boundaries: int
-    ) -> set[int]:
-        """Table positions in ``[start, end)`` a hit at the prompt's replay boundary, the
-        shared-prefix junction or ``more_boundaries`` (in tokens) needs."""
-        manager = self.manager
-        keep: set[int] = set()
-        boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
-        for boundary in (*boundaries, *more_boundaries):
-            if boundary > 0:
-                lo, hi = manager.hit_block_range(boundary - boundary % manager.alignment_tokens)
-                keep.update(range(max(lo, start), min(hi, end)))
-        return keep
