@@ -19,8 +19,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-# One planning pass is one plan_kv_cache call (planning/plan.py before issue 14).
-PASS_FUNCTIONS = {("planning/plan.py", "plan_kv_cache"), ("planning/planner.py", "plan_kv_cache")}
+# One planning pass is one call of the planner's entry point: plan_kv_cache in
+# planning/plan.py before issue 14, then in planning/planner.py; plan_kv_cache_configs
+# since the capacity report moved to pagedkv.capacity.
+PASS_FUNCTIONS = {
+    ("planning/plan.py", "plan_kv_cache"),
+    ("planning/planner.py", "plan_kv_cache"),
+    ("planning/planner.py", "plan_kv_cache_configs"),
+}
 
 
 def profile(model: str, all_files: bool) -> dict[str, Any]:

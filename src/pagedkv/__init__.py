@@ -34,24 +34,26 @@ from pagedkv.specs import (
     UniformTypeKVCacheSpecs,
 )
 
-# --- planning (planning/) ---
-from pagedkv.planning import (
+# --- planning (planning/) and its capacity report (capacity/) ---
+from pagedkv.capacity import (
     ConcurrencyPoint,
-    DefaultKVCacheConfigBuilder,
     GroupingAlternative,
     GroupReport,
+    KVCachePlan,
+    WorkerReport,
+    plan_kv_cache,
+)
+from pagedkv.planning import (
+    DefaultKVCacheConfigBuilder,
     KVCacheConfig,
     KVCacheConfigBuilder,
     KVCacheGroupSpec,
-    KVCachePlan,
     KVCacheTensor,
     LayerRegion,
     SupportsKVCacheGrouping,
     VLLMRuleKVCacheConfigBuilder,
-    WorkerReport,
     get_kv_cache_config_builder,
     get_kv_cache_configs,
-    plan_kv_cache,
 )
 
 # --- runtime (runtime/) ---

@@ -23,13 +23,14 @@ from pagedkv import (
     get_kv_cache_configs,
     plan_kv_cache,
 )
+from pagedkv.capacity.plan import scheduler_block_size
 from pagedkv.planning.grouping import (
     check_exact_partition,
     groups_from_buckets,
     make_buckets,
     vllm_group_size,
 )
-from pagedkv.planning.sizing import RequestCost, scheduler_block_size
+from pagedkv.planning.sizing import RequestCost
 
 from .models import GiB, full, gemma3_27b, group_spec_of, llama_8b, sliding
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pagedkv.capacity.plan import full_attention_token_capacity
 from pagedkv.config import EngineConfig
-from pagedkv.planning.sizing import full_attention_token_capacity
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.sim import SchedulerSettings, SimEngine, simulate
 from pagedkv.sim.engine import bound_geometry

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pagedkv.builders.search import Scored, SearchResult, group_budget, search
+from pagedkv.capacity.report import GroupingAlternative
 from pagedkv.config import EngineConfig
 from pagedkv.planning.builder import DefaultKVCacheConfigBuilder
 from pagedkv.planning.grouping import (
@@ -18,7 +19,7 @@ from pagedkv.planning.grouping import (
     single_group,
 )
 from pagedkv.planning.placement import group_width_bytes
-from pagedkv.planning.types import GroupingAlternative, KVCacheGroupSpec
+from pagedkv.planning.types import KVCacheGroupSpec
 from pagedkv.specs.base import KVCacheSpec
 
 # Length used to score groupings when max_model_len is -1 (the planner re-scores

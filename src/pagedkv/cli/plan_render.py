@@ -9,10 +9,10 @@ from typing import Any
 
 from rich.table import Table
 
+from pagedkv.capacity import plan_kv_cache
 from pagedkv.cli.common import format_bytes, format_int, stdout_console
 from pagedkv.cli.plan_request import PlanResult
 from pagedkv.errors import ConfigError
-from pagedkv.planning import plan_kv_cache
 
 PLOT_POINTS = 32
 # 2: max_concurrency is one number (vLLM's figure at max_model_len); the per-length

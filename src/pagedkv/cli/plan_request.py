@@ -6,6 +6,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
+from pagedkv.capacity import KVCachePlan, plan_kv_cache
 from pagedkv.cli.common import DEFAULT_GPU, format_bytes, parse_bytes, stderr_console
 from pagedkv.cli.options import vllm_scheduler_defaults
 from pagedkv.config import EngineConfig, ModelConfig
@@ -22,7 +23,6 @@ from pagedkv.models import (
     load_model_config,
     memory_budgets,
 )
-from pagedkv.planning import KVCachePlan, plan_kv_cache
 from pagedkv.specs import KVCacheSpec
 
 # A 5:1 sliding-window hybrid on the most common serving GPU: its plan shows hybrid

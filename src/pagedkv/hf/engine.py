@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from pagedkv.capacity import KVCachePlan, plan_kv_cache
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
 from pagedkv.hf.attention import (
@@ -31,7 +32,6 @@ from pagedkv.hf.figures import CacheFigures, FigureCounter
 from pagedkv.hf.scheduler import GenerationScheduler, reaches_end
 from pagedkv.hf.specs import dtype_name, kv_cache_specs_for
 from pagedkv.hf.state import StateIO, check_state_support, state_blocks, state_pieces
-from pagedkv.planning import KVCachePlan, plan_kv_cache
 from pagedkv.runtime import KVCacheManager
 from pagedkv.specs import MambaSpec
 from pagedkv.tensors import (

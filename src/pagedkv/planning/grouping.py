@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pagedkv.config import KV_CACHE_GROUPING_RULES, EngineConfig
 from pagedkv.errors import ConfigError, KVCacheSpecError, PlanningError
@@ -19,7 +19,7 @@ from pagedkv.planning.pages import (
     unify_pages,
     vllm_page,
 )
-from pagedkv.planning.types import GroupingAlternative, KVCacheGroupSpec
+from pagedkv.planning.types import KVCacheGroupSpec
 from pagedkv.platforms import resolve_obj_by_qualname
 from pagedkv.specs.base import KVCacheSpec, cdiv
 from pagedkv.specs.full import FullAttentionSpec, MLAAttentionSpec
@@ -168,7 +168,7 @@ def vllm_group_size(bucket_sizes: Sequence[int]) -> int:
 
 class GroupingChoice(NamedTuple):
     groups: tuple[KVCacheGroupSpec, ...]
-    alternatives: tuple[GroupingAlternative, ...] = ()
+    alternatives: tuple[Any, ...] = ()  # pagedkv.capacity.GroupingAlternative, if scored
 
 
 # (config, the layers' specs, the platform's block size multiple) -> the groups.

@@ -1,10 +1,11 @@
-"""The cross-worker planner: specs and free memory per worker to one config each, the
-checks it runs on any builder's output, and the plan report (``plan_kv_cache``)."""
+"""The cross-worker planner: specs and free memory per worker to one config each, and
+the checks it runs on any builder's output. ``pagedkv.capacity`` reports on its result."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from pagedkv.config import EngineConfig, check_int
 from pagedkv.errors import InsufficientMemoryError, PlanningError
@@ -15,14 +16,8 @@ from pagedkv.planning.builder import (
     get_kv_cache_config_builder,
 )
 from pagedkv.planning.grouping import check_exact_partition, with_retained_tokens
-from pagedkv.planning.placement import check_regions, resolve_kv_cache_layout
-from pagedkv.planning.types import (
-    GroupingAlternative,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-    KVCachePlan,
-    WorkerReport,
-)
+from pagedkv.planning.placement import check_regions
+from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.specs.base import KVCacheSpec
 
@@ -50,7 +45,7 @@ def _check_inputs(specs: Sequence[Mapping[str, KVCacheSpec]], available: Sequenc
 
 def _group(
     builder: KVCacheConfigBuilder, config: EngineConfig, specs: Mapping[str, KVCacheSpec]
-) -> tuple[Groups, tuple[GroupingAlternative, ...]]:
+) -> tuple[Groups, tuple[Any, ...]]:
     # The default builder's own grouping also reports the alternatives its rule scored.
     if (
         isinstance(builder, DefaultKVCacheConfigBuilder)
@@ -128,6 +123,22 @@ def validate_worker_config(
     check_regions(config, worker)
 
 
+class PlannedKVCache(NamedTuple):
+    """One planning pass: every worker's config and what the capacity report reads."""
+
+    config: EngineConfig
+    configs: tuple[KVCacheConfig, ...]
+    groups: Groups  # global groups (all workers' layers)
+    bytes_per_block: tuple[int, ...]  # per worker
+    num_blocks: int
+    cost: sizing.RequestCost
+    max_model_len: int
+    max_model_len_auto_fitted: bool
+    max_model_len_limit: int
+    alternatives: tuple[Any, ...]  # what a searching grouping rule scored
+    kv_tp_replicas: int
+
+
 def _size(
     builder: KVCacheConfigBuilder,
     config: EngineConfig,
@@ -146,27 +157,16 @@ def _size(
     return worker_groups, bpb, num_blocks, cost, length, fitted
 
 
-def _lengths(max_model_len: int, context_lengths: Iterable[int] | None) -> list[int]:
-    extra = []
-    for length in context_lengths or ():
-        check_int("plan_kv_cache", "context_lengths", length, error=PlanningError)
-        if length != max_model_len and length not in extra:
-            extra.append(length)
-    return [max_model_len, *sorted(extra)]
-
-
-def plan_kv_cache(
+def plan_kv_cache_configs(
     config: EngineConfig,
     kv_cache_specs_per_worker: Sequence[Mapping[str, KVCacheSpec]],
     available_memory_per_worker: Sequence[int],
     *,
-    context_lengths: Iterable[int] | None = None,
     max_model_len_limit: int | None = None,
-) -> KVCachePlan:
-    """Plan every worker's KV cache in one pass (the flow in docs/planning.md) and report
-    capacity, waste, the alternatives and the largest ``max_model_len`` the blocks hold
-    (``-1`` fits it, at most ``max_model_len_limit``). ``context_lengths`` adds
-    concurrency points besides ``max_model_len``."""
+) -> PlannedKVCache:
+    """Plan every worker's KV cache in one pass (the flow in docs/planning.md):
+    ``max_model_len=-1`` fits the largest length the blocks hold, at most
+    ``max_model_len_limit``."""
     specs_per_worker, available = kv_cache_specs_per_worker, available_memory_per_worker
     _check_inputs(specs_per_worker, available)
     limit = DEFAULT_MAX_MODEL_LEN_LIMIT if max_model_len_limit is None else max_model_len_limit
@@ -192,46 +192,18 @@ def plan_kv_cache(
         planned = builder.get_kv_cache_config_from_groups(final, wg, num_blocks)
         validate_worker_config(planned, wg, num_blocks, available[w], w, builder)
         configs.append(dataclasses.replace(planned, max_model_len=length, kv_tp_replicas=replicas))
-    reports = sizing.group_reports(groups, cost, length)
-    points = [
-        sizing.concurrency_point(cost, n, num_blocks, max(bpb))
-        for n in _lengths(length, context_lengths)
-    ]
-    waste_bytes, waste_fraction = sizing.request_waste(reports)
-    workers = (
-        WorkerReport(
-            worker=w,
-            num_blocks=c.num_blocks,
-            bytes_per_block=bpb[w],
-            device_bytes=sum({t.size for t in c.device_tensors}),
-            host_bytes=sum({t.size for t in c.host_tensors}),
-            available_bytes=available[w],
-            num_layers=len(c.layer_names),
-        )
-        for w, c in enumerate(configs)
-    )
-    return KVCachePlan(
-        configs=tuple(configs),
-        workers=tuple(workers),
-        block_size=sizing.scheduler_block_size(groups, config.block_size),
-        num_blocks=num_blocks,
-        usable_blocks=num_blocks - 1,
-        bytes_per_block=max(bpb),
-        total_bytes_per_block=sum(bpb),
-        groups=tuple(reports),
-        max_model_len=length,
-        max_model_len_auto_fitted=fitted,
-        largest_max_model_len=(
-            length if fitted else cost.largest_fitting(num_blocks - 1, max(limit, length))
-        ),
-        max_concurrency=tuple(points),
-        token_capacity=points[0].token_capacity,
-        full_attention_token_capacity=sizing.full_attention_token_capacity(groups, num_blocks),
-        waste_bytes_per_request=waste_bytes,
-        waste_fraction=waste_fraction,
-        alternatives=alternatives,
-        kv_tp_replicas=replicas,
-        kv_cache_layout=configs[0].kv_cache_layout or resolve_kv_cache_layout(config),
+    return PlannedKVCache(
+        config,
+        tuple(configs),
+        groups,
+        tuple(bpb),
+        num_blocks,
+        cost,
+        length,
+        fitted,
+        limit,
+        alternatives,
+        replicas,
     )
 
 
@@ -242,12 +214,12 @@ def get_kv_cache_configs(
     *,
     max_model_len_limit: int | None = None,
 ) -> list[KVCacheConfig]:
-    """One KV cache config per worker, all with the same ``num_blocks`` (the configs of
-    ``plan_kv_cache``; each config's ``max_model_len`` is the one planned)."""
-    plan = plan_kv_cache(
+    """One KV cache config per worker, all with the same ``num_blocks`` (each config's
+    ``max_model_len`` is the one planned)."""
+    planned = plan_kv_cache_configs(
         config,
         kv_cache_specs_per_worker,
         available_memory_per_worker,
         max_model_len_limit=max_model_len_limit,
     )
-    return list(plan.configs)
+    return list(planned.configs)

@@ -1,5 +1,5 @@
 """Sizing: workers' specs and groups, memory to blocks, the max_model_len check and
-auto-fit, and the capacity numbers (concurrency, token capacity, padding waste)."""
+auto-fit."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from collections.abc import Collection, Mapping, Sequence
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import InsufficientMemoryError, PlanningError
-from pagedkv.planning.placement import bytes_per_block, group_width_bytes
-from pagedkv.planning.types import ConcurrencyPoint, GroupReport, KVCacheGroupSpec
+from pagedkv.planning.types import KVCacheGroupSpec
 from pagedkv.specs.base import AttentionSpec, KVCacheSpec
-from pagedkv.specs.full import FullAttentionSpec, MLAAttentionSpec
+from pagedkv.specs.full import MLAAttentionSpec
 from pagedkv.specs.local import SlidingWindowMLASpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
@@ -203,93 +202,3 @@ def fit_max_model_len(
         f"{hint}. Lower ModelConfig.max_model_len (or set it to -1 to fit automatically) "
         "or give the KV cache more memory"
     )
-
-
-def inner_specs(spec: KVCacheSpec) -> list[KVCacheSpec]:
-    if isinstance(spec, UniformTypeKVCacheSpecs):
-        return list(spec.kv_cache_specs.values())
-    return [spec]
-
-
-def is_full_attention(spec: KVCacheSpec) -> bool:
-    return all(isinstance(s, FullAttentionSpec) for s in inner_specs(spec))
-
-
-def scheduler_block_size(groups: Sequence[KVCacheGroupSpec], default: int) -> int:
-    """Smallest block size among prefix-cacheable groups (all groups if none are)."""
-    specs = [g.kv_cache_spec for g in groups if g.layer_names]
-    cacheable = [s.block_size for s in specs if s.prefix_cacheable]
-    return min(cacheable or [s.block_size for s in specs], default=default)
-
-
-def group_reports(
-    groups: Sequence[KVCacheGroupSpec], cost: RequestCost, length: int
-) -> list[GroupReport]:
-    device_bpb, host_bpb = bytes_per_block(groups), bytes_per_block(groups, host=True)
-    config = cost.config_at(length)
-    reports = []
-    for gid, group in enumerate(groups):
-        spec = group.kv_cache_spec
-        bpb = host_bpb if group.host_resident else device_bpb
-        width, real = group_width_bytes(group), spec.real_page_size_bytes
-        if not isinstance(spec, UniformTypeKVCacheSpecs):
-            real *= len(group.layer_names)
-        kinds = {s.kind for s in inner_specs(spec)}
-        reports.append(
-            GroupReport(
-                group_id=gid,
-                kind=kinds.pop() if len(kinds) == 1 else spec.kind,
-                role=group.role,
-                layer_names=group.layer_names,
-                block_size=spec.block_size,
-                page_size_bytes=width,
-                real_page_size_bytes=real,
-                padding_bytes=width - real,
-                unused_slot_bytes=bpb - width,
-                waste_bytes=bpb - real,
-                waste_fraction=(bpb - real) / bpb if bpb else 0.0,
-                blocks_per_request=spec.max_memory_usage_blocks(config),
-                host_resident=group.host_resident,
-            )
-        )
-    return reports
-
-
-def request_waste(reports: Sequence[GroupReport]) -> tuple[int, float]:
-    """Padding bytes a max-length request holds (per worker slot) and their share."""
-    device = [r for r in reports if not r.host_resident]
-    waste = sum(r.blocks_per_request * r.waste_bytes for r in device)
-    total = sum(r.blocks_per_request * (r.waste_bytes + r.real_page_size_bytes) for r in device)
-    return waste, (waste / total if total else 0.0)
-
-
-def concurrency_point(
-    cost: RequestCost, length: int, num_blocks: int, bytes_per_block: int
-) -> ConcurrencyPoint:
-    blocks = cost.blocks(length)
-    if blocks == 0:
-        return ConcurrencyPoint(context_len=length)
-    usable = num_blocks - 1
-    return ConcurrencyPoint(
-        context_len=length,
-        blocks_per_request=blocks,
-        bytes_per_request=blocks * bytes_per_block,
-        max_concurrency=usable / blocks,
-        max_requests=usable // blocks,
-        token_capacity=usable * length // blocks,
-        vllm_max_concurrency=num_blocks / blocks,
-    )
-
-
-def full_attention_token_capacity(
-    groups: Sequence[KVCacheGroupSpec], num_blocks: int
-) -> int | None:
-    """Tokens the usable blocks hold if all go to full-attention groups (None: no such group)."""
-    sizes = [
-        g.kv_cache_spec.block_size
-        for g in groups
-        if g.layer_names and not g.host_resident and is_full_attention(g.kv_cache_spec)
-    ]
-    if not sizes:
-        return None
-    return int((num_blocks - 1) / sum(1 / bs for bs in sizes))

@@ -6,10 +6,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from pagedkv.capacity.plan import full_attention_token_capacity, inner_specs, is_full_attention
+from pagedkv.capacity.report import KVCachePlan
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
-from pagedkv.planning.sizing import full_attention_token_capacity, inner_specs, is_full_attention
-from pagedkv.planning.types import KVCacheConfig, KVCachePlan
+from pagedkv.planning.types import KVCacheConfig
 from pagedkv.sim.planned import PlanInputs, plan_inputs_for, plan_with_num_blocks
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.simulator import Simulator
@@ -190,13 +191,13 @@ def engine_from_model(
     ``num_blocks`` given directly (``num_gpu_blocks_override``). With ``num_blocks`` and no
     ``max_model_len`` the planner fits the length to the blocks (at most the model's);
     with an explicit ``max_model_len`` too small a count is an ``InsufficientMemoryError``."""
+    from pagedkv.capacity import plan_kv_cache
     from pagedkv.models import (
         describe_model,
         engine_config_for,
         get_gpu,
         memory_budgets,
     )
-    from pagedkv.planning import plan_kv_cache
 
     if sum(x is not None for x in (gpu, num_blocks, kv_cache_bytes)) != 1:
         raise ConfigError("give exactly one of gpu, num_blocks and kv_cache_bytes")

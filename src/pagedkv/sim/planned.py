@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
+from pagedkv.capacity.report import KVCachePlan
 from pagedkv.config import EngineConfig
 from pagedkv.errors import InsufficientMemoryError
-from pagedkv.planning.types import KVCachePlan
 from pagedkv.specs import KVCacheSpec
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def plan_with_num_blocks(inputs: PlanInputs, num_blocks: int) -> tuple[KVCachePl
     Raises ``InsufficientMemoryError`` when the length is fixed and one request of it does
     not fit into ``num_blocks - 1`` blocks.
     """
-    from pagedkv.planning import plan_kv_cache
+    from pagedkv.capacity import plan_kv_cache
 
     length = inputs.config.max_model_len if inputs.fixed_max_model_len else -1
     config = inputs.config.replace(num_gpu_blocks_override=num_blocks, max_model_len=length)
