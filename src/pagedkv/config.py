@@ -121,8 +121,7 @@ class CacheConfig:
     kv_cache_memory_bytes: int | None = None
     mamba_cache_mode: MambaCacheMode | None = None
     hash_algo: str = "sha256_cbor"
-    # What stays cached: a name in PREFIX_CACHE_RETENTIONS, "vllm" (vLLM 0.33's sparse
-    # retention) or "dense" (pagedkv's opt-in: every full block, window blocks evicted first).
+    # What stays cached: a name in PREFIX_CACHE_RETENTIONS ("vllm", the default, or "dense").
     prefix_cache_retention: str = "vllm"
     enable_hybrid_kv_cache: bool = True
     kv_cache_layout: str | None = None

@@ -22,8 +22,7 @@ from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
 
 class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
-    ``retention``: a name in ``config.PREFIX_CACHE_RETENTIONS`` (default: the config's,
-    ``"vllm"``, vLLM 0.33's; ``"dense"``); ``free_queue``: default LRU."""
+    ``retention``: a name in ``config.PREFIX_CACHE_RETENTIONS``; ``free_queue``: default LRU."""
 
     def __init__(
         self,
@@ -394,12 +393,11 @@ def retention_class(name: str) -> type[Retention]:
     if name not in PREFIX_CACHE_RETENTIONS:
         known = ", ".join(PREFIX_CACHE_RETENTIONS)
         raise ConfigError(f"KVCacheManager retention must be one of {known}, got {name!r}")
-    module, _, attr = PREFIX_CACHE_RETENTIONS[name].rpartition(".")
+    qualname = PREFIX_CACHE_RETENTIONS[name]
+    module, _, attr = qualname.rpartition(".")
     cls = getattr(importlib.import_module(module), attr)
     if not (isinstance(cls, type) and issubclass(cls, Retention)):
-        raise ConfigError(
-            f"retention {name!r} ({PREFIX_CACHE_RETENTIONS[name]}) is not a Retention"
-        )
+        raise ConfigError(f"retention {name!r} ({qualname}) is not a Retention subclass")
     return cls
 
 

@@ -220,9 +220,8 @@ class SingleTypeKVCacheManager(ABC):
 class Retention:
     """Which full blocks a manager caches and how it frees blocks; one per manager (holding
     no reference to it). This base is vLLM 0.33's (``"vllm"``): a ``sparse_retention`` kind
-    caches only the blocks a boundary hit needs, and freed blocks go to the pool in the
-    order given. Others are named in ``config.PREFIX_CACHE_RETENTIONS`` (pagedkv's
-    ``"dense"``: pagedkv.policies)."""
+    caches only the blocks a boundary hit needs; freed blocks go to the pool in the order
+    given. Others: ``config.PREFIX_CACHE_RETENTIONS``."""
 
     def __init__(self, manager: SingleTypeKVCacheManager) -> None:
         self.block_pool = manager.block_pool
