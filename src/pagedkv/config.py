@@ -19,6 +19,14 @@ KV_CACHE_GROUPING_RULES: dict[str, str] = {
     "least-waste": "pagedkv.builders.least_waste.least_waste_grouping",
 }
 
+# Prefix-cache retentions by name (CacheConfig.prefix_cache_retention -> the qualname of the
+# Retention class KVCacheManager imports): vLLM 0.33's, the default, and pagedkv's opt-in
+# in the pagedkv.policies extension. A plugin adds one by adding an entry. See docs/runtime.md.
+PREFIX_CACHE_RETENTIONS: dict[str, str] = {
+    "vllm": "pagedkv.runtime.managers.base.Retention",
+    "dense": "pagedkv.policies.retention.DenseRetention",
+}
+
 
 def check_int(
     owner: str,
@@ -113,8 +121,7 @@ class CacheConfig:
     kv_cache_memory_bytes: int | None = None
     mamba_cache_mode: MambaCacheMode | None = None
     hash_algo: str = "sha256_cbor"
-    # What stays cached: "vllm" (vLLM 0.33's sparse retention) or "dense" (pagedkv's opt-in:
-    # every full block, window blocks evicted first). See docs/runtime.md.
+    # What stays cached: a name in PREFIX_CACHE_RETENTIONS ("vllm", the default, or "dense").
     prefix_cache_retention: str = "vllm"
     enable_hybrid_kv_cache: bool = True
     kv_cache_layout: str | None = None
@@ -142,7 +149,7 @@ class CacheConfig:
                 f"got {self.gpu_memory_utilization!r}"
             )
         check_choice(self, "mamba_cache_mode", "none", "align", allow_none=True)
-        check_choice(self, "prefix_cache_retention", "vllm", "dense")
+        check_choice(self, "prefix_cache_retention", *PREFIX_CACHE_RETENTIONS)
         check_choice(self, "kv_cache_grouping_rule", *KV_CACHE_GROUPING_RULES)
         if self.kv_cache_grouping_rule == "vllm" and self.max_kv_cache_groups is not None:
             raise ConfigError(

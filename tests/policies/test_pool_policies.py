@@ -17,7 +17,7 @@ from pagedkv.policies import make_kv_cache_manager, policy_names
 from pagedkv.policies.free_queue import PolicyFreeQueue
 from pagedkv.runtime import KVCacheManager, Request
 from pagedkv.runtime.free_queue import LRUFreeQueue
-from runtime.helpers import full, kv_config, swa
+from runtime.helpers import cached_blocks, full, kv_config, swa
 from runtime.test_stateful import MAX_MODEL_LEN, PREFIXES, KVCacheMachine
 
 from .test_policy_state import snapshot as policy_snapshot
@@ -34,9 +34,9 @@ def pool_snapshot(manager: KVCacheManager) -> Any:
     queue = pool.queue
     inner = policy_snapshot(queue.policy) if isinstance(queue, PolicyFreeQueue) else None
     return (
-        pool.free_queue(),
+        pool.queue.order(),
         list(pool.ref_cnt),
-        pool.cached_blocks(),
+        cached_blocks(pool),
         [dict(m.req_to_blocks) for m in manager.managers],
         manager.num_evictions,
         inner,

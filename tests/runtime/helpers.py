@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pagedkv import (
+    BlockPool,
     ChunkedLocalAttentionSpec,
     CrossAttentionManager,
     CrossAttentionSpec,
@@ -78,6 +80,15 @@ def make_manager(
     )
 
 
+def cached_blocks(pool: BlockPool) -> dict[tuple[Any, int], list[int]]:
+    """Every ``(block hash, group id)`` key of the pool with its blocks, first-inserted first."""
+    return {
+        (h, gid): [block, *pool._dups[gid].get(h, ())]
+        for gid, m in enumerate(pool._maps)
+        for h, block in m.items()
+    }
+
+
 def check_invariants(
     manager: KVCacheManager,
     allocated_tokens: Mapping[str, int] | None = None,
@@ -87,7 +98,7 @@ def check_invariants(
     slots for (checked against each table's length; cross-attention tables against
     ``encoder_tokens``)."""
     pool = manager.block_pool
-    free = pool.free_queue()
+    free = pool.queue.order()
     assert len(free) == len(set(free)), "a block is twice in the free queue"
     assert 0 not in free, "the null block is in the free queue"
     holders: Counter[int] = Counter()
@@ -107,7 +118,7 @@ def check_invariants(
     used = sum(1 for b in range(1, pool.num_blocks) if pool.ref_cnt[b] > 0)
     assert len(free) + used + 1 == pool.num_blocks
     assert pool.num_free_blocks == len(free)
-    cached = pool.cached_blocks()
+    cached = cached_blocks(pool)
     keyed = {b for b in range(pool.num_blocks) if pool.block_hash[b] is not None}
     in_map = [b for blocks in cached.values() for b in blocks]
     assert len(in_map) == len(set(in_map))

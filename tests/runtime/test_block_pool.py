@@ -9,6 +9,8 @@ from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import AllBlocksCleared, Request
 from pagedkv.runtime.hashing import BlockHasher
 
+from .helpers import cached_blocks
+
 
 def hashed_request(tokens: list[int], block_size: int = 4, rid: str = "r") -> Request:
     return Request(rid, tokens, hasher=BlockHasher(block_size))
@@ -22,7 +24,7 @@ def cache(pool: BlockPool, blocks: list[int], tokens: list[int], gid: int = 0) -
 
 def test_null_block_is_never_free_hashed_or_counted() -> None:
     pool = BlockPool(8, enable_caching=True, hash_block_size=4)
-    assert 0 not in pool.free_queue()
+    assert 0 not in pool.queue.order()
     assert pool.num_free_blocks == 7
     blocks = pool.get_new_blocks(7)
     assert 0 not in blocks
@@ -47,10 +49,10 @@ def test_get_new_blocks_beyond_free_raises_and_changes_nothing() -> None:
     pool = BlockPool(6)
     held = pool.get_new_blocks(2)
     pool.free_blocks(held[:1])
-    before = (pool.free_queue(), list(pool.ref_cnt))
+    before = (pool.queue.order(), list(pool.ref_cnt))
     with pytest.raises(NoFreeBlocksError):
         pool.get_new_blocks(5)
-    assert (pool.free_queue(), list(pool.ref_cnt)) == before
+    assert (pool.queue.order(), list(pool.ref_cnt)) == before
     assert pool.get_new_blocks(0) == []
 
 
@@ -59,7 +61,7 @@ def test_freed_unhashed_blocks_go_to_head_and_hashed_to_tail() -> None:
     a, b, c, d = pool.get_new_blocks(4)
     cache(pool, [c, d], list(range(8)))
     pool.free_blocks([a, c, b, d])
-    queue = pool.free_queue()
+    queue = pool.queue.order()
     assert queue[:2] == [a, b]  # unhashed, in the given order, reused first
     assert queue[-2:] == [c, d]  # hashed, least recently freed evicted first
     assert queue[2:-2] == list(range(5, 10))
@@ -73,7 +75,7 @@ def test_request_free_releases_last_block_first() -> None:
     manager.allocate_slots(req, 13)
     table = manager.get_block_ids("r")[0]
     manager.free(req)
-    queue = manager.block_pool.free_queue()
+    queue = manager.block_pool.queue.order()
     # The three full blocks were cached: tail block first among them.
     assert queue[-3:] == table[:3][::-1]
     # The partial (unhashed) block is reused first.
@@ -85,9 +87,9 @@ def test_shared_block_is_only_decremented_until_last_reference() -> None:
     (a,) = pool.get_new_blocks(1)
     pool.touch([a])
     pool.free_blocks([a])
-    assert pool.ref_cnt[a] == 1 and a not in pool.free_queue()
+    assert pool.ref_cnt[a] == 1 and a not in pool.queue.order()
     pool.free_blocks([a])
-    assert pool.ref_cnt[a] == 0 and a in pool.free_queue()
+    assert pool.ref_cnt[a] == 0 and a in pool.queue.order()
 
 
 def test_touch_revives_a_free_cached_block_from_the_middle() -> None:
@@ -97,8 +99,8 @@ def test_touch_revives_a_free_cached_block_from_the_middle() -> None:
     pool.free_blocks(blocks)
     pool.touch([blocks[1]])
     assert pool.ref_cnt[blocks[1]] == 1
-    assert blocks[1] not in pool.free_queue()
-    assert pool.free_queue()[-2:] == [blocks[0], blocks[2]]
+    assert blocks[1] not in pool.queue.order()
+    assert pool.queue.order()[-2:] == [blocks[0], blocks[2]]
     pool.touch([blocks[1]])  # in use: only the count moves
     assert pool.ref_cnt[blocks[1]] == 2
 
@@ -116,7 +118,7 @@ def test_reusing_a_cached_block_drops_its_hash_with_one_event_per_key() -> None:
         BlockRemoved(block_hashes=[req.block_hashes[0]], medium="GPU", group_idx=0),
         BlockRemoved(block_hashes=[req.block_hashes[1]], medium="GPU", group_idx=0),
     ]
-    assert pool.cached_blocks() == {}
+    assert cached_blocks(pool) == {}
 
 
 def test_duplicate_content_blocks_share_a_key_first_inserted_wins() -> None:
@@ -181,12 +183,12 @@ def test_reset_prefix_cache_refused_while_in_use_then_clears_everything() -> Non
     req = cache(pool, blocks, list(range(8)))
     assert pool.reset_prefix_cache() is False
     pool.free_blocks(blocks)
-    queue = pool.free_queue()
+    queue = pool.queue.order()
     pool.take_events()
     assert pool.reset_prefix_cache() is True
     assert pool.take_events() == [AllBlocksCleared()]
     assert pool.get_cached_block(req.block_hashes[0], [0]) is None
-    assert pool.free_queue() == queue  # order untouched
+    assert pool.queue.order() == queue  # order untouched
     assert all(key is None for key in pool.block_hash)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from pagedkv.runtime import KVCacheManager, Request
 
-from .helpers import check_invariants, full, make_manager, mamba, swa
+from .helpers import cached_blocks, check_invariants, full, make_manager, mamba, swa
 
 
 class Injected(RuntimeError):
@@ -18,10 +18,10 @@ class Injected(RuntimeError):
 def snapshot(manager: KVCacheManager) -> dict[str, Any]:
     pool = manager.block_pool
     return {
-        "free": sorted(pool.free_queue()),
+        "free": sorted(pool.queue.order()),
         "ref": list(pool.ref_cnt),
         "keys": [pool.key_of(b) for b in range(pool.num_blocks)],
-        "cached": pool.cached_blocks(),
+        "cached": cached_blocks(pool),
         "tables": [{r: list(t) for r, t in m.req_to_blocks.items()} for m in manager.managers],
         "num_cached": [dict(m.num_cached_block) for m in manager.managers],
         "evictions": manager.num_evictions,

@@ -14,6 +14,8 @@ from pagedkv.runtime import BlockPool, Request
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
 from pagedkv.runtime.hashing import BlockHasher
 
+from .helpers import cached_blocks
+
 
 def test_lru_queue_starts_in_id_order_without_the_null_block() -> None:
     queue = LRUFreeQueue(6)
@@ -107,12 +109,12 @@ def test_pool_uses_the_given_queue_and_rolls_it_back() -> None:
     pool = BlockPool(6, hash_block_size=4, free_queue=FIFOQueue(6))
     a, b = pool.get_new_blocks(2)
     pool.free_blocks([b, a])
-    assert pool.free_queue() == [3, 4, 5, b, a]
-    before = pool.free_queue()
+    assert pool.queue.order() == [3, 4, 5, b, a]
+    before = pool.queue.order()
     savepoint = pool.begin()
     pool.get_new_blocks(4)
     pool.rollback(savepoint)
-    assert pool.free_queue() == before
+    assert pool.queue.order() == before
 
 
 def test_pool_rejects_a_queue_of_the_wrong_size() -> None:
@@ -129,12 +131,12 @@ def test_rollback_restores_a_free_block_whose_hash_was_evicted() -> None:
     pool.cache_full_blocks(req, blocks, 0, 5, 4, 0)
     pool.free_blocks(blocks)
     pool.evict_blocks([blocks[0]])
-    before = (pool.free_queue(), pool.cached_blocks(), list(pool.ref_cnt))
+    before = (pool.queue.order(), cached_blocks(pool), list(pool.ref_cnt))
     savepoint = pool.begin()
     pool.touch([blocks[3]])
     pool.get_new_blocks(4)
     pool.rollback(savepoint)
-    assert (pool.free_queue(), pool.cached_blocks(), list(pool.ref_cnt)) == before
+    assert (pool.queue.order(), cached_blocks(pool), list(pool.ref_cnt)) == before
     with pytest.raises(NoFreeBlocksError):
         pool.get_new_blocks(6)
 

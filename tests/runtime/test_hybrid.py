@@ -82,7 +82,7 @@ def test_hits_of_every_group_are_adopted_before_any_group_allocates() -> None:
     g1.num_cached_block.clear()
     req = Request("b", [*range(12), 100, 101, 102, 103])
     hit, num_hit = manager.get_computed_blocks(req)
-    assert num_hit == 12 and pool.free_queue()[0] == hit.blocks[1][0]
+    assert num_hit == 12 and pool.queue.order()[0] == hit.blocks[1][0]
     assert manager.allocate_slots(req, 4, num_hit, hit) is not None
     ids = manager.get_block_ids("b")
     assert ids[1][:3] == hit.blocks[1] and set(ids[0]).isdisjoint(ids[1])

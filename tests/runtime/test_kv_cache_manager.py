@@ -10,7 +10,7 @@ from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime import FullAttentionManager, KVCacheBlocks, KVCacheManager, Request
 from pagedkv.runtime.events import BlockRemoved
 
-from .helpers import check_invariants, chunked, full, make_manager, swa
+from .helpers import cached_blocks, check_invariants, chunked, full, make_manager, swa
 
 
 def admit(manager, rid: str, tokens: list[int], **kw: object) -> Request:  # type: ignore[no-untyped-def]
@@ -100,8 +100,8 @@ def test_get_block_ids_returns_a_copy_per_group_and_empty_for_unknown() -> None:
     assert manager.get_block_ids("nope") == ([], [])
     blocks = manager.get_blocks("a")
     assert blocks.blocks == manager.get_block_ids("a")
-    assert blocks.blocks == tuple(m.get_blocks("a") for m in manager.managers)
-    assert manager.get_blocks("nope").is_empty()
+    assert blocks.blocks == tuple(m.req_to_blocks["a"] for m in manager.managers)
+    assert manager.get_blocks("nope").blocks == ([], [])
     assert manager.block_pool.get_num_free_blocks() == manager.num_free_blocks == 32 - 1 - 6
 
 
@@ -137,7 +137,7 @@ def test_caching_disabled_never_hits_and_never_hashes() -> None:
     req = Request("b", list(range(12)))
     assert manager.get_computed_blocks(req)[1] == 0
     assert req.block_hashes == []
-    assert manager.block_pool.cached_blocks() == {}
+    assert cached_blocks(manager.block_pool) == {}
 
 
 def test_max_model_len_caps_the_slots() -> None:
@@ -154,7 +154,7 @@ def test_prompt_longer_than_max_model_len_is_a_typed_error(caching: bool) -> Non
     with pytest.raises(KVCacheRuntimeError, match=r"'long'.*40 tokens.*max_model_len=16"):
         manager.allocate_slots(req, 40)
     assert manager.get_block_ids("long") == ([],)
-    assert manager.num_free_blocks == 31 and manager.block_pool.cached_blocks() == {}
+    assert manager.num_free_blocks == 31 and cached_blocks(manager.block_pool) == {}
 
 
 def test_decoding_past_max_model_len_is_a_typed_error() -> None:

@@ -18,7 +18,7 @@ def test_evict_early_puts_cached_blocks_at_the_front_of_the_cached_part() -> Non
     pool.cache_full_blocks(req, blocks, 0, 4, 4, 0)
     pool.free_blocks([blocks[0], blocks[1]])
     pool.free_blocks([blocks[3], blocks[2]], evict_first=True)
-    assert pool.free_queue()[-4:] == [blocks[3], blocks[2], blocks[0], blocks[1]]
+    assert pool.queue.order()[-4:] == [blocks[3], blocks[2], blocks[0], blocks[1]]
 
 
 def test_out_of_window_blocks_are_evicted_before_other_cached_blocks() -> None:
@@ -28,7 +28,7 @@ def test_out_of_window_blocks_are_evicted_before_other_cached_blocks() -> None:
     req.num_computed_tokens = 32
     table = manager.get_block_ids("a")[0]
     manager.allocate_slots(req, 8)  # 25 tokens skipped: blocks 0-5 leave the window
-    queue = manager.block_pool.free_queue()
+    queue = manager.block_pool.queue.order()
     cached_part = queue[-len(manager.block_pool.queue._lru) :]
     # Blocks 5..0 out of the window sit at the front of the cached part, except those
     # covering the window before the prompt end (39 -> blocks 7-8), none here.
@@ -42,7 +42,7 @@ def test_window_before_prompt_end_and_shared_junction_keeps_normal_priority() ->
     manager.allocate_slots(req, 24)
     req.num_computed_tokens = 24
     sw = manager.managers[0]
-    assert sw._retained["a"] == {3, 4}
+    assert sw.retention.retained["a"] == {3, 4}
     req.append_output_token_ids(list(range(16)))
     manager.allocate_slots(req, 16)
     table = manager.get_block_ids("a")[0]  # blocks 0-2 already left the window at 24
@@ -53,7 +53,7 @@ def test_window_before_prompt_end_and_shared_junction_keeps_normal_priority() ->
     assert set(lru[:3]) == {table[5], table[6], table[7]}
     assert table[:3] == [0, 0, 0] and lru[-1] == table[4]
     manager.free(req)
-    assert "a" not in sw._retained
+    assert "a" not in sw.retention.retained
 
 
 def test_hybrid_records_the_shared_prefix_junction() -> None:
@@ -68,7 +68,7 @@ def test_hybrid_records_the_shared_prefix_junction() -> None:
     hit, num_hit = manager.get_computed_blocks(b)
     assert num_hit == 32 and b.shared_prefix_boundary == 36
     manager.allocate_slots(b, 40 - num_hit, num_hit, hit)
-    assert manager.managers[1]._retained["b"] >= {7, 8}
+    assert manager.managers[1].retention.retained["b"] >= {7, 8}
 
 
 def test_cross_attention_is_sized_once_from_encoder_tokens_and_never_cached() -> None:

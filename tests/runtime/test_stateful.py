@@ -15,7 +15,7 @@ from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import FullAttentionManager, KVCacheManager, Request, UnitaryCoordinator
 from pagedkv.runtime.events import BlockRemoved
 
-from .helpers import check_invariants, chunked, cross, full, make_manager, mamba, swa
+from .helpers import cached_blocks, check_invariants, chunked, cross, full, make_manager, mamba, swa
 
 PREFIXES = ([], [1, 2, 3, 4, 5, 6, 7, 8], [9] * 20, [1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 14])
 CHUNK_TOKENS = 12
@@ -34,8 +34,8 @@ def exact_state(manager: KVCacheManager) -> dict[str, object]:
         for m in manager.managers
     ]
     return {
-        "free_queue": pool.free_queue(),
-        "cached": pool.cached_blocks(),
+        "free_queue": pool.queue.order(),
+        "cached": cached_blocks(pool),
         "hashes": list(pool.block_hash),
         "ref": list(pool.ref_cnt),
         "evictions": pool.num_evictions,
@@ -141,8 +141,8 @@ class KVCacheMachine(RuleBasedStateMachine):
             num_new = req.num_tokens - num_hit
         pool = self.manager.block_pool
         before = (
-            pool.free_queue(),
-            pool.cached_blocks(),
+            pool.queue.order(),
+            cached_blocks(pool),
             self.manager.get_block_ids(req.request_id),
         )
         with pytest.raises(KVCacheRuntimeError, match="max_model_len"):
@@ -150,8 +150,8 @@ class KVCacheMachine(RuleBasedStateMachine):
                 req, num_new, num_hit, hit, num_encoder_tokens=self.encoder_tokens
             )
         after = (
-            pool.free_queue(),
-            pool.cached_blocks(),
+            pool.queue.order(),
+            cached_blocks(pool),
             self.manager.get_block_ids(req.request_id),
         )
         assert after == before
@@ -161,9 +161,9 @@ class KVCacheMachine(RuleBasedStateMachine):
         """Drop hashes of random blocks (free or in use); they stay where they are."""
         pool = self.manager.block_pool
         ids = [i % pool.num_blocks for i in ids]
-        queue = pool.free_queue()
+        queue = pool.queue.order()
         self.manager.evict_blocks(ids)
-        assert pool.free_queue() == queue
+        assert pool.queue.order() == queue
         assert all(pool.key_of(i) is None for i in ids)
 
     @rule(
@@ -229,7 +229,7 @@ class KVCacheMachine(RuleBasedStateMachine):
         busy = bool(self.running)
         assert self.manager.reset_prefix_cache() is (not busy)
         if not busy:
-            assert self.manager.block_pool.cached_blocks() == {}
+            assert cached_blocks(self.manager.block_pool) == {}
 
     # --------------------------------------------------------------- helpers
     def finish_request(self, req: Request) -> None:

@@ -1,4 +1,5 @@
-"""Eviction policies beyond the runtime's LRU, selectable by name, and the host-memory tier.
+"""Eviction policies beyond the runtime's LRU, selectable by name, the host-memory tier,
+and dense prefix-cache retention.
 
 Above the core: the runtime never imports this package.
 """
@@ -9,6 +10,7 @@ from pagedkv.policies.host import HostTier, StorePlan
 from pagedkv.policies.lfu import LFUPolicy
 from pagedkv.policies.priority import PriorityPolicy
 from pagedkv.policies.registry import get_policy, policy_names, register_policy
+from pagedkv.policies.retention import DenseRetention
 from pagedkv.policies.s3fifo import S3FIFOPolicy
 from pagedkv.policies.tiered import (
     TieredHit,
@@ -18,6 +20,7 @@ from pagedkv.policies.tiered import (
 )
 
 __all__ = [
+    "DenseRetention",
     "EvictionPolicy",
     "HostTier",
     "PolicyFreeQueue",

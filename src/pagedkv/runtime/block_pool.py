@@ -29,7 +29,6 @@ class BlockPool:
         enable_caching: bool = True,
         hash_block_size: int | None = None,
         enable_events: bool = False,
-        medium: str = "GPU",
         free_queue: FreeQueue | None = None,
     ) -> None:
         if not isinstance(num_blocks, int) or isinstance(num_blocks, bool) or num_blocks < 1:
@@ -39,7 +38,7 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
-        self.medium = medium
+        self.medium = "GPU"  # of the events
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_hash: list[Any] = [None] * num_blocks  # None: not cached
         self.block_group: list[int] = [0] * num_blocks
@@ -70,10 +69,6 @@ class BlockPool:
         usable = self.num_blocks - 1
         return 0.0 if usable == 0 else 1.0 - len(self.queue) / usable
 
-    def free_queue(self) -> list[int]:
-        """All free blocks in the order they would be handed out (for tests and tools)."""
-        return self.queue.order()
-
     def hash_map(self, group_id: int) -> dict[Any, int]:
         """The ``block hash -> first cached block id`` map of one group."""
         while len(self._maps) <= group_id:
@@ -90,14 +85,6 @@ class BlockPool:
         """``(block hash, group id)`` of a cached block, None if it is not cached."""
         h = self.block_hash[block]
         return None if h is None else (h, self.block_group[block])
-
-    def cached_blocks(self) -> dict[tuple[Any, int], list[int]]:
-        """Every ``(block hash, group id)`` key with its blocks, first-inserted first."""
-        return {
-            (h, gid): [block, *self._dups[gid].get(h, ())]
-            for gid, m in enumerate(self._maps)
-            for h, block in m.items()
-        }
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop blocks from the free queue's head (cached ones lose their hash)."""

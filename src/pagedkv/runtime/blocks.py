@@ -24,14 +24,3 @@ class KVCacheBlocks(NamedTuple):
     def get_unhashed_block_ids_all_groups(self, block_hash: list[object]) -> list[int]:
         """Non-null ids without a hash yet (``block_hash``: the pool's per-block hashes)."""
         return [b for ids in self.blocks for b in ids if b != NULL_BLOCK and block_hash[b] is None]
-
-    @property
-    def num_blocks(self) -> int:
-        return sum(len(ids) for ids in self.blocks)
-
-    def is_empty(self) -> bool:
-        return not any(self.blocks)
-
-    @classmethod
-    def empty(cls, num_groups: int) -> KVCacheBlocks:
-        return cls(tuple([] for _ in range(num_groups)))

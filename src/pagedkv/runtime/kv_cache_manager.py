@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
-from pagedkv.config import EngineConfig
+from pagedkv.config import PREFIX_CACHE_RETENTIONS, EngineConfig
 from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.runtime.blocks import KVCacheBlocks
@@ -12,7 +13,7 @@ from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator,
 from pagedkv.runtime.events import BlockStored, KVCacheEvent
 from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import BlockHasher
-from pagedkv.runtime.managers.base import RETENTION_POLICIES, SingleTypeKVCacheManager
+from pagedkv.runtime.managers.base import Retention, SingleTypeKVCacheManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
 from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.request import Request
@@ -21,7 +22,7 @@ from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
 
 class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
-    ``retention``: ``"vllm"`` (vLLM 0.33's) or ``"dense"``; ``free_queue``: default LRU."""
+    ``retention``: a name in ``config.PREFIX_CACHE_RETENTIONS``; ``free_queue``: default LRU."""
 
     def __init__(
         self,
@@ -39,13 +40,7 @@ class KVCacheManager:
     ) -> None:
         if not 0.0 <= watermark < 1.0:
             raise ConfigError(f"KVCacheManager watermark must be in [0, 1), got {watermark!r}")
-        retention = retention or config.cache.prefix_cache_retention
-        if retention not in RETENTION_POLICIES:
-            raise ConfigError(
-                f"KVCacheManager retention must be one of {', '.join(RETENTION_POLICIES)}, "
-                f"got {retention!r}"
-            )
-        self.retention = retention
+        self.retention = retention = retention or config.cache.prefix_cache_retention
         groups = kv_cache_config.kv_cache_groups
         planned_len = kv_cache_config.max_model_len
         self.max_model_len = (
@@ -76,7 +71,7 @@ class KVCacheManager:
             alignment_tokens=self.scheduler_block_size,
             enable_events=enable_events,
             in_flight_tokens=config.max_in_flight_tokens,
-            retention=retention,
+            retention=retention_class(retention),
             free_queue=free_queue,
         )
         self.block_pool = self.coordinator.block_pool
@@ -390,6 +385,20 @@ class KVCacheManager:
             f"KVCacheManager(groups=[{kinds}], num_blocks={self.block_pool.num_blocks}, "
             f"caching={self.enable_caching})"
         )
+
+
+def retention_class(name: str) -> type[Retention]:
+    """The ``Retention`` named in ``config.PREFIX_CACHE_RETENTIONS``, imported by name (an
+    extension's module is loaded only when chosen; the core never imports it)."""
+    if name not in PREFIX_CACHE_RETENTIONS:
+        known = ", ".join(PREFIX_CACHE_RETENTIONS)
+        raise ConfigError(f"KVCacheManager retention must be one of {known}, got {name!r}")
+    qualname = PREFIX_CACHE_RETENTIONS[name]
+    module, _, attr = qualname.rpartition(".")
+    cls = getattr(importlib.import_module(module), attr)
+    if not (isinstance(cls, type) and issubclass(cls, Retention)):
+        raise ConfigError(f"retention {name!r} ({qualname}) is not a Retention subclass")
+    return cls
 
 
 def plain_growth(manager: SingleTypeKVCacheManager) -> bool:

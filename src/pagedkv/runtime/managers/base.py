@@ -1,8 +1,5 @@
-"""The per-group manager interface and the algorithms every kind shares.
-
-Retention ``"vllm"``: ``sparse_retention`` kinds cache only the blocks a boundary hit needs;
-``"dense"``: every full block, those leaving a window evicted first (docs/runtime.md).
-"""
+"""The per-group manager interface, the algorithms every kind shares, and the retention
+hook: which full blocks a manager caches and how it frees blocks (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -16,8 +13,6 @@ from pagedkv.specs.base import cdiv
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
     from pagedkv.specs.base import KVCacheSpec
-
-RETENTION_POLICIES = ("vllm", "dense")
 
 
 class HitQuery(NamedTuple):
@@ -54,7 +49,7 @@ class SingleTypeKVCacheManager(ABC):
         alignment_tokens: int | None = None,
         max_model_len: int | None = None,
         in_flight_tokens: int | None = None,
-        retention: str = "vllm",
+        retention: type[Retention] | None = None,
     ) -> None:
         self.kv_cache_spec = kv_cache_spec
         self.block_size = kv_cache_spec.block_size
@@ -65,10 +60,9 @@ class SingleTypeKVCacheManager(ABC):
         self.alignment_tokens = alignment_tokens or self.block_size
         self.max_model_len = max_model_len
         self.in_flight_tokens = in_flight_tokens
-        self.dense = retention == "dense" and self.skips_tokens
         self.req_to_blocks: dict[str, list[int]] = {}
         self.num_cached_block: dict[str, int] = {}
-        self._retained: dict[str, set[int]] = {}  # dense: positions freed to the LRU tail
+        self.retention = (retention or Retention)(self)
 
     @classmethod
     @abstractmethod
@@ -88,7 +82,7 @@ class SingleTypeKVCacheManager(ABC):
         return cap(self.in_flight_tokens or 0, self.max_model_len)
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
-        """Block indices a cache hit of ``num_tokens`` tokens needs (empty by default)."""
+        """Block indices a cache hit of ``num_tokens`` (aligned) tokens needs (default: none)."""
         return 0, 0
 
     def get_num_blocks_to_allocate(
@@ -152,14 +146,7 @@ class SingleTypeKVCacheManager(ABC):
         num_full //= self.block_size
         if num_full <= num_cached:
             return
-        keep = None
-        if self.dense:
-            # Every block is cached; those a boundary hit needs keep LRU order when freed.
-            self.block_pool.record(self._set_retained, request_id, self._retained.get(request_id))
-            reachable = self._reachable_blocks(request, 0, num_full, request.num_cached_tokens)
-            self._retained[request_id] = reachable
-        elif self.sparse_retention:
-            keep = self._reachable_blocks(request, num_cached, num_full)
+        keep = self.retention.blocks_to_cache(self, request, num_cached, num_full)
         pool = self.block_pool
         pool.cache_full_blocks(
             request,
@@ -173,15 +160,16 @@ class SingleTypeKVCacheManager(ABC):
         pool.record(self.num_cached_block.__setitem__, request_id, num_cached)
         self.num_cached_block[request_id] = num_full
 
-    def _reachable_blocks(
+    def boundary_blocks(
         self, request: Request, start: int, end: int, *more_boundaries: int
     ) -> set[int]:
-        # Blocks in [start, end) a hit at the replay boundary or shared-prefix junction needs.
+        """Table positions in ``[start, end)`` a hit at the prompt's replay boundary, the
+        shared-prefix junction or ``more_boundaries`` (in tokens) needs."""
         keep: set[int] = set()
         boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
         for boundary in (*boundaries, *more_boundaries):
             if boundary > 0:
-                lo, hi = self.hit_block_range(boundary)
+                lo, hi = self.hit_block_range(boundary - boundary % self.alignment_tokens)
                 keep.update(range(max(lo, start), min(hi, end)))
         return keep
 
@@ -189,10 +177,10 @@ class SingleTypeKVCacheManager(ABC):
         """Release the request's blocks, last first (the tail is evicted first)."""
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
-        retained = self._retained.pop(request_id, None) if self.dense else None
         if table:
             table.reverse()
-            self._release(range(len(table) - 1, -1, -1), table, retained, priority)
+            self.retention.release(request_id, range(len(table) - 1, -1, -1), table, priority)
+        self.retention.forget(request_id)
 
     def remove_skipped_blocks(
         self, request_id: str, num_computed_tokens: int, peers: Sequence[Any] = ()
@@ -215,28 +203,7 @@ class SingleTypeKVCacheManager(ABC):
             del blocks[blocks.index(NULL_BLOCK) :]
             start = last - len(blocks)
             table[start:last] = [NULL_BLOCK] * len(blocks)
-            m._release(range(last - 1, start - 1, -1), blocks, m._retained.get(request_id))
-
-    def _release(
-        self,
-        indices: Sequence[int],
-        blocks: list[int],
-        retained: set[int] | None,
-        priority: int = 0,
-    ) -> None:
-        # Dense retention: retained positions go to the LRU tail, the others first.
-        if not self.dense:
-            self.block_pool.free_blocks(blocks, priority)
-            return
-        early: list[int] = []
-        kept: list[int] = []
-        for i, block in zip(indices, blocks):
-            if block:
-                (kept if retained is not None and i in retained else early).append(block)
-        if early:
-            self.block_pool.free_blocks(early, priority, evict_first=True)
-        if kept:
-            self.block_pool.free_blocks(kept, priority)
+            m.retention.release(request_id, range(last - 1, start - 1, -1), blocks)
 
     def new_step_starts(self) -> None:  # noqa: B027 - optional hook
         """A new engine step begins (kinds that track per-step state reset it)."""
@@ -244,17 +211,32 @@ class SingleTypeKVCacheManager(ABC):
     def _forget(self, request_id: str) -> None:
         self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
-        self._retained.pop(request_id, None)
-
-    def _set_retained(self, request_id: str, retained: set[int] | None) -> None:
-        if retained is None:
-            self._retained.pop(request_id, None)
-        else:
-            self._retained[request_id] = retained
 
     @staticmethod
     def _truncate(table: list[int], length: int) -> None:
         del table[length:]
 
-    def get_blocks(self, request_id: str) -> list[int]:
-        return self.req_to_blocks.get(request_id, [])
+
+class Retention:
+    """Which full blocks a manager caches and how it frees blocks; one per manager (holding
+    no reference to it). This base is vLLM 0.33's (``"vllm"``): a ``sparse_retention`` kind
+    caches only the blocks a boundary hit needs; freed blocks go to the pool in the order
+    given. Others: ``config.PREFIX_CACHE_RETENTIONS``."""
+
+    def __init__(self, manager: SingleTypeKVCacheManager) -> None:
+        self.block_pool = manager.block_pool
+
+    def blocks_to_cache(
+        self, manager: SingleTypeKVCacheManager, request: Request, start: int, end: int
+    ) -> set[int] | None:
+        """Table positions in ``[start, end)`` to cache now (None: every one)."""
+        return manager.boundary_blocks(request, start, end) if manager.sparse_retention else None
+
+    def release(
+        self, request_id: str, indices: Sequence[int], blocks: list[int], priority: int = 0
+    ) -> None:
+        """Free ``blocks`` (table positions ``indices``; nulls included), first given first."""
+        self.block_pool.free_blocks(blocks, priority)
+
+    def forget(self, request_id: str) -> None:
+        """The request's table is gone (after its last ``release``)."""

@@ -50,6 +50,5 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         return (num_computed_tokens // chunk) * chunk
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
-        aligned = num_tokens - num_tokens % self.alignment_tokens
         chunk = _chunk_size(self.kv_cache_spec)
-        return (aligned // chunk) * chunk // self.block_size, aligned // self.block_size
+        return (num_tokens // chunk) * chunk // self.block_size, num_tokens // self.block_size

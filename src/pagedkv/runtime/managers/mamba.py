@@ -45,7 +45,7 @@ class MambaManager(SingleTypeKVCacheManager):
         return max(num_computed_tokens - 1, 0)
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
-        end = (num_tokens - num_tokens % self.alignment_tokens) // self.block_size
+        end = num_tokens // self.block_size
         return max(end - 1, 0), end
 
     def get_num_blocks_to_allocate(
@@ -105,14 +105,14 @@ class MambaManager(SingleTypeKVCacheManager):
                 blocks = [table[i] for i in indices]
                 for i in indices:
                     table[i] = NULL_BLOCK
-                self._release(indices, blocks, self._retained.get(request_id))
+                self.retention.release(request_id, indices, blocks)
             self._retired[request_id] = last
         index = self._last_state.get(request_id)
         if index is not None and index < cdiv(num_computed_tokens, self.block_size) - 1:
             block = table[index]
             if block:
                 table[index] = NULL_BLOCK
-                self._release([index], [block], self._retained.get(request_id))
+                self.retention.release(request_id, [index], [block])
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         request_id = request.request_id

@@ -68,10 +68,8 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         return skipped if skipped > 0 else 0
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
-        block_size = self.block_size
-        end = (num_tokens - num_tokens % self.alignment_tokens) // block_size
-        need = _window_blocks(self.kv_cache_spec)
-        return max(end - need, 0), end
+        end = num_tokens // self.block_size
+        return max(end - _window_blocks(self.kv_cache_spec), 0), end
 
 
 def _blocks(

@@ -1,0 +1,61 @@
+"""Dense retention (``CacheConfig.prefix_cache_retention="dense"``), pagedkv's opt-in beside
+vLLM's sparse one: a kind that frees blocks of running requests (window, chunk, Mamba)
+caches every full block, and blocks it frees go to the front of the cached part of the
+free queue (still hits until needed, evicted before every other cached block), except
+those a hit at the prompt end, the shared-prefix junction or the adopted hit needs,
+which keep LRU order. The runtime imports this class by name (config.PREFIX_CACHE_RETENTIONS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pagedkv.runtime.managers.base import Retention, SingleTypeKVCacheManager
+from pagedkv.runtime.request import Request
+
+
+class DenseRetention(Retention):
+    """Per manager; kinds that never free a running request's blocks (full and cross
+    attention) behave as under vLLM's retention."""
+
+    def __init__(self, manager: SingleTypeKVCacheManager) -> None:
+        super().__init__(manager)
+        self.dense = manager.skips_tokens
+        self.retained: dict[str, set[int]] = {}  # positions freed in LRU order
+
+    def blocks_to_cache(
+        self, manager: SingleTypeKVCacheManager, request: Request, start: int, end: int
+    ) -> set[int] | None:
+        if not self.dense:
+            return super().blocks_to_cache(manager, request, start, end)
+        request_id = request.request_id
+        self.block_pool.record(self._restore, request_id, self.retained.get(request_id))
+        boundaries = manager.boundary_blocks(request, 0, end, request.num_cached_tokens)
+        self.retained[request_id] = boundaries
+        return None
+
+    def release(
+        self, request_id: str, indices: Sequence[int], blocks: list[int], priority: int = 0
+    ) -> None:
+        if not self.dense:
+            super().release(request_id, indices, blocks, priority)
+            return
+        retained = self.retained.get(request_id)
+        early: list[int] = []
+        kept: list[int] = []
+        for i, block in zip(indices, blocks):
+            if block:
+                (kept if retained is not None and i in retained else early).append(block)
+        if early:
+            self.block_pool.free_blocks(early, priority, evict_first=True)
+        if kept:
+            self.block_pool.free_blocks(kept, priority)
+
+    def forget(self, request_id: str) -> None:
+        self.retained.pop(request_id, None)
+
+    def _restore(self, request_id: str, retained: set[int] | None) -> None:
+        if retained is None:
+            self.retained.pop(request_id, None)
+        else:
+            self.retained[request_id] = retained
