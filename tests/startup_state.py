@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
+import pagedkv.platforms as discovery
 import pagedkv.registry as registry_module
-from pagedkv.platforms import discovery
 from pagedkv.registry import KVCacheSpecMetadata, KVCacheSpecRegistry
 
 

@@ -164,7 +164,7 @@ def test_gpu_h20_plans_an_h20(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 PLATFORM_MODULE = """
-from pagedkv.platforms.interface import Platform
+from pagedkv.platforms import Platform
 
 
 class Wide32Platform(Platform):

@@ -149,7 +149,7 @@ def test_env_var_that_does_not_resolve_is_a_clear_error(
 
 
 def test_env_var_naming_a_non_class_object(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(PLATFORM_ENV, "pagedkv.platforms.discovery.PLATFORM_GROUP")
+    monkeypatch.setenv(PLATFORM_ENV, "pagedkv.platforms.PLATFORM_GROUP")
     with pytest.raises(PlatformError, match="expected a Platform class"):
         get_current_platform()
 
