@@ -103,6 +103,14 @@ def test_transfers_pair_the_evicted_and_loaded_blocks() -> None:
     assert [d for _, d in loads] == manager.get_block_ids("a2")[0][:3]
 
 
+def test_allocate_slots_forwards_the_options_it_does_not_read() -> None:
+    manager = tiered(10, 4, watermark=0.2)  # 2 of 10 blocks reserved for running requests
+    req = Request("a", list(range(32)))
+    assert manager.allocate_slots(req, 32) is None  # 8 + 2 > 9 free
+    new = manager.allocate_slots(req, 28, num_lookahead_tokens=4, has_scheduled_reqs=False)
+    assert new is not None and len(new.blocks[0]) == 8
+
+
 def test_host_tier_refuses_window_groups() -> None:
     config = EngineConfig.create(max_model_len=128)
     with pytest.raises(ConfigError, match="group 1 is 'sliding_window'"):
