@@ -177,8 +177,9 @@ def simulate_command(
     retention: str = typer.Option(
         "vllm",
         "--retention",
-        help="vllm (vLLM 0.33: window/Mamba blocks cached only where a hit needs them) "
-        "or dense (every full block cached, out-of-window blocks evicted first).",
+        help="vllm (vLLM 0.33: window/Mamba blocks cached only where a hit needs them), "
+        "dense (every full block cached, out-of-window blocks evicted first) or one a "
+        "plugin adds to config.PREFIX_CACHE_RETENTIONS.",
     ),
     json_output: bool = JSON_OPTION,
     bound: bool = typer.Option(False, "--bound", help="Also the clairvoyant (Belady) bound."),
@@ -193,7 +194,8 @@ def simulate_command(
     policy: str = typer.Option(
         "lru",
         "--policy",
-        help="Device eviction policy: lru, lfu, s3fifo, priority (comma-separated with --sweep).",
+        help="Device eviction policy: lru, lfu, s3fifo, priority or one a plugin registers "
+        "(comma-separated with --sweep).",
     ),
     host_cache_gib: str = typer.Option(
         "0",
@@ -219,8 +221,7 @@ def simulate_command(
 
     if arrivals not in ("all", "timestamp"):
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
-    if retention not in ("vllm", "dense"):
-        raise ConfigError(f"--retention must be 'vllm' or 'dense', got {retention!r}")
+    _check_retention(retention)
     if (workers is not None or ray_address is not None) and not sweep:
         raise ConfigError("--workers and --ray run --sweep points; add --sweep")
     _check_outputs(steps_csv, plot, sweep)
@@ -288,6 +289,18 @@ def simulate_command(
         print_summary(result, loaded, extra_rows)
         if loaded.num_skipped_lines:
             stderr_console().print(f"skipped {loaded.num_skipped_lines} malformed trace lines")
+
+
+def _check_retention(name: str) -> None:
+    """``name`` is in the table the runtime resolves retentions from (plugins' included:
+    they load with the registry)."""
+    from pagedkv.config import PREFIX_CACHE_RETENTIONS
+    from pagedkv.registry import KVCacheSpecRegistry
+
+    KVCacheSpecRegistry.ensure_registered()
+    if name not in PREFIX_CACHE_RETENTIONS:
+        known = " or ".join(map(repr, PREFIX_CACHE_RETENTIONS))
+        raise ConfigError(f"--retention must be {known}, got {name!r}")
 
 
 def _tier_phase(total: int, description: str, show: bool) -> Any:
