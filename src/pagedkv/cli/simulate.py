@@ -20,6 +20,7 @@ from pagedkv.cli.common import (
     REVISION_OPTION,
     TP_OPTION,
     check_hash_algo,
+    check_retention,
     parse_max_model_len,
     stderr_console,
 )
@@ -221,7 +222,7 @@ def simulate_command(
 
     if arrivals not in ("all", "timestamp"):
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
-    _check_retention(retention)
+    check_retention(retention)
     if (workers is not None or ray_address is not None) and not sweep:
         raise ConfigError("--workers and --ray run --sweep points; add --sweep")
     _check_outputs(steps_csv, plot, sweep)
@@ -289,18 +290,6 @@ def simulate_command(
         print_summary(result, loaded, extra_rows)
         if loaded.num_skipped_lines:
             stderr_console().print(f"skipped {loaded.num_skipped_lines} malformed trace lines")
-
-
-def _check_retention(name: str) -> None:
-    """``name`` is in the table the runtime resolves retentions from (plugins' included:
-    they load with the registry)."""
-    from pagedkv.config import PREFIX_CACHE_RETENTIONS
-    from pagedkv.registry import KVCacheSpecRegistry
-
-    KVCacheSpecRegistry.ensure_registered()
-    if name not in PREFIX_CACHE_RETENTIONS:
-        known = " or ".join(map(repr, PREFIX_CACHE_RETENTIONS))
-        raise ConfigError(f"--retention must be {known}, got {name!r}")
 
 
 def _tier_phase(total: int, description: str, show: bool) -> Any:
