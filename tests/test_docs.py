@@ -125,8 +125,11 @@ def test_architecture_doc_layer_table_matches_the_test() -> None:
     }
     assert sorted(documented) == sorted(enforced), "layers differ"
     wrong = {
-        layer: {"doc only": sorted(documented[layer] - v), "test only": sorted(v - documented[layer])}
-        for layer, v in enforced.items()
-        if documented[layer] != v
+        layer: {
+            "doc only": sorted(documented[layer] - names),
+            "test only": sorted(names - documented[layer]),
+        }
+        for layer, names in enforced.items()
+        if documented[layer] != names
     }
     assert not wrong, wrong
