@@ -40,9 +40,8 @@ from pagedkv.cli.simulate_tiers import (
 )
 from pagedkv.errors import ConfigError
 
-# One full-attention group keeps the default run short (a hybrid such as gemma-3-27b-it,
-# 7 groups with vLLM's grouping, costs ~5x more per manager call: docs/planning.md);
-# pass a model name for others.
+# One full-attention group keeps the default run short (gemma-3-27b-it, 7 groups with
+# vLLM's grouping, costs ~5x more per manager call); pass a model name for others.
 DEFAULT_MODEL = "Llama-3.1-8B"
 DEFAULT_LIMIT = 1000
 # The pool keeps a Python object per block: more than this is a typo, not a device.
