@@ -4,8 +4,9 @@ The table is the one in docs/ARCHITECTURE.md and DESIGN.md. A module's layer com
 its path (``pagedkv/planning/x.py`` is in ``planning``). Every pagedkv import counts,
 whether at module level, under ``if TYPE_CHECKING:`` or inside a function; a lazy import
 of a lower layer is fine because lower layers are always allowed. The only upward imports
-are the documented start-up hook (``bootstrap.py``, lazily) and the registry's by-name
-import of that hook.
+are the documented start-up hook (``bootstrap.py``, lazily), the registry's by-name
+import of that hook, and ``pagedkv.planning``'s by-name lookup of the capacity report's
+old names (ALLOW_LIST).
 """
 
 from __future__ import annotations
