@@ -48,7 +48,6 @@ DEFAULT_LIMIT = 1000
 MAX_NUM_BLOCKS = 2**24
 
 
-# vLLM's pickle-based hashes have no pagedkv twin; the CBOR ones give the same hits.
 def _engine(
     model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
 ) -> Any:
