@@ -19,7 +19,7 @@ KeyOf = Callable[[int], Any]
 
 class PolicyFreeQueue(FreeQueue):
     """``key_of(block)`` gives a cached block's key (for policies with a ghost list);
-    set it after the pool exists (``bind_keys``)."""
+    set it after the pool exists (``make_kv_cache_manager`` sets the pool's ``key_of``)."""
 
     def __init__(self, policy: EvictionPolicy, key_of: KeyOf | None = None) -> None:
         self.policy = policy
