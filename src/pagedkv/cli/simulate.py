@@ -41,15 +41,14 @@ from pagedkv.cli.simulate_tiers import (
 )
 from pagedkv.errors import ConfigError
 
-# One full-attention group keeps the default run short (a 31-group hybrid such as
-# gemma-3-27b-it is ~30x slower per manager call); pass a model name for others.
+# One full-attention group keeps the default run short (gemma-3-27b-it, 7 groups with
+# vLLM's grouping, costs ~5x more per manager call); pass a model name for others.
 DEFAULT_MODEL = "Llama-3.1-8B"
 DEFAULT_LIMIT = 1000
 # The pool keeps a Python object per block: more than this is a typo, not a device.
 MAX_NUM_BLOCKS = 2**24
 
 
-# vLLM's pickle-based hashes have no pagedkv twin; the CBOR ones give the same hits.
 def _engine(
     model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
 ) -> Any:

@@ -19,8 +19,9 @@ KeyOf = Callable[[int], Any]
 
 class PolicyFreeQueue(FreeQueue):
     """``key_of(block)`` gives a cached block's key (for policies with a ghost list);
-    set it after the pool exists (``bind_keys``). The uncached and never-used blocks
-    are an ``LRUFreeQueue`` that never holds a cached block (``_head``)."""
+    set it after the pool exists (``make_kv_cache_manager`` sets the pool's ``key_of``).
+    The uncached and never-used blocks are an ``LRUFreeQueue`` that never holds a cached
+    block (``_head``)."""
 
     def __init__(self, policy: EvictionPolicy, key_of: KeyOf | None = None) -> None:
         self.policy = policy
