@@ -121,6 +121,15 @@ def test_allocate_slots_names_the_leading_parameters_as_the_manager_does() -> No
     assert leading(TieredKVCacheManager.allocate_slots) == leading(KVCacheManager.allocate_slots)
 
 
+def test_allocate_slots_shows_every_manager_keyword() -> None:
+    # the simulator passes full_sequence_must_fit / has_scheduled_reqs only to a manager
+    # whose signature names them: the tier must show the manager's whole signature
+    manager = tiered(10, 4)
+    tier_params = inspect.signature(manager.allocate_slots).parameters
+    assert tier_params == inspect.signature(manager.manager.allocate_slots).parameters
+    assert {"full_sequence_must_fit", "has_scheduled_reqs"} <= set(tier_params)
+
+
 def test_host_tier_refuses_window_groups() -> None:
     config = EngineConfig.create(max_model_len=128)
     with pytest.raises(ConfigError, match="group 1 is 'sliding_window'"):

@@ -18,6 +18,7 @@ load and store, events with medium ``CPU``).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
@@ -42,9 +43,15 @@ S = TypeVar("S")
 def _params_of(
     method: Callable[Concatenate[Any, P], Any],
 ) -> Callable[[Callable[Concatenate[S, ...], R]], Callable[Concatenate[S, P], R]]:
-    """Type checkers see the decorated method take ``method``'s parameters (declared
-    once, there); it names the leading ones it reads and forwards the rest."""
-    return lambda wrapper: wrapper
+    """The decorated method takes ``method``'s parameters (declared once, there), for type
+    checkers and for ``inspect.signature`` (callers such as the simulator read it to know
+    which keywords they may pass); it names the leading ones it reads and forwards the rest."""
+
+    def decorate(wrapper: Callable[Concatenate[S, ...], R]) -> Callable[Concatenate[S, P], R]:
+        wrapper.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
 
 
 class TieredHit(NamedTuple):
