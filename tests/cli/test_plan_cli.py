@@ -296,3 +296,21 @@ def test_groups_table_waste_share_is_the_planners(
     for g in data["groups"]:
         if g["waste_bytes"]:
             assert f"{g['waste_bytes']:,} ({g['waste_fraction']:.1%})" in text
+
+
+def test_plot_plans_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the curve comes from the table's own planning pass, not from planning again
+    pytest.importorskip("matplotlib")
+    import pagedkv.capacity.plan as capacity_plan
+
+    passes: list[int] = []
+    real = capacity_plan.plan_kv_cache_configs
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        passes.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(capacity_plan, "plan_kv_cache_configs", counted)
+    out = tmp_path / "curve.png"
+    assert main(["plan", "gpt-oss-20b", "--gpu", "H100-80GB", "--plot", str(out)]) == 0
+    assert out.stat().st_size > 0 and len(passes) == 1

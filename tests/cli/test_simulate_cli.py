@@ -87,6 +87,20 @@ def test_retention_choice_reaches_the_manager():
     assert json.loads(proc.stdout)["retention"] == "dense"
 
 
+def test_a_retention_a_plugin_adds_is_selectable():
+    code = (
+        "import sys; from pagedkv import config; from pagedkv.cli import main; "
+        "config.PREFIX_CACHE_RETENTIONS['dense-again'] = config.PREFIX_CACHE_RETENTIONS['dense']; "
+        "main()"
+    )
+    args = [*BASE, "--trace", "synthetic:5:1", "--retention", "dense-again"]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=ENV, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["retention"] == "dense-again"
+
+
 def test_human_summary_and_sweep_tables():
     args = ("simulate", "Llama-3.1-8B", "--num-blocks", "300", "--trace", "synthetic:20:1")
     proc = _run(*args, "--bound")

@@ -64,3 +64,19 @@ def test_prefix_hits_skip_computing_the_prefix() -> None:
     without = gen_no_cache.generate(prompts_for(case), case.max_new_tokens).figures
     assert without.num_hit_tokens == 0
     assert with_hits.num_computed_tokens < without.num_computed_tokens
+
+
+def test_the_engine_config_is_the_models_with_the_engine_settings() -> None:
+    from pagedkv.hf import PagedGenerator
+    from pagedkv.hf.specs import dtype_name
+
+    model = tiny(CASES["qwen3"])
+    gen = PagedGenerator(model, num_blocks=40, block_size=8, max_model_len=256, max_num_seqs=3)
+    config = gen.config
+    assert (config.model.name, config.model.dtype) == ("qwen3", dtype_name(model))
+    assert (config.block_size, config.max_model_len, config.cache.cache_dtype) == (
+        8,
+        256,
+        dtype_name(model),
+    )
+    assert (config.scheduler.max_num_seqs, config.cache.num_gpu_blocks_override) == (3, 40)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
@@ -9,7 +12,7 @@ from hypothesis import given, settings
 from pagedkv import EngineConfig
 from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.policies import HostTier, TieredKVCacheManager, make_kv_cache_manager
-from pagedkv.runtime import BlockRemoved, Request
+from pagedkv.runtime import BlockRemoved, KVCacheManager, Request
 from runtime.helpers import check_invariants, full, kv_config, swa
 
 BS = 4
@@ -101,6 +104,21 @@ def test_transfers_pair_the_evicted_and_loaded_blocks() -> None:
     host_of = {d: h for d, h in stores}
     assert [h for h, _ in loads] == [host_of[d] for d in a_blocks]
     assert [d for _, d in loads] == manager.get_block_ids("a2")[0][:3]
+
+
+def test_allocate_slots_forwards_the_options_it_does_not_read() -> None:
+    manager = tiered(10, 4, watermark=0.2)  # 2 of 10 blocks reserved for running requests
+    req = Request("a", list(range(32)))
+    assert manager.allocate_slots(req, 32) is None  # 8 + 2 > 9 free
+    new = manager.allocate_slots(req, 28, num_lookahead_tokens=4, has_scheduled_reqs=False)
+    assert new is not None and len(new.blocks[0]) == 8
+
+
+def test_allocate_slots_names_the_leading_parameters_as_the_manager_does() -> None:
+    def leading(method: Callable[..., object]) -> list[inspect.Parameter]:
+        return list(inspect.signature(method).parameters.values())[:4]
+
+    assert leading(TieredKVCacheManager.allocate_slots) == leading(KVCacheManager.allocate_slots)
 
 
 def test_host_tier_refuses_window_groups() -> None:

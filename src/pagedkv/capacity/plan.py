@@ -79,7 +79,18 @@ def plan_kv_cache(
         alternatives=planned.alternatives,
         kv_tp_replicas=planned.kv_tp_replicas,
         kv_cache_layout=planned.configs[0].kv_cache_layout or resolve_kv_cache_layout(config),
+        request_cost=cost,
     )
+
+
+def concurrency_points(plan: KVCachePlan, lengths: Iterable[int]) -> list[ConcurrencyPoint]:
+    """Capacity at any context lengths from the plan's own pass (no planning again)."""
+    if plan.request_cost is None:
+        raise PlanningError("this KVCachePlan has no request cost: build it with plan_kv_cache")
+    return [
+        concurrency_point(plan.request_cost, n, plan.num_blocks, plan.bytes_per_block)
+        for n in _lengths(plan.max_model_len, lengths)
+    ]
 
 
 def _lengths(max_model_len: int, context_lengths: Iterable[int] | None) -> list[int]:

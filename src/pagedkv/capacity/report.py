@@ -4,10 +4,11 @@ length, and the plan as a whole (the one source of numbers the CLI and simulator
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pagedkv.errors import PlanningError
+from pagedkv.planning.sizing import RequestCost
 from pagedkv.planning.types import KVCacheConfig
 
 
@@ -106,6 +107,8 @@ class KVCachePlan:
     alternatives: tuple[GroupingAlternative, ...]
     kv_tp_replicas: int
     kv_cache_layout: str
+    # Blocks one request holds at any length (capacity.concurrency_points reads it).
+    request_cost: RequestCost | None = field(default=None, compare=False, repr=False)
 
     @property
     def num_groups(self) -> int:
@@ -138,8 +141,8 @@ class KVCachePlan:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (the per-worker configs are summed up in ``workers``)."""
-        out = asdict(replace(self, configs=()))
-        del out["configs"]
+        out = asdict(replace(self, configs=(), request_cost=None))
+        del out["configs"], out["request_cost"]
         for group, report in zip(out["groups"], self.groups):
             group["num_layers"] = report.num_layers
         return {**out, "num_groups": self.num_groups}

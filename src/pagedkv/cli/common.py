@@ -181,6 +181,18 @@ def check_hash_algo(value: str) -> str:
     return value
 
 
+def check_retention(name: str) -> None:
+    """``--retention``: a name in the table the runtime resolves retentions from
+    (``config.PREFIX_CACHE_RETENTIONS``; plugins, which load with the registry, may add one)."""
+    from pagedkv.config import PREFIX_CACHE_RETENTIONS
+    from pagedkv.registry import KVCacheSpecRegistry
+
+    KVCacheSpecRegistry.ensure_registered()
+    if name not in PREFIX_CACHE_RETENTIONS:
+        known = " or ".join(map(repr, PREFIX_CACHE_RETENTIONS))
+        raise ConfigError(f"--retention must be {known}, got {name!r}")
+
+
 def use_platform(value: str | None) -> str | None:
     """``--platform``: the same choices as ``$PAGEDKV_PLATFORM``, set before anything plans."""
     if value:

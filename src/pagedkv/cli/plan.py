@@ -50,7 +50,7 @@ from pagedkv.models import (
 
 # A 5:1 sliding-window hybrid on the most common serving GPU: its plan shows hybrid
 # grouping (vLLM's rule pads 8 layer slots here; --grouping least-waste shows what the
-# search weighed) and how concurrency collapses from 4K to 128K contexts, on one screen.
+# search weighed) and how concurrency collapses from 1K to 128K contexts, on one screen.
 DEFAULT_MODEL = "gemma-3-27b-it"
 DEFAULT_CONTEXT_LENGTHS = (1024, 4096, 16384, 65536)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
-from pagedkv.capacity import KVCachePlan, plan_kv_cache
+from pagedkv.capacity import KVCachePlan, concurrency_points
 from pagedkv.cli.common import format_bytes, format_int, stdout_console
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
@@ -212,18 +212,15 @@ def print_tables(result: PlanResult, plot: Path | None = None) -> None:
 
 
 def concurrency_curve(result: PlanResult) -> list[tuple[int, float]]:
-    """(context length, max concurrency) from the planner at log-spaced lengths."""
+    """(context length, max concurrency) at log-spaced lengths, from the plan's one pass."""
     top = result.plan.max_model_len
     low = max(result.plan.block_size, 16)
     lengths = sorted(
         {max(1, int(low * (top / low) ** (i / (PLOT_POINTS - 1)))) for i in range(PLOT_POINTS)}
     )
-    config = result.config.replace(max_model_len=top)
-    available = [b.kv_cache_bytes for b in result.budgets]
-    plan = plan_kv_cache(config, result.kv_cache_specs, available, context_lengths=lengths)
     return sorted(
         (p.context_len, p.max_concurrency)
-        for p in plan.max_concurrency
+        for p in concurrency_points(result.plan, lengths)
         if p.max_concurrency is not None
     )
 

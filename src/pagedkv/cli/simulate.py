@@ -20,6 +20,7 @@ from pagedkv.cli.common import (
     REVISION_OPTION,
     TP_OPTION,
     check_hash_algo,
+    check_retention,
     parse_max_model_len,
     stderr_console,
 )
@@ -40,15 +41,14 @@ from pagedkv.cli.simulate_tiers import (
 )
 from pagedkv.errors import ConfigError
 
-# One full-attention group keeps the default run short (a 31-group hybrid such as
-# gemma-3-27b-it is ~30x slower per manager call); pass a model name for others.
+# One full-attention group keeps the default run short (gemma-3-27b-it, 7 groups with
+# vLLM's grouping, costs ~5x more per manager call); pass a model name for others.
 DEFAULT_MODEL = "Llama-3.1-8B"
 DEFAULT_LIMIT = 1000
 # The pool keeps a Python object per block: more than this is a typo, not a device.
 MAX_NUM_BLOCKS = 2**24
 
 
-# vLLM's pickle-based hashes have no pagedkv twin; the CBOR ones give the same hits.
 def _engine(
     model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
 ) -> Any:
@@ -177,8 +177,9 @@ def simulate_command(
     retention: str = typer.Option(
         "vllm",
         "--retention",
-        help="vllm (vLLM 0.33: window/Mamba blocks cached only where a hit needs them) "
-        "or dense (every full block cached, out-of-window blocks evicted first).",
+        help="vllm (vLLM 0.33: window/Mamba blocks cached only where a hit needs them), "
+        "dense (every full block cached, out-of-window blocks evicted first) or one a "
+        "plugin adds to config.PREFIX_CACHE_RETENTIONS.",
     ),
     json_output: bool = JSON_OPTION,
     bound: bool = typer.Option(False, "--bound", help="Also the clairvoyant (Belady) bound."),
@@ -193,7 +194,8 @@ def simulate_command(
     policy: str = typer.Option(
         "lru",
         "--policy",
-        help="Device eviction policy: lru, lfu, s3fifo, priority (comma-separated with --sweep).",
+        help="Device eviction policy: lru, lfu, s3fifo, priority or one a plugin registers "
+        "(comma-separated with --sweep).",
     ),
     host_cache_gib: str = typer.Option(
         "0",
@@ -219,8 +221,7 @@ def simulate_command(
 
     if arrivals not in ("all", "timestamp"):
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
-    if retention not in ("vllm", "dense"):
-        raise ConfigError(f"--retention must be 'vllm' or 'dense', got {retention!r}")
+    check_retention(retention)
     if (workers is not None or ray_address is not None) and not sweep:
         raise ConfigError("--workers and --ray run --sweep points; add --sweep")
     _check_outputs(steps_csv, plot, sweep)

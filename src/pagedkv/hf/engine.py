@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from pagedkv.capacity import KVCachePlan, plan_kv_cache
-from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
 from pagedkv.hf.attention import (
     ATTENTION_NAME,
@@ -30,8 +29,9 @@ from pagedkv.hf.attention import (
 from pagedkv.hf.cache import PagedCache
 from pagedkv.hf.figures import CacheFigures, FigureCounter
 from pagedkv.hf.scheduler import GenerationScheduler, reaches_end
-from pagedkv.hf.specs import dtype_name, kv_cache_specs_for
+from pagedkv.hf.specs import dtype_name, kv_cache_specs_for, model_layout
 from pagedkv.hf.state import StateIO, check_state_support, state_blocks, state_pieces
+from pagedkv.models import engine_config_for
 from pagedkv.runtime import KVCacheManager
 from pagedkv.specs import MambaSpec
 from pagedkv.tensors import (
@@ -85,7 +85,10 @@ class PagedGenerator:
         if num_blocks is None and kv_cache_memory_bytes is None:
             kv_cache_memory_bytes = DEFAULT_KV_CACHE_BYTES
         self.model = model
-        self.config = EngineConfig.create(
+        dtype = dtype_name(model)  # what the model computes in (the adapter reads vLLM's)
+        self.config = engine_config_for(
+            model_layout(model),
+            dtype=dtype,
             block_size=block_size,
             max_model_len=max_model_len,
             max_num_batched_tokens=max_num_batched_tokens,
@@ -93,7 +96,7 @@ class PagedGenerator:
             enable_prefix_caching=enable_prefix_caching,
             num_gpu_blocks_override=num_blocks,
             kv_cache_memory_bytes=kv_cache_memory_bytes,
-            cache_dtype=dtype_name(model),
+            cache_dtype=dtype,
         )
         self.specs = kv_cache_specs_for(model, self.config)
         budget = kv_cache_memory_bytes or (1 << 40)

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from pagedkv.config import EngineConfig
-from pagedkv.models import get_kv_cache_specs
+from pagedkv.models import ModelLayout, describe_model, get_kv_cache_specs
 from pagedkv.models.source import ModelSource
 from pagedkv.specs import KVCacheSpec, MambaSpec
 
@@ -16,6 +16,16 @@ def dtype_name(model: Any) -> str:
     return str(model.dtype).removeprefix("torch.")
 
 
+def model_layout(model: Any) -> ModelLayout:
+    """pagedkv's adapter's reading of the model's own config, in the model's dtype."""
+    raw = model.config.to_dict()
+    raw["dtype"] = raw["torch_dtype"] = dtype_name(model)
+    _unfold_per_layer_config(raw)
+    raw.setdefault("num_hidden_layers", model.config.num_hidden_layers)  # derived in some
+    source = ModelSource(str(getattr(model.config, "model_type", "model")), raw)
+    return describe_model(source, use_transformers=False)
+
+
 def kv_cache_specs_for(model: Any, config: EngineConfig) -> dict[str, KVCacheSpec]:
     """``{layer name: spec}`` from pagedkv's adapter for the model's config (one worker).
 
@@ -23,12 +33,7 @@ def kv_cache_specs_for(model: Any, config: EngineConfig) -> dict[str, KVCacheSpe
     config's ``cache_dtype``, and Mamba states the model's dtype (the adapter serves a
     float32 checkpoint's states in bfloat16, as vLLM does; a float32 run keeps float32).
     """
-    raw = model.config.to_dict()
-    raw["dtype"] = raw["torch_dtype"] = dtype_name(model)
-    _unfold_per_layer_config(raw)
-    raw.setdefault("num_hidden_layers", model.config.num_hidden_layers)  # derived in some
-    source = ModelSource(str(getattr(model.config, "model_type", "model")), raw)
-    (specs,) = get_kv_cache_specs(source, config=config, use_transformers=False)
+    (specs,) = get_kv_cache_specs(model_layout(model), config=config)
     return {name: _in_model_dtype(spec, dtype_name(model)) for name, spec in specs.items()}
 
 

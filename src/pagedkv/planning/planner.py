@@ -170,7 +170,7 @@ def plan_kv_cache_configs(
     specs_per_worker, available = kv_cache_specs_per_worker, available_memory_per_worker
     _check_inputs(specs_per_worker, available)
     limit = DEFAULT_MAX_MODEL_LEN_LIMIT if max_model_len_limit is None else max_model_len_limit
-    check_int("plan_kv_cache", "max_model_len_limit", limit, error=PlanningError)
+    check_int("plan_kv_cache_configs", "max_model_len_limit", limit, error=PlanningError)
     merged = sizing.merge_worker_specs(specs_per_worker)
     KVCacheSpecRegistry.check_kv_cache_spec_registry(merged)
     merged = with_retained_tokens(merged, config.scheduler.num_lookahead_tokens)

@@ -89,3 +89,18 @@ class EvictionPolicy(ABC):
         for block, token in reversed(popped):
             self.unpop(block, token)
         return [block for block, _ in popped]
+
+
+class HitCounts(dict[int, int]):
+    """Cache hits per block (absent: none), for policies that weigh reuse; ``unhit``
+    undoes one ``hit`` exactly."""
+
+    def hit(self, block: int) -> None:
+        self[block] = self.get(block, 0) + 1
+
+    def unhit(self, block: int) -> None:
+        count = self[block] - 1
+        if count:
+            self[block] = count
+        else:
+            del self[block]

@@ -19,56 +19,43 @@ KeyOf = Callable[[int], Any]
 
 class PolicyFreeQueue(FreeQueue):
     """``key_of(block)`` gives a cached block's key (for policies with a ghost list);
-    set it after the pool exists (``bind_keys``)."""
+    set it after the pool exists (``make_kv_cache_manager`` sets the pool's ``key_of``).
+    The uncached and never-used blocks are an ``LRUFreeQueue`` that never holds a cached
+    block (``_head``)."""
 
     def __init__(self, policy: EvictionPolicy, key_of: KeyOf | None = None) -> None:
         self.policy = policy
         self.num_blocks = policy.num_blocks
         self.key_of = key_of
-        self._stack: list[int] = []
-        self._next_fresh = 1  # block 0 is the null block
+        self._head = LRUFreeQueue(policy.num_blocks)
         cls = type(policy)
         self.wants_hits = cls.hit is not EvictionPolicy.hit  # type: ignore[misc]
         self._uses_keys = cls.uses_keys
 
     def __len__(self) -> int:
-        return len(self._stack) + self.num_blocks - self._next_fresh + len(self.policy)
+        return len(self._head) + len(self.policy)
 
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
-        stack = self._stack
-        if num_blocks <= len(stack):
-            blocks = stack[len(stack) - num_blocks :]
-            del stack[len(stack) - num_blocks :]
-            blocks.reverse()
-            return blocks, None
-        blocks = stack[::-1]
-        stack.clear()
-        from_stack = len(blocks)
-        rest = num_blocks - from_stack
-        fresh = min(rest, self.num_blocks - self._next_fresh)
-        if fresh:
-            blocks.extend(range(self._next_fresh, self._next_fresh + fresh))
-            self._next_fresh += fresh
-            rest -= fresh
-        tokens: list[Any] = []
-        if rest:
-            victims, tokens = self.policy.pop_blocks(rest)
-            blocks.extend(victims)
-        return blocks, (from_stack, fresh, tokens)
+        head = self._head
+        num_head = len(head)
+        if num_blocks <= num_head:
+            blocks, token = head.pop(num_blocks)
+            return blocks, (token, ())
+        blocks, token = head.pop(num_head)
+        victims, tokens = self.policy.pop_blocks(num_blocks - num_head)
+        blocks += victims
+        return blocks, (token, tokens)
 
     def unpop(self, blocks: list[int], token: Any) -> None:
-        if token is None:
-            self._stack.extend(reversed(blocks))
-            return
-        from_stack, fresh, tokens = token
+        head_token, tokens = token
+        num_head = len(blocks) - len(tokens)
         unpop = self.policy.unpop
-        for block, t in zip(reversed(blocks[from_stack + fresh :]), reversed(tokens)):
+        for block, t in zip(reversed(blocks[num_head:]), reversed(tokens)):
             unpop(block, t)
-        self._next_fresh -= fresh
-        self._stack.extend(reversed(blocks[:from_stack]))
+        self._head.unpop(blocks[:num_head], head_token)
 
     def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
-        self._stack.extend(reversed(blocks))
+        self._head.push_uncached(blocks, priority)
 
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
         key_of = self.key_of if self._uses_keys else None
@@ -92,8 +79,7 @@ class PolicyFreeQueue(FreeQueue):
         self.policy.unhit(block)
 
     def order(self) -> list[int]:
-        fresh = range(self._next_fresh, self.num_blocks)
-        return [*reversed(self._stack), *fresh, *self.policy.order()]
+        return [*self._head.order(), *self.policy.order()]
 
 
 def make_free_queue(name: str, num_blocks: int) -> FreeQueue:

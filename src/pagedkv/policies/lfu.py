@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pagedkv.policies.base import SEQ_BITS
+from pagedkv.policies.base import SEQ_BITS, HitCounts
 from pagedkv.policies.heap_policy import HeapPolicy
 from pagedkv.policies.registry import register_policy
 
@@ -20,7 +20,7 @@ from pagedkv.policies.registry import register_policy
 class LFUPolicy(HeapPolicy):
     def __init__(self, num_blocks: int) -> None:
         super().__init__(num_blocks)
-        self._hits: dict[int, int] = {}
+        self._hits = HitCounts()
         self.age = 0
 
     def level(self, block: int, priority: int) -> int:
@@ -48,14 +48,10 @@ class LFUPolicy(HeapPolicy):
         self._heap.push(block, key)
 
     def hit(self, block: int) -> None:
-        self._hits[block] = self._hits.get(block, 0) + 1
+        self._hits.hit(block)
 
     def unhit(self, block: int) -> None:
-        hits = self._hits[block] - 1
-        if hits:
-            self._hits[block] = hits
-        else:
-            del self._hits[block]
+        self._hits.unhit(block)
 
     def forget(self, block: int) -> None:
         self._hits.pop(block, None)

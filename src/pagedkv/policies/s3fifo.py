@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from pagedkv.policies.base import EvictionPolicy
+from pagedkv.policies.base import EvictionPolicy, HitCounts
 from pagedkv.policies.linked import LinkedQueue
 from pagedkv.policies.registry import register_policy
 
@@ -30,7 +30,7 @@ class S3FIFOPolicy(EvictionPolicy):
     def __init__(self, num_blocks: int, ghost_size: int | None = None) -> None:
         super().__init__(num_blocks)
         self.queues = (LinkedQueue(), LinkedQueue())
-        self.freq: dict[int, int] = {}
+        self.freq = HitCounts()
         self.in_main: set[int] = set()
         self.keys: dict[int, Any] = {}
         self.ghost: OrderedDict[Any, None] = OrderedDict()
@@ -118,14 +118,10 @@ class S3FIFOPolicy(EvictionPolicy):
         self.queues[region].reinsert(block, neighbours)
 
     def hit(self, block: int) -> None:
-        self.freq[block] = self.freq.get(block, 0) + 1
+        self.freq.hit(block)
 
     def unhit(self, block: int) -> None:
-        count = self.freq[block] - 1
-        if count:
-            self.freq[block] = count
-        else:
-            del self.freq[block]
+        self.freq.unhit(block)
 
     def forget(self, block: int) -> None:
         self.freq.pop(block, None)

@@ -18,7 +18,8 @@ load and store, events with medium ``CPU``).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError
@@ -33,6 +34,17 @@ from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.runtime.request import Request
 
 BlockPairs = list[tuple[int, int]]
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
+
+
+def _params_of(
+    method: Callable[Concatenate[Any, P], Any],
+) -> Callable[[Callable[Concatenate[S, ...], R]], Callable[Concatenate[S, P], R]]:
+    """Type checkers see the decorated method take ``method``'s parameters (declared
+    once, there); it names the leading ones it reads and forwards the rest."""
+    return lambda wrapper: wrapper
 
 
 class TieredHit(NamedTuple):
@@ -98,18 +110,14 @@ class TieredKVCacheManager:
         return TieredHit(blocks, num_device + count * bs, num_device, count * bs)
 
     # ------------------------------------------------------------- allocation
+    @_params_of(KVCacheManager.allocate_slots)
     def allocate_slots(
         self,
         request: Request,
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
-        new_computed_blocks: KVCacheBlocks | None = None,
-        num_lookahead_tokens: int = 0,
-        delay_cache_blocks: bool = False,
-        num_encoder_tokens: int = 0,
-        *,
-        full_sequence_must_fit: bool = False,
-        has_scheduled_reqs: bool = True,
+        *args: Any,
+        **kwargs: Any,
     ) -> KVCacheBlocks | None:
         """As ``KVCacheManager.allocate_slots``; a new request's host hit (from its latest
         lookup, included in ``num_new_computed_tokens``) gets device blocks to load into."""
@@ -123,15 +131,7 @@ class TieredKVCacheManager:
                 return None  # the host lost part of the hit since the lookup
             num_host = count * self.block_size
         blocks = self.manager.allocate_slots(
-            request,
-            num_new_tokens + num_host,
-            num_new_computed_tokens - num_host,
-            new_computed_blocks,
-            num_lookahead_tokens,
-            delay_cache_blocks,
-            num_encoder_tokens,
-            full_sequence_must_fit=full_sequence_must_fit,
-            has_scheduled_reqs=has_scheduled_reqs,
+            request, num_new_tokens + num_host, num_new_computed_tokens - num_host, *args, **kwargs
         )
         if blocks is not None and pending is not None and num_host:
             self._queue_loads(request, pending, keys)

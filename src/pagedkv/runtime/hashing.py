@@ -1,5 +1,5 @@
 """Chained block hashing, byte-identical to vLLM 0.33's for the same algorithm: block
-``i``'s hash is ``hash_fn((hash of block i-1 or NONE_HASH, token_ids, extra_keys))``."""
+``i``'s hash is ``hash_fn((hash of block i-1 or none_hash, token_ids, extra_keys))``."""
 
 from __future__ import annotations
 

@@ -110,34 +110,25 @@ class SimEngine:
     ) -> Simulator:
         """A simulator over a new, empty ``KVCacheManager`` (publishing KV events with
         ``enable_events``, for a fleet's router)."""
-        from pagedkv.runtime import KVCacheManager, Request
+        from pagedkv.policies import make_kv_cache_manager
+        from pagedkv.runtime import Request
 
         settings = settings or SchedulerSettings()
         config = self.config.replace(
             max_num_batched_tokens=settings.max_num_batched_tokens,
             max_num_seqs=settings.max_num_seqs,
         )
-        if self.eviction_policy == "lru" and not self.host_num_blocks:
-            manager: Any = KVCacheManager(
-                self.kv_cache_config,
-                config,
-                hash_algo=self.hash_algo,
-                retention=self.retention,
-                enable_events=enable_events,
-            )
-        else:
-            from pagedkv.policies import make_kv_cache_manager
-
-            manager = make_kv_cache_manager(
-                self.kv_cache_config,
-                config,
-                policy=self.eviction_policy,
-                host_num_blocks=self.host_num_blocks,
-                host_policy=self.host_policy,
-                hash_algo=self.hash_algo,
-                retention=self.retention,
-                enable_events=enable_events,
-            )
+        # "lru" without a host tier is a plain KVCacheManager with the runtime's own queue
+        manager: Any = make_kv_cache_manager(
+            self.kv_cache_config,
+            config,
+            policy=self.eviction_policy,
+            host_num_blocks=self.host_num_blocks,
+            host_policy=self.host_policy,
+            hash_algo=self.hash_algo,
+            retention=self.retention,
+            enable_events=enable_events,
+        )
         hasher = manager.hasher if manager.enable_caching else None
 
         def make_request(request_id: str, token_ids: list[int]) -> Any:

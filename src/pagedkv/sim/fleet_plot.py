@@ -5,18 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pagedkv.errors import ConfigError
 from pagedkv.sim.fleet_result import FleetResult
+from pagedkv.sim.plot import HIT_RATE_LABEL, new_figure, save_figure
 
 
 def plot_fleet_sweep(results: Sequence[FleetResult], path: str | Path, *, title: str) -> None:
     """Write a PNG: hit rate (with one N-times cache's LRU and bound) and load imbalance."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'pagedkv[plot]'") from None
-    # Built without pyplot (as sim.plot.sweep_figure), so no global backend is chosen.
-    fig = Figure(figsize=(10, 4.2), dpi=120)
+    fig = new_figure(figsize=(10, 4.2), dpi=120)
     hit_ax, load_ax = fig.subplots(1, 2)
     routers = list(dict.fromkeys(r.router for r in results))
     for router in routers:
@@ -30,7 +25,7 @@ def plot_fleet_sweep(results: Sequence[FleetResult], path: str | Path, *, title:
         lru = [100 * (single[k].single_cache_hit_rate or 0.0) for k in n]
         hit_ax.plot(n, lru, "k:", label="one N-times cache (LRU)")
         hit_ax.plot(n, [100 * (single[k].bound_hit_rate or 0.0) for k in n], "k--", label="bound")
-    hit_ax.set_ylabel("prefix-cache hit rate (% of prompt tokens)")
+    hit_ax.set_ylabel(HIT_RATE_LABEL)
     load_ax.set_ylabel("imbalance (max / mean running)")
     for ax in (hit_ax, load_ax):
         ax.set_xlabel("replicas")
@@ -39,4 +34,4 @@ def plot_fleet_sweep(results: Sequence[FleetResult], path: str | Path, *, title:
     hit_ax.set_ylim(bottom=0)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)

@@ -9,29 +9,48 @@ from typing import Any
 from pagedkv.errors import ConfigError
 from pagedkv.sim.run import SweepPoint
 
+HIT_RATE_LABEL = "prefix-cache hit rate (% of prompt tokens)"
 
-def sweep_figure(points: Sequence[SweepPoint], *, title: str, block_size: int) -> Any:
-    """LRU and bound hit rates against cache size in tokens, as a matplotlib Figure.
 
-    Built without pyplot, so no global backend is chosen (notebooks keep theirs)."""
+def new_figure(**options: Any) -> Any:
+    """A matplotlib ``Figure(**options)``, built without pyplot so that no global backend
+    is chosen (notebooks keep theirs)."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
         raise ConfigError("plotting needs matplotlib: pip install 'pagedkv[plot]'") from None
+    return Figure(**options)
+
+
+def hit_rate_axes(ax: Any, *, xlabel: str, title: str, legend_size: float | None = None) -> None:
+    """The sweep plots' axes: cache size (log 2) against hit rate from 0."""
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(HIT_RATE_LABEL)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
+def save_figure(fig: Any, path: str | Path) -> None:
+    """Write ``fig`` (a PNG for a .png path); an unwritable path is a ConfigError."""
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the plot to {path}: {exc.strerror or exc}") from None
+
+
+def sweep_figure(points: Sequence[SweepPoint], *, title: str, block_size: int) -> Any:
+    """LRU and bound hit rates against cache size in tokens, as a matplotlib Figure."""
     tokens = [p.num_blocks * block_size for p in points]
-    fig = Figure(figsize=(7, 4.2), dpi=120)
+    fig = new_figure(figsize=(7, 4.2), dpi=120)
     ax = fig.subplots()
     ax.plot(tokens, [100 * p.hit_rate for p in points], "o-", label="LRU (pagedkv manager)")
     bound = [p.bound_hit_rate for p in points]
     if all(b is not None for b in bound):
         ax.plot(tokens, [100 * (b or 0.0) for b in bound], "s--", label="clairvoyant bound")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("KV cache size (tokens)")
-    ax.set_ylabel("prefix-cache hit rate (% of prompt tokens)")
-    ax.set_ylim(bottom=0)
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+    hit_rate_axes(ax, xlabel="KV cache size (tokens)", title=title)
     fig.tight_layout()
     return fig
 
@@ -40,8 +59,4 @@ def plot_sweep(
     points: Sequence[SweepPoint], path: str | Path, *, title: str, block_size: int
 ) -> None:
     """Write :func:`sweep_figure` as a PNG."""
-    fig = sweep_figure(points, title=title, block_size=block_size)
-    try:
-        fig.savefig(path)
-    except OSError as exc:
-        raise ConfigError(f"cannot write the plot to {path}: {exc.strerror or exc}") from None
+    save_figure(sweep_figure(points, title=title, block_size=block_size), path)

@@ -170,12 +170,9 @@ def tier_sweep(
 def plot_tier_sweep(points: Sequence[TierPoint], path: str, *, title: str) -> None:
     """Hit rate against total cache (device + host tokens): one line per policy and host
     size, the bound of a cache that large dashed."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'pagedkv[plot]'") from None
-    # Built without pyplot (as sim.plot.sweep_figure), so no global backend is chosen.
-    fig = Figure(figsize=(7.5, 4.5), dpi=120)
+    from pagedkv.sim.plot import hit_rate_axes, new_figure, save_figure
+
+    fig = new_figure(figsize=(7.5, 4.5), dpi=120)
     ax = fig.subplots()
     lines: dict[tuple[int, str], list[TierPoint]] = {}
     for p in points:
@@ -202,12 +199,6 @@ def plot_tier_sweep(points: Sequence[TierPoint], path: str, *, title: str) -> No
         )
         if bound and all(b is not None for _, b in bound):
             ax.plot([t for t, _ in bound], [100 * (b or 0.0) for _, b in bound], style, label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("KV cache, device + host (tokens)")
-    ax.set_ylabel("prefix-cache hit rate (% of prompt tokens)")
-    ax.set_ylim(bottom=0)
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    hit_rate_axes(ax, xlabel="KV cache, device + host (tokens)", title=title, legend_size=7)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
