@@ -30,6 +30,8 @@ def plan_kv_cache(
     capacity, waste, the alternatives and the largest ``max_model_len`` the blocks hold
     (``-1`` fits it, at most ``max_model_len_limit``). ``context_lengths`` adds
     concurrency points besides ``max_model_len``."""
+    if max_model_len_limit is not None:  # named here: the caller called plan_kv_cache
+        check_int("plan_kv_cache", "max_model_len_limit", max_model_len_limit, error=PlanningError)
     planned = plan_kv_cache_configs(
         config,
         kv_cache_specs_per_worker,

@@ -86,8 +86,16 @@ class PagedGenerator:
             kv_cache_memory_bytes = DEFAULT_KV_CACHE_BYTES
         self.model = model
         dtype = dtype_name(model)  # what the model computes in (the adapter reads vLLM's)
+        layout = model_layout(model)
+        if layout.max_encoder_len:
+            # Before planning: the model's encoder length would size cross-attention blocks
+            # and a small cache would fail with a misleading out-of-memory error instead.
+            raise HFIntegrationError(
+                f"{layout.name}: pagedkv.hf runs decoder-only models; this one has "
+                "cross-attention (encoder-decoder) layers, which it does not map"
+            )
         self.config = engine_config_for(
-            model_layout(model),
+            layout,
             dtype=dtype,
             block_size=block_size,
             max_model_len=max_model_len,
