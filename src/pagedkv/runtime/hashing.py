@@ -75,7 +75,7 @@ xxhash128 = xxhash_cbor  # pagedkv's earlier name
 
 
 def builtin(obj: Any) -> int:
-    """Python's ``hash`` (pagedkv only, for simulation): fastest, varies with PYTHONHASHSEED."""
+    """Python's ``hash`` (pagedkv only, for simulation): fastest, differs between processes."""
     return hash(obj)
 
 
