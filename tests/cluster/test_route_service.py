@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -164,3 +165,16 @@ def test_a_dead_feed_turns_healthz_503_and_a_bad_endpoint_is_named() -> None:
             assert answer.status_code == 503 and "index bug" in answer.json()["error"]
     with pytest.raises(ConfigError, match=r"engine .x. at tcp://"):
         IndexFeed(KVIndex(), {"x": EngineEndpoints("tcp://*:notaport")}).start()
+
+
+def test_route_serve_refuses_the_per_process_builtin_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from pagedkv.cli.app import main
+
+    def run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the command started serving")
+
+    monkeypatch.setitem(sys.modules, "uvicorn", types.SimpleNamespace(run=run))
+    args = ["route", "serve", "--engines", "tcp://127.0.0.1:1", "--hash-algo", "builtin"]
+    assert main(args) == 2

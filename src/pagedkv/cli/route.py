@@ -73,6 +73,12 @@ def serve_command(
     ),
 ) -> None:
     """Subscribe to engines and answer POST /route, /healthz and /metrics over HTTP."""
+    if hash_algo == "builtin":
+        raise typer.BadParameter(
+            "Python's hash differs between processes, so the router's block hashes would never "
+            "match the engines'; use a stable algorithm (the engines' own, sha256_cbor by default)",
+            param_hint="--hash-algo builtin",
+        )
     try:
         import uvicorn
 
