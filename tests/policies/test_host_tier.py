@@ -192,3 +192,14 @@ def test_a_host_hit_lost_before_allocation_is_refused_and_leaks_nothing() -> Non
     assert sum(manager.host.pins) == 0
     hit = manager.get_computed_blocks(again)  # a fresh lookup sees what is left
     assert hit.num_host_tokens < 16
+
+
+def test_free_drops_a_host_hit_never_allocated() -> None:
+    manager = tiered(device_blocks=7, host_blocks=8)
+    run(manager, Request("a", list(range(17))))
+    run(manager, Request("b", list(range(100, 121))))
+    waiting = Request("w", list(range(17)))
+    assert manager.get_computed_blocks(waiting).num_host_tokens == 16
+    manager.free(waiting)  # aborted before it was scheduled
+    assert manager._pending == {}
+    check_invariants(manager.manager, {})

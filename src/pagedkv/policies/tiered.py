@@ -173,6 +173,12 @@ class TieredKVCacheManager:
             pairs = [(block, target[key]) for block, key in items if key in target]
             self._stores.append((gid, plan.keys, pairs))
 
+    def free(self, request: Request | str) -> None:
+        """As ``KVCacheManager.free``; also drops a host hit looked up but never allocated
+        (a request aborted while waiting)."""
+        self._pending.pop(request if isinstance(request, str) else request.request_id, None)
+        self.manager.free(request)
+
     # ------------------------------------------------------------------- steps
     def take_transfers(self) -> Transfers:
         """This step's copies; the host side counts them done (run them before the
