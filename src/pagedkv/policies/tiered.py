@@ -90,7 +90,7 @@ class TieredKVCacheManager:
         self._pending: dict[str, tuple[int, int]] = {}  # request -> (first block, count)
         self._stores: list[tuple[int, list[Any], BlockPairs]] = []
         self._loads: list[tuple[int, list[Any], BlockPairs]] = []
-        self.device_hit_tokens = self.host_hit_tokens = 0
+        self.host_hit_tokens = 0  # tokens of the host hits allocated (loads queued)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.manager, name)
