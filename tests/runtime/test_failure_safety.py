@@ -25,6 +25,11 @@ def snapshot(manager: KVCacheManager) -> dict[str, Any]:
         "tables": [{r: list(t) for r, t in m.req_to_blocks.items()} for m in manager.managers],
         "num_cached": [dict(m.num_cached_block) for m in manager.managers],
         "evictions": manager.num_evictions,
+        # Mamba's per-step state: hashes cached this step, the block each request reads.
+        "mamba": [
+            (set(getattr(m, "_cached_this_step", ())), dict(getattr(m, "_last_state", {})))
+            for m in manager.managers
+        ],
     }
 
 
