@@ -51,6 +51,10 @@ class SchedulerSettings:
         if self.arrivals not in ("all", "timestamp"):
             raise ConfigError("SchedulerSettings.arrivals must be 'all' or 'timestamp'")
 
+    def step_seconds(self, num_tokens: int) -> float:
+        """Simulated duration of a step that schedules ``num_tokens`` tokens."""
+        return self.step_base_s + self.step_per_token_s * num_tokens
+
 
 class Seq:
     """One trace request inside a replay; ``req`` is its runtime ``Request`` while live."""
