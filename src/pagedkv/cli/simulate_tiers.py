@@ -114,6 +114,7 @@ def run_tier_sweep(
     progress: Callable[[int, str], Any],
 ) -> None:
     """Every policy x device size (1/8x .. 4x) x host size; a table (or JSON) and a plot."""
+    from pagedkv.sim.engine import bound_geometry
     from pagedkv.sim.run import sweep_sizes
     from pagedkv.sim.tiers import cost_model_for, host_blocks_for, plot_tier_sweep, tier_sweep
 
@@ -131,6 +132,8 @@ def run_tier_sweep(
             hosts,
             host_policy=opts.host_policy,
             cost=cost,
+            # as the plain sweep: no bound without a full-attention group
+            bound=bound_geometry(engine.kv_cache_config) is not None,
             progress=update,
         )
     if plot is not None:
