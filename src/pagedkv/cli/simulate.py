@@ -262,7 +262,9 @@ def simulate_command(
         return
     if sweep and tiers.active:
         progress = functools.partial(_tier_phase, show=show)
-        run_tier_sweep(engine, loaded, settings, tiers, plot, json_output, progress)
+        run_tier_sweep(
+            engine, loaded, settings, tiers, plot, json_output, progress, workers, ray_address
+        )
         return
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show, workers, ray_address)

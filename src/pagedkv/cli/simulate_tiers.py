@@ -112,6 +112,8 @@ def run_tier_sweep(
     plot: str | None,
     json_output: bool,
     progress: Callable[[int, str], Any],
+    workers: int | None = None,
+    ray_address: str | None = None,
 ) -> None:
     """Every policy x device size (1/8x .. 4x) x host size; a table (or JSON) and a plot."""
     from pagedkv.sim.engine import bound_geometry
@@ -135,6 +137,8 @@ def run_tier_sweep(
             # as the plain sweep: no bound without a full-attention group
             bound=bound_geometry(engine.kv_cache_config) is not None,
             progress=update,
+            workers=workers,
+            ray_address=ray_address,
         )
     if plot is not None:
         title = f"{engine.model_name}, {loaded.name} ({len(loaded.requests)} requests)"
