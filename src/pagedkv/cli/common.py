@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -191,6 +192,13 @@ def check_retention(name: str) -> None:
     if name not in PREFIX_CACHE_RETENTIONS:
         known = " or ".join(map(repr, PREFIX_CACHE_RETENTIONS))
         raise ConfigError(f"--retention must be {known}, got {name!r}")
+
+
+def check_output_dir(option: str, path: str | Path) -> None:
+    """An output file's directory must exist: checked before any work is done."""
+    folder = Path(path).expanduser().parent
+    if not folder.is_dir():
+        raise ConfigError(f"{option}: directory {str(folder)!r} does not exist")
 
 
 def use_platform(value: str | None) -> str | None:
