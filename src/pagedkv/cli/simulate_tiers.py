@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from pagedkv.cli.common import format_int, stdout_console
+from pagedkv.cli.common import format_int, format_percent, stdout_console
 from pagedkv.errors import ConfigError
 
 
@@ -77,17 +77,20 @@ def tier_rows(result: Any, engine: Any, opts: TierOptions) -> tuple[list[tuple[s
             if engine.host_num_blocks
             else "none",
         ),
-        ("hit tokens on device", f"{format_int(device_hits)} ({100 * device_hits / prompt:.2f} %)"),
+        (
+            "hit tokens on device",
+            f"{format_int(device_hits)} ({format_percent(device_hits / prompt)})",
+        ),
         (
             "hit tokens on host",
-            f"{format_int(result.host_hit_tokens)} ({100 * point.host_hit_rate:.2f} %)",
+            f"{format_int(result.host_hit_tokens)} ({format_percent(point.host_hit_rate)})",
         ),
         ("prefill tokens saved", format_int(result.hit_tokens)),
         ("est. mean TTFT (no cache)", f"{1000 * no_cache:.1f} ms"),
         ("est. mean TTFT", f"{1000 * (point.mean_ttft_s or 0.0):.1f} ms"),
     ]
     if point.tiered_bound_hit_rate is not None:
-        rows.append(("bound, device + host size", f"{100 * point.tiered_bound_hit_rate:.2f} %"))
+        rows.append(("bound, device + host size", format_percent(point.tiered_bound_hit_rate)))
     if bound_ttft is not None:
         rows.append(("est. mean TTFT at the bound", f"{1000 * bound_ttft:.1f} ms"))
     data = {
@@ -150,10 +153,6 @@ def run_tier_sweep(
     _tier_table(points)
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f} %"
-
-
 def _tier_table(points: list[Any]) -> None:
     from rich.table import Table
 
@@ -168,9 +167,9 @@ def _tier_table(points: list[Any]) -> None:
             format_int(p.num_blocks),
             format_int(p.host_num_blocks),
             format_int(p.cache_tokens),
-            _pct(p.hit_rate),
-            _pct(p.host_hit_rate),
-            _pct(bound),
+            format_percent(p.hit_rate),
+            format_percent(p.host_hit_rate),
+            format_percent(bound),
             "-" if p.mean_ttft_s is None else f"{1000 * p.mean_ttft_s:.1f} ms",
         )
     stdout_console().print(table)
