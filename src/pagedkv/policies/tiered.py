@@ -44,8 +44,8 @@ def _params_of(
     method: Callable[Concatenate[Any, P], Any],
 ) -> Callable[[Callable[Concatenate[S, ...], R]], Callable[Concatenate[S, P], R]]:
     """The decorated method takes ``method``'s parameters (declared once, there), for type
-    checkers and for ``inspect.signature`` (callers such as the simulator read it to know
-    which keywords they may pass); it names the leading ones it reads and forwards the rest."""
+    checkers and for ``inspect.signature`` (help, introspecting callers); it names the
+    leading ones it reads and forwards the rest."""
 
     def decorate(wrapper: Callable[Concatenate[S, ...], R]) -> Callable[Concatenate[S, P], R]:
         wrapper.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
