@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=1000)
     parser.add_argument("--replicas", type=int, default=8)
     parser.add_argument("--model", default="Llama-3.1-8B")
-    parser.add_argument("--gpu", default="H100")
+    parser.add_argument("--gpu", default="H100-80GB")
     parser.add_argument("--delays", default="0,0.5,2,10,60")
     parser.add_argument("--workers", type=int, default=None)
     args = parser.parse_args()

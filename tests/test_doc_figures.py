@@ -1,0 +1,60 @@
+"""The printed output shown in README.md and the docs is what its command prints today:
+`COLUMNS=100 pagedkv plan` (README.md, docs/models.md) and `pagedkv simulate --bound`
+(README.md, docs/simulation.md), every row but the two timings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMED_ROWS = ("│ manager time ", "│ wall time ")
+
+
+def _shown_output(doc: str, first_line: str) -> list[str]:
+    """The lines of the one fenced block of ``doc`` from its line that starts with
+    ``first_line`` on (a ``$ command`` line before it is skipped)."""
+    found = []
+    for block in (ROOT / doc).read_text().split("```")[1::2]:
+        lines = [line.rstrip() for line in block.splitlines()]
+        starts = [i for i, line in enumerate(lines) if line.startswith(first_line)]
+        found += [lines[i:] for i in starts]
+    assert len(found) == 1, f"{doc}: expected one block showing {first_line!r}"
+    return found[0]
+
+
+@cache
+def _printed(*argv: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "pagedkv", *argv],
+        env={**os.environ, "COLUMNS": "100"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [line.rstrip() for line in result.stdout.splitlines()]
+
+
+def _untimed(lines: list[str]) -> list[str]:
+    return [line for line in lines if not line.startswith(TIMED_ROWS)]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/models.md"])
+def test_default_plan_output_is_todays(doc: str) -> None:
+    assert _shown_output(doc, "gemma-3-27b-it on H100-80GB") == _printed("plan")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", ["README.md", "docs/simulation.md"])
+def test_default_simulate_output_is_todays(doc: str) -> None:
+    shown = _shown_output(doc, "              Llama-3.1-8B on mooncake_conversation")
+    printed = _printed("simulate", "--bound")
+    assert len(shown) == len(printed)
+    assert _untimed(shown) == _untimed(printed)
