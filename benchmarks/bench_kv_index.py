@@ -79,7 +79,7 @@ def main() -> None:
 
     rng = random.Random(0)
     tokens = [rng.randrange(1 << 16) for _ in range(args.prompt_tokens)]
-    hasher = PromptHasher(BLOCK_SIZE)
+    hasher = PromptHasher(BLOCK_SIZE, "sha256_cbor")  # the algorithm docs/cluster.md quotes
     hash_us = _median_us(lambda: hasher(tokens), max(args.runs // 10, 3))
     prompt = hasher(tokens)
     index = KVIndex()

@@ -120,7 +120,7 @@ class CacheConfig:
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: int | None = None
     mamba_cache_mode: MambaCacheMode | None = None
-    hash_algo: str = "sha256_cbor"
+    hash_algo: str = "sha256"  # vLLM 0.33's default prefix_caching_hash_algo
     # What stays cached: a name in PREFIX_CACHE_RETENTIONS ("vllm", the default, or "dense").
     prefix_cache_retention: str = "vllm"
     enable_hybrid_kv_cache: bool = True

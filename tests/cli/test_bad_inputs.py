@@ -130,6 +130,13 @@ def test_steps_csv_into_a_missing_directory(
     fails(capsys, [*SIM, "--steps-csv", str(target)], 1, "--steps-csv: directory")
 
 
+def test_plot_into_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    target = str(tmp_path / "nope" / "x.png")
+    for args in ([*SIM, "--sweep", "--plot", target], ["plan", "--plot", target]):
+        fails(capsys, args, 1, f"--plot: directory {str(tmp_path / 'nope')!r} does not exist")
+
+
 def test_plot_without_matplotlib_fails_before_the_work(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

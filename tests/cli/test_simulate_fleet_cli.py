@@ -58,3 +58,24 @@ def test_every_replica_gets_the_eviction_policy_and_host_tier(
     assert host["hit_rate"] > plain["hit_rate"]  # 58 % against 48 %: evicted blocks come back
     assert main([*BASE, "--replicas", "2", "--policy", "lfu,lru"]) == 1
     assert "need --sweep" in capsys.readouterr().err
+
+
+def test_a_policy_sweep_without_a_full_attention_group_has_no_bound(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pagedkv.sim import jobs
+
+    seen = []
+    real = jobs.run_jobs
+
+    def recording(job_list, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(kwargs["workers"])
+        return real(job_list, **kwargs)
+
+    monkeypatch.setattr(jobs, "run_jobs", recording)
+    # Mistral-7B-v0.1 is all sliding window: as the plain --sweep, no bound column
+    args = ["simulate", "Mistral-7B-v0.1", "--num-blocks", "200", "--trace", "synthetic:8:1"]
+    assert main([*args, "--sweep", "--policy", "lfu", "--workers", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["sweep"]
+    assert rows and all(r["policy"] == "lfu" and r["bound_hit_rate"] is None for r in rows)
+    assert seen == [1]  # --workers reaches the policy sweep

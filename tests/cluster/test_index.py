@@ -134,3 +134,13 @@ def test_apply_converts_in_process_hashes_when_asked() -> None:
     raw.apply("a", [BlockRemoved(block_hashes=[digests[2]], medium="GPU", group_idx=0)],
               external_block_hash)  # fmt: skip
     assert raw.engine_hashes("a") == {("GPU", 0): {external_block_hash(d) for d in digests[:2]}}
+
+
+def test_an_engine_needs_a_name() -> None:
+    # "" marks a removed engine's bit: an engine named "" would share its bit with the next
+    index = KVIndex()
+    with pytest.raises(ConfigError, match="non-empty string"):
+        index.add_engine("")
+    index.add_engine("a")
+    index.remove_engine("a")
+    assert index.add_engine("b") == 0  # the freed bit is reused

@@ -178,3 +178,24 @@ def test_route_serve_refuses_the_per_process_builtin_hash(monkeypatch: pytest.Mo
     monkeypatch.setitem(sys.modules, "uvicorn", types.SimpleNamespace(run=run))
     args = ["route", "serve", "--engines", "tcp://127.0.0.1:1", "--hash-algo", "builtin"]
     assert main(args) == 2
+
+
+def test_route_hashes_a_lora_prompt_with_its_path() -> None:
+    # vLLM's block hash keys a LoRA by name and path: a route query that drops the path
+    # would match nothing the engine cached for that adapter.
+    from pagedkv.runtime.hashing import LoRA
+
+    manager = small_manager()
+    req = Request("r", PROMPT, lora=LoRA("adapter", 1, "/adapters/a"))
+    manager.allocate_slots(req, len(PROMPT))
+    req.num_computed_tokens = len(PROMPT)
+    manager.free(req)
+    index = KVIndex()
+    index.apply("a", manager.take_events(), external_block_hash)
+    index.add_engine("b")
+    service = RouteService(index, make_router("prefix"), PromptHasher(4), ["a", "b"])
+    body = {"token_ids": PROMPT, "lora_name": "adapter", "lora_path": "/adapters/a"}
+    assert service.route(body)["cached_blocks"] == {"a": 10, "b": 0}
+    assert service.route({**body, "lora_path": "/other"})["cached_blocks"]["a"] == 0
+    with pytest.raises(ValueError, match="lora_path"):
+        service.route({**body, "lora_path": 3})

@@ -173,3 +173,33 @@ def test_no_host_hit_without_prefix_caching() -> None:
     req = Request("a", list(range(30)))
     hit = manager.get_computed_blocks(req)
     assert (hit.num_computed_tokens, hit.num_host_tokens) == (0, 0)
+
+
+def test_a_host_hit_lost_before_allocation_is_refused_and_leaks_nothing() -> None:
+    manager = tiered(device_blocks=7, host_blocks=4)
+    run(manager, Request("a", list(range(17))))
+    run(manager, Request("b", list(range(100, 121))))  # a's 4 blocks go to the host
+    again = Request("a2", list(range(17)))
+    hit = manager.get_computed_blocks(again)
+    assert hit.num_host_tokens == 16
+    free_before = manager.block_pool.get_num_free_blocks()
+    manager.host.store([("x", 0), ("y", 0)])  # the host drops two of a's blocks
+    blocks = manager.allocate_slots(again, 1, hit.num_computed_tokens, hit.blocks)
+    assert blocks is None
+    assert manager.block_pool.get_num_free_blocks() == free_before
+    assert manager.take_transfers() == ({}, {})
+    check_invariants(manager.manager, {})
+    assert sum(manager.host.pins) == 0
+    hit = manager.get_computed_blocks(again)  # a fresh lookup sees what is left
+    assert hit.num_host_tokens < 16
+
+
+def test_free_drops_a_host_hit_never_allocated() -> None:
+    manager = tiered(device_blocks=7, host_blocks=8)
+    run(manager, Request("a", list(range(17))))
+    run(manager, Request("b", list(range(100, 121))))
+    waiting = Request("w", list(range(17)))
+    assert manager.get_computed_blocks(waiting).num_host_tokens == 16
+    manager.free(waiting)  # aborted before it was scheduled
+    assert manager._pending == {}
+    check_invariants(manager.manager, {})

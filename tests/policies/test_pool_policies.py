@@ -158,3 +158,31 @@ def test_failed_allocation_rule_really_rolls_back() -> None:
         manager.allocate_slots(req, 20)
     assert pool_snapshot(manager) == before
     assert manager.num_evictions == 0
+
+
+@pytest.mark.parametrize("policy", ["lfu", "s3fifo"])
+def test_a_block_freed_without_its_hash_loses_its_hit_history(policy: str) -> None:
+    # Blocks hit, then dropped from the cache while in use (evict_blocks), come back
+    # uncached; their next content must not inherit the old hits.
+    config = EngineConfig.create(max_model_len=64, max_num_batched_tokens=64)
+    manager = make_kv_cache_manager(kv_config([full(4)], 16, 64), config, policy=policy)
+    assert isinstance(manager, KVCacheManager)
+
+    def serve(request_id: str, tokens: list[int], drop: bool = False) -> list[int]:
+        req = Request(request_id, tokens)
+        hit, num_hit = manager.get_computed_blocks(req)
+        assert manager.allocate_slots(req, len(tokens) - num_hit, num_hit, hit) is not None
+        req.num_computed_tokens = len(tokens)
+        blocks = list(manager.get_block_ids(request_id)[0])
+        if drop:
+            manager.block_pool.evict_blocks(blocks)
+        manager.free(req)
+        return blocks
+
+    serve("a", list(range(9)))
+    serve("b", list(range(9)), drop=True)
+    first = serve("c", list(range(100, 112)))  # reuses b's blocks, no hit since
+    second = serve("d", list(range(200, 212)))
+    queue = manager.block_pool.queue
+    assert isinstance(queue, PolicyFreeQueue)
+    assert queue.policy.order() == [*reversed(first), *reversed(second)]

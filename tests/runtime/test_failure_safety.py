@@ -25,6 +25,11 @@ def snapshot(manager: KVCacheManager) -> dict[str, Any]:
         "tables": [{r: list(t) for r, t in m.req_to_blocks.items()} for m in manager.managers],
         "num_cached": [dict(m.num_cached_block) for m in manager.managers],
         "evictions": manager.num_evictions,
+        # Mamba's per-step state: hashes cached this step, the block each request reads.
+        "mamba": [
+            (set(getattr(m, "_cached_this_step", ())), dict(getattr(m, "_last_state", {})))
+            for m in manager.managers
+        ],
     }
 
 
@@ -167,3 +172,30 @@ def test_exception_in_a_lockstep_running_allocation_is_rolled_back(
     new = manager.allocate_slots(running, 10)
     assert new is not None and [len(blocks) for blocks in new.blocks] == [3, 3, 3]
     check_invariants(manager, {"r2": 22, "run": 9})
+
+
+def test_rolled_back_mamba_caching_does_not_hold_back_a_later_hit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Mamba refuses a hit on a state cached in the current step; a rolled-back allocation
+    # cached nothing, so an older block with the same hash must stay usable.
+    manager = make_manager([mamba(), full()], num_blocks=40, retention="dense")
+    prompt = list(range(16))
+    a = Request("a", prompt)
+    for start in range(0, 16, 4):  # one state block per chunk
+        manager.allocate_slots(a, 4)
+        a.num_computed_tokens = start + 4
+        manager.new_step_starts()
+    manager.free(a)  # states at 4, 8, 12, 16 cached
+    manager.new_step_starts()
+    b = Request("b", prompt)
+    hit, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 12
+    fail_on_call(monkeypatch, manager.block_pool, "cache_full_blocks", 2)  # the full group's
+    with pytest.raises(Injected):
+        manager.allocate_slots(b, 4, num_hit, hit)  # would cache b's state at 16 again
+    monkeypatch.undo()
+    c = Request("c", [*prompt, 99])
+    hit, num_hit = manager.get_computed_blocks(c)
+    assert num_hit == 16
+    assert manager.allocate_slots(c, 1, num_hit, hit) is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pagedkv.runtime import HybridCoordinator, Request, UnitaryCoordinator
 
 from .helpers import check_invariants, full, make_manager, mamba, swa
@@ -87,3 +89,17 @@ def test_hits_of_every_group_are_adopted_before_any_group_allocates() -> None:
     ids = manager.get_block_ids("b")
     assert ids[1][:3] == hit.blocks[1] and set(ids[0]).isdisjoint(ids[1])
     check_invariants(manager, {"b": 16})
+
+
+@pytest.mark.parametrize("delayed", [False, True])
+def test_hybrid_caches_up_to_a_multiple_of_the_scheduler_block_size(delayed: bool) -> None:
+    # vLLM's cacheable-token rule for several groups: block sizes 4 and 8 cache up to a
+    # multiple of 8, in allocate_slots and in a delayed cache_blocks alike.
+    manager = make_manager([full(4), full(8)], num_blocks=32)
+    req = Request("a", list(range(12)))
+    assert manager.allocate_slots(req, 12, delay_cache_blocks=delayed) is not None
+    if delayed:
+        manager.cache_blocks(req, 12)
+    hashes = manager.block_pool.block_hash
+    cached = [[hashes[b] is not None for b in table] for table in manager.get_block_ids("a")]
+    assert cached == [[True, True, False], [True, False]]

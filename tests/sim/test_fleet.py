@@ -157,3 +157,15 @@ def test_imbalance_counts_busy_time_only_not_idle_jumps_to_an_arrival() -> None:
     assert [r.requests for r in result.replicas] == [2, 2]
     assert result.imbalance == pytest.approx(1.0, abs=0.05)
     assert all(r.mean_running < 0.01 for r in result.replicas)  # busy well under 1 % of the time
+
+
+def test_policy_sweep_in_worker_processes_matches_in_process() -> None:
+    from pagedkv.sim.tiers import tier_sweep
+
+    args = (_engine(), TRACE.head(40), SETTINGS, ["lru", "lfu"], [40, 80], [0, 30])
+    here = tier_sweep(*args)
+    pool = tier_sweep(*args, workers=2)
+    assert here == pool and len(here) == 8
+    assert [(p.num_blocks, p.host_num_blocks, p.policy) for p in here][:3] == [
+        (40, 0, "lru"), (40, 0, "lfu"), (40, 30, "lru")
+    ]  # fmt: skip

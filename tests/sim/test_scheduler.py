@@ -257,3 +257,26 @@ def test_a_boundary_returned_by_the_lookup_is_kept_on_the_request():
     sim.mgr = recorder
     res = sim.run(make_trace((((1, 12),), 1)))
     assert recorder.seen == [8] and res.requests_done == 1
+
+
+class _IgnoresFullSequence(_AdmissionRecorder):
+    """The real manager, told to reserve only the first chunk at admission."""
+
+    def allocate_slots(self, request, *args, full_sequence_must_fit=False, **kwargs):
+        return super().allocate_slots(request, *args, full_sequence_must_fit=False, **kwargs)
+
+
+def test_admission_waits_until_the_whole_prompt_fits():
+    # 5 usable blocks of 4 tokens. R0: 4 prompt tokens, 8 outputs (3 blocks at its end).
+    # R1: 20 prompt tokens (5 blocks) in 4-token chunks. As vLLM's scheduler
+    # (scheduler_reserve_full_isl), R1 is not admitted beside R0: its whole prompt does not
+    # fit into the 4 free blocks, though its first chunk would; it starts once R0 is done,
+    # and nothing is preempted. Admitting on the first chunk alone over-commits the cache.
+    trace = make_trace((((1, 4),), 8), (((2, 20),), 1))
+    settings = SchedulerSettings(max_prefill_chunk=4)
+    sim = make_engine(6).simulator(settings)
+    res = sim.run(trace)
+    assert (res.requests_done, res.preemptions, res.steps) == (2, 0, 8 + 5)
+    eager = make_engine(6).simulator(settings)
+    eager.mgr = _IgnoresFullSequence(eager.mgr)
+    assert eager.run(trace).preemptions > 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -31,8 +32,9 @@ _UNITS = {
     "tib": 2**40,
 }
 # One-letter suffixes as vLLM reads them: lowercase decimal, uppercase binary.
-_LETTERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_LETTERS |= {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_LETTERS = _DECIMAL | _BINARY
 # Nothing pagedkv plans has a petabyte per device; larger figures are typos.
 MAX_BYTES = 2**50
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
@@ -71,6 +73,11 @@ def format_int(value: int) -> str:
     return f"{value:,}"
 
 
+def format_percent(fraction: float | None) -> str:
+    """``0.1234`` as ``12.34 %``; ``-`` for None (not measured)."""
+    return "-" if fraction is None else f"{100 * fraction:.2f} %"
+
+
 def stdout_console() -> Console:
     """Rich output at the terminal's width, or ``$COLUMNS`` (80 if unset) when piped."""
     return Console(highlight=False, soft_wrap=False)
@@ -99,8 +106,6 @@ VLLM_KV_CACHE_DTYPES = (
 # vLLM's --prefix-caching-hash-algo names, and pagedkv's own.
 HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor", "xxhash128", "builtin")
 
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
 
 
@@ -191,6 +196,13 @@ def check_retention(name: str) -> None:
     if name not in PREFIX_CACHE_RETENTIONS:
         known = " or ".join(map(repr, PREFIX_CACHE_RETENTIONS))
         raise ConfigError(f"--retention must be {known}, got {name!r}")
+
+
+def check_output_dir(option: str, path: str | Path) -> None:
+    """An output file's directory must exist: checked before any work is done."""
+    folder = Path(path).expanduser().parent
+    if not folder.is_dir():
+        raise ConfigError(f"{option}: directory {str(folder)!r} does not exist")
 
 
 def use_platform(value: str | None) -> str | None:

@@ -26,6 +26,7 @@ from pagedkv.cli.common import (
     REVISION_OPTION,
     TP_OPTION,
     check_hash_algo,
+    check_output_dir,
     format_bytes,
     parse_bytes,
     parse_max_model_len,
@@ -157,8 +158,7 @@ def plan_command(
 
     if plot is not None:
         require_matplotlib()
-        if not plot.expanduser().parent.is_dir():
-            raise ConfigError(f"--plot: directory {str(plot.parent)!r} does not exist")
+        check_output_dir("--plot", plot)
     request = PlanRequest(
         model=model,
         gpu=gpu,

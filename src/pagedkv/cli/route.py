@@ -76,7 +76,7 @@ def serve_command(
     if hash_algo == "builtin":
         raise typer.BadParameter(
             "Python's hash differs between processes, so the router's block hashes would never "
-            "match the engines'; use a stable algorithm (the engines' own, sha256_cbor by default)",
+            "match the engines'; use the engines' own algorithm (vLLM's default: sha256)",
             param_hint="--hash-algo builtin",
         )
     try:

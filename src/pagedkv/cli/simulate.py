@@ -20,6 +20,7 @@ from pagedkv.cli.common import (
     REVISION_OPTION,
     TP_OPTION,
     check_hash_algo,
+    check_output_dir,
     check_retention,
     parse_max_model_len,
     stderr_console,
@@ -92,18 +93,13 @@ def _engine(
 
 def _check_outputs(steps_csv: str | None, plot: str | None, sweep: bool) -> None:
     """Everything that would fail after the replay, checked before it starts."""
-    from pathlib import Path
-
     if plot is not None and not sweep:
         raise ConfigError("--plot draws the --sweep; add --sweep")
     if plot is not None:
         require_matplotlib()
     for option, value in (("--steps-csv", steps_csv), ("--plot", plot)):
-        if value is None:
-            continue
-        folder = Path(value).expanduser().parent
-        if not folder.is_dir():
-            raise ConfigError(f"{option}: directory {str(folder)!r} does not exist")
+        if value is not None:
+            check_output_dir(option, value)
 
 
 def _check_fits(engine: Any, trace: Any, num_blocks: int | None) -> None:
@@ -262,7 +258,9 @@ def simulate_command(
         return
     if sweep and tiers.active:
         progress = functools.partial(_tier_phase, show=show)
-        run_tier_sweep(engine, loaded, settings, tiers, plot, json_output, progress)
+        run_tier_sweep(
+            engine, loaded, settings, tiers, plot, json_output, progress, workers, ray_address
+        )
         return
     if sweep:
         _run_sweep(engine, loaded, settings, plot, json_output, show, workers, ray_address)

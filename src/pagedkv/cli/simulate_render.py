@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from pagedkv.cli.common import format_int, stdout_console
+from pagedkv.cli.common import format_int, format_percent, stdout_console
 
 
 def notes(result: Any, trace: Any) -> list[str]:
@@ -25,10 +25,6 @@ def notes(result: Any, trace: Any) -> list[str]:
             f"not fit max_model_len (raise --max-model-len or give the cache more blocks)"
         )
     return out
-
-
-def _rate(value: float) -> str:
-    return f"{100 * value:.2f} %"
 
 
 def summary_table(result: Any, extra_rows: Sequence[tuple[str, str]] = ()) -> Table:
@@ -49,12 +45,11 @@ def sweep_table(points: list[Any], block_size: int) -> Table:
     for col in ("blocks", "tokens", "LRU hit rate", "bound hit rate", "preemptions"):
         table.add_column(col, justify="right")
     for p in points:
-        bound = "-" if p.bound_hit_rate is None else _rate(p.bound_hit_rate)
         table.add_row(
             format_int(p.num_blocks),
             format_int(p.num_blocks * block_size),
-            _rate(p.hit_rate),
-            bound,
+            format_percent(p.hit_rate),
+            format_percent(p.bound_hit_rate),
             format_int(p.preemptions),
         )
     return table

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from pagedkv.cli.common import format_int, stdout_console
+from pagedkv.cli.common import format_int, format_percent, stdout_console
 from pagedkv.errors import ConfigError
 
 
@@ -77,17 +77,20 @@ def tier_rows(result: Any, engine: Any, opts: TierOptions) -> tuple[list[tuple[s
             if engine.host_num_blocks
             else "none",
         ),
-        ("hit tokens on device", f"{format_int(device_hits)} ({100 * device_hits / prompt:.2f} %)"),
+        (
+            "hit tokens on device",
+            f"{format_int(device_hits)} ({format_percent(device_hits / prompt)})",
+        ),
         (
             "hit tokens on host",
-            f"{format_int(result.host_hit_tokens)} ({100 * point.host_hit_rate:.2f} %)",
+            f"{format_int(result.host_hit_tokens)} ({format_percent(point.host_hit_rate)})",
         ),
         ("prefill tokens saved", format_int(result.hit_tokens)),
         ("est. mean TTFT (no cache)", f"{1000 * no_cache:.1f} ms"),
         ("est. mean TTFT", f"{1000 * (point.mean_ttft_s or 0.0):.1f} ms"),
     ]
     if point.tiered_bound_hit_rate is not None:
-        rows.append(("bound, device + host size", f"{100 * point.tiered_bound_hit_rate:.2f} %"))
+        rows.append(("bound, device + host size", format_percent(point.tiered_bound_hit_rate)))
     if bound_ttft is not None:
         rows.append(("est. mean TTFT at the bound", f"{1000 * bound_ttft:.1f} ms"))
     data = {
@@ -112,8 +115,11 @@ def run_tier_sweep(
     plot: str | None,
     json_output: bool,
     progress: Callable[[int, str], Any],
+    workers: int | None = None,
+    ray_address: str | None = None,
 ) -> None:
     """Every policy x device size (1/8x .. 4x) x host size; a table (or JSON) and a plot."""
+    from pagedkv.sim.engine import bound_geometry
     from pagedkv.sim.run import sweep_sizes
     from pagedkv.sim.tiers import cost_model_for, host_blocks_for, plot_tier_sweep, tier_sweep
 
@@ -131,7 +137,11 @@ def run_tier_sweep(
             hosts,
             host_policy=opts.host_policy,
             cost=cost,
+            # as the plain sweep: no bound without a full-attention group
+            bound=bound_geometry(engine.kv_cache_config) is not None,
             progress=update,
+            workers=workers,
+            ray_address=ray_address,
         )
     if plot is not None:
         title = f"{engine.model_name}, {loaded.name} ({len(loaded.requests)} requests)"
@@ -141,10 +151,6 @@ def run_tier_sweep(
         print(json.dumps({"model": engine.model_name, "trace": loaded.name, "sweep": rows}))
         return
     _tier_table(points)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f} %"
 
 
 def _tier_table(points: list[Any]) -> None:
@@ -161,9 +167,9 @@ def _tier_table(points: list[Any]) -> None:
             format_int(p.num_blocks),
             format_int(p.host_num_blocks),
             format_int(p.cache_tokens),
-            _pct(p.hit_rate),
-            _pct(p.host_hit_rate),
-            _pct(bound),
+            format_percent(p.hit_rate),
+            format_percent(p.host_hit_rate),
+            format_percent(bound),
             "-" if p.mean_ttft_s is None else f"{1000 * p.mean_ttft_s:.1f} ms",
         )
     stdout_console().print(table)

@@ -3,8 +3,9 @@
 The thread owns every socket. It applies each engine's batches in order (a subscriber's
 ``reset`` clears that engine first), holding ``lock`` while it does, so readers that take
 the same lock see whole batches only. An engine quiet for ``idle_sync_s`` is asked for
-its tail by replay, so a batch lost at the end of a burst is not left missing until the
-engine's next step. ``sync()`` does that for every engine now and waits for it.
+its tail by replay (less and less often while its replay endpoint does not answer), so
+a batch lost at the end of a burst is not left missing until the engine's next step.
+``sync()`` does that for every engine now and waits for it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import zmq
 from pagedkv.cluster.index import KVIndex
 from pagedkv.errors import ConfigError
 from pagedkv.events.subscriber import Delivery, EventSubscriber
+
+MAX_IDLE_SYNC_S = 60.0
 
 
 class EngineEndpoints(NamedTuple):
@@ -143,6 +146,7 @@ class IndexFeed:
                 poller.register(sub.socket, zmq.POLLIN)
             self._ready.set()
             last_seen = dict.fromkeys(self.engines, time.monotonic())
+            idle_s = dict.fromkeys(self.engines, self.idle_sync_s)
             while not self._stop.is_set():
                 for sock, _ in poller.poll(50):
                     name = by_socket[sock]
@@ -156,9 +160,9 @@ class IndexFeed:
                     continue
                 now = time.monotonic()
                 for name, seen in last_seen.items():
-                    if now - seen >= self.idle_sync_s:
-                        last_seen[name] = now
-                        self._apply(name, self._subs[name].sync_tail())
+                    if now - seen >= idle_s[name]:
+                        idle_s[name] = self._idle_sync(name, self._subs[name], idle_s[name])
+                        last_seen[name] = time.monotonic()
         except Exception as exc:
             self.error = exc
         finally:
@@ -166,6 +170,16 @@ class IndexFeed:
             for sub in self._subs.values():
                 sub.close()
             ctx.destroy(linger=0)
+
+    def _idle_sync(self, name: str, sub: EventSubscriber, idle_s: float) -> float:
+        """Ask a quiet engine for its tail; the wait before the next ask doubles (up to
+        ``MAX_IDLE_SYNC_S``) while its replay endpoint does not answer, since each
+        unanswered ask holds the thread for ``replay_timeout_s``."""
+        timeouts = sub.num_replay_timeouts
+        self._apply(name, sub.sync_tail())
+        if sub.num_replay_timeouts == timeouts:
+            return self.idle_sync_s
+        return min(2 * idle_s, max(MAX_IDLE_SYNC_S, self.idle_sync_s))
 
     def _receive(self, name: str, sub: EventSubscriber) -> None:
         for _ in range(1000):

@@ -51,6 +51,9 @@ class KVIndex:
         """Register ``engine`` (idempotent); its bit number."""
         bit = self._bit.get(engine)
         if bit is None:
+            if not isinstance(engine, str) or not engine:
+                # "" marks a removed engine's free bit: a live engine cannot have it
+                raise ConfigError(f"an engine name must be a non-empty string, got {engine!r}")
             bit = self.engines.index("") if "" in self.engines else len(self.engines)
             if bit == len(self.engines):
                 self.engines.append(engine)

@@ -113,11 +113,14 @@ class RouteService:
             raise ValueError("give token_ids (a non-empty list of integers) or block_hashes")
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
             raise ValueError("token_ids must be integers")
-        for key in ("lora_name", "cache_salt"):
+        for key in ("lora_name", "lora_path", "cache_salt"):
             if body.get(key) is not None and not isinstance(body[key], str):
                 raise ValueError(f"{key} must be a string")
         return self.hasher(
-            tokens, lora_name=body.get("lora_name"), cache_salt=body.get("cache_salt")
+            tokens,
+            lora_name=body.get("lora_name"),
+            lora_path=body.get("lora_path") or "",
+            cache_salt=body.get("cache_salt"),
         )
 
     def set_load(self, engine: str, body: dict[str, Any]) -> None:

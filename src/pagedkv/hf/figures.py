@@ -63,6 +63,8 @@ class FigureCounter:
         self.max_requests = max(self.max_requests, len(chunks))
         used = self.num_blocks - 1 - self.manager.num_free_blocks
         self.max_blocks_used = max(self.max_blocks_used, used)
+        if not self.local_groups:
+            return  # copying every table each step for nothing
         for chunk in chunks:
             ids = self.manager.get_block_ids(chunk.request.request_id)
             for gid in self.local_groups:

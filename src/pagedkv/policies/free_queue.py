@@ -30,6 +30,7 @@ class PolicyFreeQueue(FreeQueue):
         self._head = LRUFreeQueue(policy.num_blocks)
         cls = type(policy)
         self.wants_hits = cls.hit is not EvictionPolicy.hit  # type: ignore[misc]
+        self._forgets = cls.forget is not EvictionPolicy.forget
         self._uses_keys = cls.uses_keys
 
     def __len__(self) -> int:
@@ -55,6 +56,10 @@ class PolicyFreeQueue(FreeQueue):
         self._head.unpop(blocks[:num_head], head_token)
 
     def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
+        if self._forgets:  # freed without a hash: its content (and hit history) is gone
+            forget = self.policy.forget
+            for block in blocks:
+                forget(block)
         self._head.push_uncached(blocks, priority)
 
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:

@@ -44,8 +44,8 @@ def _params_of(
     method: Callable[Concatenate[Any, P], Any],
 ) -> Callable[[Callable[Concatenate[S, ...], R]], Callable[Concatenate[S, P], R]]:
     """The decorated method takes ``method``'s parameters (declared once, there), for type
-    checkers and for ``inspect.signature`` (callers such as the simulator read it to know
-    which keywords they may pass); it names the leading ones it reads and forwards the rest."""
+    checkers and for ``inspect.signature`` (help, introspecting callers); it names the
+    leading ones it reads and forwards the rest."""
 
     def decorate(wrapper: Callable[Concatenate[S, ...], R]) -> Callable[Concatenate[S, P], R]:
         wrapper.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
@@ -90,7 +90,7 @@ class TieredKVCacheManager:
         self._pending: dict[str, tuple[int, int]] = {}  # request -> (first block, count)
         self._stores: list[tuple[int, list[Any], BlockPairs]] = []
         self._loads: list[tuple[int, list[Any], BlockPairs]] = []
-        self.device_hit_tokens = self.host_hit_tokens = 0
+        self.host_hit_tokens = 0  # tokens of the host hits allocated (loads queued)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.manager, name)
@@ -172,6 +172,12 @@ class TieredKVCacheManager:
             target = dict(zip(plan.keys, plan.host_blocks, strict=True))
             pairs = [(block, target[key]) for block, key in items if key in target]
             self._stores.append((gid, plan.keys, pairs))
+
+    def free(self, request: Request | str) -> None:
+        """As ``KVCacheManager.free``; also drops a host hit looked up but never allocated
+        (a request aborted while waiting)."""
+        self._pending.pop(request if isinstance(request, str) else request.request_id, None)
+        self.manager.free(request)
 
     # ------------------------------------------------------------------- steps
     def take_transfers(self) -> Transfers:

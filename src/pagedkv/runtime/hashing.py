@@ -149,9 +149,7 @@ class BlockHasher:
 
     __slots__ = ("block_size", "hash_algo", "hash_fn", "none_hash")
 
-    def __init__(
-        self, block_size: int, hash_algo: str = "sha256_cbor", seed: str | None = None
-    ) -> None:
+    def __init__(self, block_size: int, hash_algo: str = "sha256", seed: str | None = None) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ConfigError(f"hash block_size must be a positive integer, got {block_size!r}")
         self.block_size = block_size
@@ -186,7 +184,7 @@ class BlockHasher:
 
 
 def hash_token_blocks(
-    token_ids: Sequence[int], block_size: int, hash_algo: str = "sha256_cbor"
+    token_ids: Sequence[int], block_size: int, hash_algo: str = "sha256"
 ) -> list[Any]:
     """Chained hashes of the full blocks of a plain token sequence (no extra keys)."""
     hasher = BlockHasher(block_size, hash_algo)

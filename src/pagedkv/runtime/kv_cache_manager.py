@@ -298,10 +298,7 @@ class KVCacheManager:
                 ]
             )
             if cache:
-                num_cacheable = min(num_main, request.num_tokens)
-                num_cacheable -= num_cacheable % self._cache_step
-                for m in self._caching:
-                    m.cache_blocks(request, num_cacheable)
+                self.cache_blocks(request, min(num_main, request.num_tokens))
         except BaseException:
             pool.rollback(savepoint)
             raise
@@ -375,9 +372,11 @@ class KVCacheManager:
         return events
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
-        """Cache the request's full blocks up to ``num_computed_tokens``."""
+        """Cache the request's full blocks up to ``num_computed_tokens`` (hybrid models: up
+        to a multiple of the scheduler block size)."""
+        num_tokens = num_computed_tokens - num_computed_tokens % self._cache_step
         for m in self._caching:
-            m.cache_blocks(request, num_computed_tokens)
+            m.cache_blocks(request, num_tokens)
 
     def __repr__(self) -> str:
         kinds = ", ".join(kind for kind, _ in self._group_meta)

@@ -56,9 +56,7 @@ class _Replica:
         num_tokens = loop.step().num_scheduled_tokens
         running = loop.scheduler.running
         # this step's own duration (the clock may also have jumped to an arrival first)
-        settings = loop.settings
-        step_s = settings.step_base_s + settings.step_per_token_s * num_tokens
-        self.running_time += len(running) * step_s
+        self.running_time += len(running) * loop.settings.step_seconds(num_tokens)
         if self.submitted_at:
             for seq in running:
                 arrived = self.submitted_at.pop(seq.index, None)

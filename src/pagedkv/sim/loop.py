@@ -83,7 +83,7 @@ class EngineLoop:
         self._record_step(num_tokens)
         finished = sched.update_from_output(scheduled)
         self.done += len(finished)
-        self.clock_s += settings.step_base_s + settings.step_per_token_s * num_tokens
+        self.clock_s += settings.step_seconds(num_tokens)
         if not scheduled and not sched.waiting and sched.running:
             raise SimulationError("the simulation made no progress with requests running")
         return StepOutcome(num_tokens, tuple(seq.index for seq in finished))

@@ -11,7 +11,6 @@ all its output tokens is freed. Only time inside manager calls counts as manager
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections import deque
 from collections.abc import Callable
@@ -52,6 +51,10 @@ class SchedulerSettings:
         if self.arrivals not in ("all", "timestamp"):
             raise ConfigError("SchedulerSettings.arrivals must be 'all' or 'timestamp'")
 
+    def step_seconds(self, num_tokens: int) -> float:
+        """Simulated duration of a step that schedules ``num_tokens`` tokens."""
+        return self.step_base_s + self.step_per_token_s * num_tokens
+
 
 class Seq:
     """One trace request inside a replay; ``req`` is its runtime ``Request`` while live."""
@@ -71,20 +74,15 @@ class Seq:
         self.logged_blocks = 0
 
 
-def _supports(method: Callable[..., Any], name: str) -> bool:
-    try:
-        return name in inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 Scheduled = list[tuple[Seq, int]]
 
 
 class Scheduler:
     """Waiting and running queues over one manager: ``schedule()`` picks this step's
     tokens, ``update_from_output()`` applies them. Manager calls are timed into
-    ``mgr_s``, request building and token appends into ``req_s``."""
+    ``mgr_s``, request building and token appends into ``req_s``. The manager's
+    ``allocate_slots`` takes vLLM's ``full_sequence_must_fit`` and ``has_scheduled_reqs``
+    keywords (as ``KVCacheManager``'s does)."""
 
     def __init__(
         self,
@@ -104,11 +102,6 @@ class Scheduler:
         self.block_size = block_size  # of the access log
         self.align_block_size = align_block_size  # Mamba "align" mode (0: off)
         self.log = log
-        self._admit_kwargs: dict[str, Any] = {}
-        if _supports(manager.allocate_slots, "full_sequence_must_fit"):
-            self._admit_kwargs["full_sequence_must_fit"] = True
-        # vLLM passes whether anything runs (the watermark applies only then)
-        self._pass_has_scheduled = _supports(manager.allocate_slots, "has_scheduled_reqs")
         self._new_step = getattr(manager, "new_step_starts", None)
         self.mgr_s = self.req_s = 0.0
         self.calls = dict.fromkeys(
@@ -256,11 +249,17 @@ class Scheduler:
                 num_new = self._chunk(req, num_new, num_hit)
             if num_new <= 0:
                 break
-            kwargs = self._admit_kwargs
-            if self._pass_has_scheduled:
-                kwargs = {**kwargs, "has_scheduled_reqs": bool(running)}
             t0 = perf()
-            blocks = mgr.allocate_slots(req, num_new, num_hit, hit_blocks, **kwargs)
+            # as vLLM 0.33's scheduler: the whole sequence must fit (scheduler_reserve_full_isl),
+            # and the watermark applies only while something runs
+            blocks = mgr.allocate_slots(
+                req,
+                num_new,
+                num_hit,
+                hit_blocks,
+                full_sequence_must_fit=True,
+                has_scheduled_reqs=bool(running),
+            )
             self.mgr_s += perf() - t0
             self.calls["allocate_slots"] += 1
             if blocks is None:

@@ -152,19 +152,32 @@ def tier_sweep(
     cost: CostModel | None = None,
     bound: bool = True,
     progress: Callable[[int], None] | None = None,
+    workers: int | None = 1,
+    ray_address: str | None = None,
 ) -> list[TierPoint]:
-    """Every policy at every device block count and host block count."""
-    points = []
-    for device in device_sizes:
-        sized = engine.with_num_blocks(device)
-        for host in host_sizes:
-            for policy in policies:
-                run_engine = with_tiers(sized, policy, host, host_policy)
-                result = simulate(run_engine, trace, settings, bound=bound)
-                points.append(point_of(result, run_engine, cost))
-                if progress is not None:
-                    progress(len(points))
-    return points
+    """Every policy at every device block count and host block count; each run is an
+    independent job (``sim.jobs``: ``workers`` local processes, 1: this process, None: one
+    per CPU; or a Ray cluster), same results either way."""
+    from pagedkv.sim.jobs import run_jobs
+
+    engines = [
+        with_tiers(engine.with_num_blocks(device), policy, host, host_policy)
+        for device in device_sizes
+        for host in host_sizes
+        for policy in policies
+    ]
+    jobs = [(_tier_point, (e, trace, settings, bound, cost)) for e in engines]
+    return run_jobs(jobs, workers=workers, ray_address=ray_address, progress=progress)
+
+
+def _tier_point(
+    engine: SimEngine,
+    trace: Trace,
+    settings: SchedulerSettings,
+    bound: bool,
+    cost: CostModel | None,
+) -> TierPoint:
+    return point_of(simulate(engine, trace, settings, bound=bound), engine, cost)
 
 
 def plot_tier_sweep(points: Sequence[TierPoint], path: str, *, title: str) -> None:

@@ -41,7 +41,8 @@ class HostKVBuffer:
         self.num_host_blocks = num_host_blocks
         self.num_device_blocks = memory.num_blocks
         pin = torch.cuda.is_available()
-        self.layers: dict[str, tuple[int, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]] = {}
+        # (device, host) tensor pairs of every offloaded layer, by KV cache group
+        self.tensors_by_group: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._device: torch.device | None = None
         for name in memory:
             view = memory[name]
@@ -53,7 +54,8 @@ class HostKVBuffer:
                 )
                 for t in view.tensors
             )
-            self.layers[name] = (view.group_id, view.tensors, host)
+            pairs = self.tensors_by_group.setdefault(view.group_id, [])
+            pairs.extend(zip(view.tensors, host, strict=True))
             self._device = view.tensors[0].device
         self._stream = (
             torch.cuda.Stream(self._device)
@@ -74,12 +76,7 @@ class HostKVBuffer:
     def _copy(self, pairs: Sequence[tuple[int, int]], group_id: int, to_host: bool) -> Transfer:
         if not pairs:
             return Transfer()
-        tensors = [
-            (dev, hst)
-            for gid, device, host in self.layers.values()
-            if gid == group_id
-            for dev, hst in zip(device, host, strict=True)
-        ]
+        tensors = self.tensors_by_group.get(group_id, [])
         stream = self._stream
         if stream is None:  # CPU: one gather and one scatter per tensor
             src = torch.tensor([p[0] for p in pairs], dtype=torch.int64)

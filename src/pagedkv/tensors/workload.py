@@ -71,27 +71,39 @@ class MiniScheduler:
     num_hit_tokens: int = 0
     num_finished: int = 0
     _next: int = 0
-    # Mamba "align" groups: prefill chunks end on block boundaries (as vLLM's scheduler
-    # clips them), so states at those boundaries exist to be cached; 0 = no clipping.
+    # Mamba "align" groups: prefill chunks end where vLLM's scheduler ends them, so the
+    # states at those ends exist to be cached; 0 = no clipping.
     _state_block_size: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         if any(getattr(m, "align", False) for m in self.manager.managers):
             self._state_block_size = self.manager.scheduler_block_size
 
-    def _split(self, request: Request, start: int, num_new: int) -> int:
-        """Clip a prefill chunk to a block boundary (and to the last cacheable one)."""
+    def _split(self, request: Request, num_hit: int, num_new: int) -> int:
+        """Tokens of a prefill chunk vLLM 0.33 schedules in align mode (0: none this step).
+
+        The rules of ``pagedkv.sim.chunking.aligned_chunk`` (compared there with vLLM's
+        ``_mamba_block_aligned_split``), which this layer may not import; tests/tensors
+        checks that the two agree.
+        """
         block = self._state_block_size
+        start = request.num_computed_tokens + num_hit
         prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
         if not block or start >= prefill_end:
             return num_new
         end = start + num_new
-        if end < prefill_end and end // block * block > start:
-            end = end // block * block
-        last_cacheable = (request.num_tokens - 1) // block * block
-        if start < last_cacheable < end:
-            end = last_cacheable
-        return end - start
+        if end < prefill_end:
+            aligned = end // block * block
+            if aligned > start or block <= self.max_num_batched_tokens:
+                end = aligned
+        junction = request.shared_prefix_boundary
+        stops = (
+            (start // block + 1) * block if start % block else 0,
+            max((request.num_tokens - 1) // block * block, 0),
+            start + (junction - start) // block * block if start < junction < end else 0,
+        )
+        end = min((s for s in stops if start < s < end), default=end)
+        return max(end - start, 0)
 
     @property
     def done(self) -> bool:
@@ -119,7 +131,10 @@ class MiniScheduler:
         while i < len(self.running) and budget > 0:
             request = self.running[i]
             num_new = min(request.num_tokens - request.num_computed_tokens, budget)
-            num_new = self._split(request, request.num_computed_tokens, num_new)
+            num_new = self._split(request, 0, num_new)
+            if num_new == 0:  # no block boundary fits this step (as vLLM skips it)
+                i += 1
+                continue
             while self.manager.allocate_slots(request, num_new) is None:
                 preempted = True
                 if self._preempt() is request:
@@ -136,6 +151,8 @@ class MiniScheduler:
             request = self.waiting[0]
             blocks, num_hit = self.manager.get_computed_blocks(request)
             num_new = self._split(request, num_hit, min(request.num_tokens - num_hit, budget))
+            if num_new == 0:
+                break
             if self.manager.allocate_slots(request, num_new, num_hit, blocks) is None:
                 if not self.running:
                     raise NoFreeBlocksError(

@@ -229,7 +229,8 @@ class Retention:
     def blocks_to_cache(
         self, manager: SingleTypeKVCacheManager, request: Request, start: int, end: int
     ) -> set[int] | None:
-        """Table positions in ``[start, end)`` to cache now (None: every one)."""
+        """Table positions in ``[start, end)`` to cache now (None: every one). Runs inside
+        an allocation: journal any state change with ``block_pool.record``."""
         return manager.boundary_blocks(request, start, end) if manager.sparse_retention else None
 
     def release(

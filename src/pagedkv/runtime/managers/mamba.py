@@ -120,9 +120,13 @@ class MambaManager(SingleTypeKVCacheManager):
         super().cache_blocks(request, num_tokens)
         last = self.num_cached_block[request_id]
         hashes = self.block_pool.block_hash
-        for block in self.req_to_blocks[request_id][first:last]:
-            if block and hashes[block] is not None:
-                self._cached_this_step.add(hashes[block])
+        this_step = self._cached_this_step
+        added = {hashes[b] for b in self.req_to_blocks[request_id][first:last] if b}
+        added.discard(None)
+        added -= this_step
+        if added:
+            this_step |= added
+            self.block_pool.record(this_step.difference_update, added)  # on rollback
 
     def free(self, request_id: str, priority: int = 0) -> None:
         self._last_state.pop(request_id, None)
