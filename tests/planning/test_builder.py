@@ -225,6 +225,18 @@ def test_planner_enforces_invariants_on_custom_builders(
         get_kv_cache_configs(CONFIG, [llama_8b(num_layers=3)], [GiB])
 
 
+def test_tp_ranks_share_one_placement_but_each_is_held_to_its_memory() -> None:
+    # Two pipeline stages of two TP ranks: one placement per stage.
+    stages = [{f"layers.{i}": full()} for i in range(2)]
+    configs = get_kv_cache_configs(CONFIG, [s for s in stages for _ in range(2)], [GiB] * 4)
+    assert configs[0] is configs[1] and configs[2] is configs[3]
+    assert configs[0].layer_names == ["layers.0"] and configs[2].layer_names == ["layers.1"]
+    # Oversized places twice what it claims: 4 GiB on rank 0 holds that, 1 GiB on rank 1 not.
+    use_builder(Oversized)
+    with pytest.raises(InsufficientMemoryError, match="on worker 1, which has"):
+        get_kv_cache_configs(CONFIG, [llama_8b(num_layers=1)] * 2, [4 * GiB, GiB])
+
+
 class FullOnlyGrouping:
     """A model that keeps sliding layers in one group and full layers in another."""
 

@@ -42,7 +42,8 @@ def plan_kv_cache(
     num_blocks, bpb = planned.num_blocks, planned.bytes_per_block
     reports = group_reports(groups, cost, length)
     points = [
-        concurrency_point(cost, n, num_blocks, max(bpb)) for n in _lengths(length, context_lengths)
+        concurrency_point(cost, n, num_blocks, max(bpb))
+        for n in _lengths("plan_kv_cache", length, context_lengths)
     ]
     waste_bytes, waste_fraction = request_waste(reports)
     available = available_memory_per_worker
@@ -91,14 +92,14 @@ def concurrency_points(plan: KVCachePlan, lengths: Iterable[int]) -> list[Concur
         raise PlanningError("this KVCachePlan has no request cost: build it with plan_kv_cache")
     return [
         concurrency_point(plan.request_cost, n, plan.num_blocks, plan.bytes_per_block)
-        for n in _lengths(plan.max_model_len, lengths)
+        for n in _lengths("concurrency_points", plan.max_model_len, lengths)
     ]
 
 
-def _lengths(max_model_len: int, context_lengths: Iterable[int] | None) -> list[int]:
+def _lengths(caller: str, max_model_len: int, context_lengths: Iterable[int] | None) -> list[int]:
     extra = []
     for length in context_lengths or ():
-        check_int("plan_kv_cache", "context_lengths", length, error=PlanningError)
+        check_int(caller, "context_lengths", length, error=PlanningError)
         if length != max_model_len and length not in extra:
             extra.append(length)
     return [max_model_len, *sorted(extra)]

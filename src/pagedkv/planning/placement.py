@@ -186,7 +186,7 @@ def check_regions(config: KVCacheConfig, worker: int) -> None:
                 raise PlanningError(f"worker {worker}: tensor backs {name!r}, a layer in no group")
             if name not in pages:
                 raise PlanningError(f"worker {worker}: layer {name!r} is backed by two tensors")
-            end = region.offset + (n - 1) * region.block_stride + region.page_size_bytes
+            end = region.block_range(n - 1)[1]
             if region.offset < 0 or end > tensor.size:
                 raise PlanningError(
                     f"worker {worker}: layer {name!r} needs bytes [{region.offset}, {end}) "

@@ -115,12 +115,19 @@ def validate_worker_config(
             f"{name} placed worker {worker}'s device tensors in allocations of different "
             f"sizes {sorted(sizes)}; they must share one"
         )
-    if sum(sizes) > available:
-        raise InsufficientMemoryError(
-            f"{name} placed {sum(sizes)} bytes of device tensors on worker {worker}, "
-            f"which has {available} bytes available"
-        )
+    check_device_bytes(config, available, worker, builder)
     check_regions(config, worker)
+
+
+def check_device_bytes(
+    config: KVCacheConfig, available: int, worker: int, builder: KVCacheConfigBuilder
+) -> None:
+    device_bytes = sum({t.size for t in config.device_tensors})
+    if device_bytes > available:
+        raise InsufficientMemoryError(
+            f"{type(builder).__qualname__} placed {device_bytes} bytes of device tensors on worker "
+            f"{worker}, which has {available} bytes available"
+        )
 
 
 class PlannedKVCache(NamedTuple):
@@ -187,11 +194,19 @@ def plan_kv_cache_configs(
     worker_groups, bpb, num_blocks, cost, length, fitted = sized
     final = config if config.max_model_len == length else config.replace(max_model_len=length)
     replicas = sizing.kv_tp_replicas(groups, config.parallel.tensor_parallel_size)
+    # Workers with the same groups (the TP ranks of a stage) share one placed, checked config.
+    placed: dict[Groups, KVCacheConfig] = {}
     configs = []
     for w, wg in enumerate(worker_groups):
-        planned = builder.get_kv_cache_config_from_groups(final, wg, num_blocks)
-        validate_worker_config(planned, wg, num_blocks, available[w], w, builder)
-        configs.append(dataclasses.replace(planned, max_model_len=length, kv_tp_replicas=replicas))
+        key = tuple(wg)
+        if key in placed:
+            check_device_bytes(placed[key], available[w], w, builder)
+        else:
+            planned = builder.get_kv_cache_config_from_groups(final, wg, num_blocks)
+            validate_worker_config(planned, wg, num_blocks, available[w], w, builder)
+            planned = dataclasses.replace(planned, max_model_len=length, kv_tp_replicas=replicas)
+            placed[key] = planned
+        configs.append(placed[key])
     return PlannedKVCache(
         config,
         tuple(configs),

@@ -105,6 +105,31 @@ def build_layout(
     )
 
 
+def decoder_layout(
+    adapter: object,
+    view: ConfigView,
+    source: ModelSource,
+    units: Iterable[Unit],
+    hidden_size: int,
+    intermediate_size: int,
+    tied_default: bool = False,
+) -> ModelLayout:
+    """``build_layout`` for a decoder-only model: embeddings of ``vocab_size`` (the head
+    tied or not) and the length limit from ``max_position_embeddings`` or its aliases."""
+    embed, head = embedding_params(view, source, hidden_size, tied_default)
+    return build_layout(
+        adapter,
+        view,
+        source,
+        units,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        embedding_params=embed,
+        head_params=head,
+        max_model_len=max_positions(view),
+    )
+
+
 def checkpoint_params(source: ModelSource, quant: str | None) -> int | None:
     """The safetensors index's parameter count; else, for an unquantised checkpoint, its
     total size over the stored dtype's size; else None (the config's count is used)."""

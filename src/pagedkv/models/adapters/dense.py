@@ -10,11 +10,9 @@ from pagedkv.models.adapters.common import (
     FULL,
     SLIDING,
     attention_params,
-    build_layout,
-    embedding_params,
+    decoder_layout,
     gated_mlp_params,
     head_size,
-    max_positions,
     moe_params,
     normalize_layer_types,
     num_kv_heads,
@@ -49,18 +47,8 @@ class DecoderAdapter(ModelAdapter):
             params, experts = self.mlp_params(view, index)
             attn = attention_params(hidden, layer.num_heads, layer.num_kv_heads, layer.head_size)
             units.append(Unit(index, (layer,), attn + params, experts))
-        embed, head = embedding_params(view, source, hidden, self.tied_embeddings)
-        return build_layout(
-            self,
-            view,
-            source,
-            units,
-            hidden_size=hidden,
-            intermediate_size=view.int("intermediate_size", hidden * 4),
-            embedding_params=embed,
-            head_params=head,
-            max_model_len=max_positions(view),
-        )
+        intermediate = view.int("intermediate_size", hidden * 4)
+        return decoder_layout(self, view, source, units, hidden, intermediate, self.tied_embeddings)
 
     def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
         return [SLIDING if view.has("sliding_window") else FULL] * num_layers

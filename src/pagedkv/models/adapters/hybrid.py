@@ -11,14 +11,12 @@ from pagedkv.models.adapters.common import (
     LINEAR,
     MLP,
     attention_params,
-    build_layout,
-    embedding_params,
+    decoder_layout,
     gated_mlp_params,
     gdn_params,
     head_size,
     mamba1_params,
     mamba2_params,
-    max_positions,
     moe_params,
     normalize_layer_types,
     num_kv_heads,
@@ -96,18 +94,8 @@ class HybridAdapter(ModelAdapter):
             elif kind != MLP:
                 raise ModelConfigError(f"{view.model}: layer {index} has unsupported type {kind!r}")
             units.append(Unit(index, layers, params, experts))
-        embed, head = embedding_params(view, source, hidden)
-        return build_layout(
-            self,
-            view,
-            source,
-            units,
-            hidden_size=hidden,
-            intermediate_size=view.int("intermediate_size", hidden * 4, minimum=0),
-            embedding_params=embed,
-            head_params=head,
-            max_model_len=max_positions(view),
-        )
+        intermediate = view.int("intermediate_size", hidden * 4, minimum=0)
+        return decoder_layout(self, view, source, units, hidden, intermediate)
 
 
 class JambaAdapter(HybridAdapter):

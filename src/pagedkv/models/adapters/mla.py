@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from pagedkv.models.adapters.common import (
-    build_layout,
-    embedding_params,
-    max_positions,
-)
+from pagedkv.models.adapters.common import decoder_layout
 from pagedkv.models.adapters.dense import DecoderAdapter, optional_int
 from pagedkv.models.layers import LatentLayer, ModelLayout, Unit
 from pagedkv.models.source import ConfigView, ModelSource
@@ -59,18 +55,7 @@ class MLAAdapter(DecoderAdapter):
                 layers.append(self.indexer_layer(view, index))
             dense, experts = self.mlp_params(view, index)
             units.append(Unit(index, tuple(layers), attn + dense, experts))
-        embed, head = embedding_params(view, source, hidden)
-        return build_layout(
-            self,
-            view,
-            source,
-            units,
-            hidden_size=hidden,
-            intermediate_size=view.int("intermediate_size"),
-            embedding_params=embed,
-            head_params=head,
-            max_model_len=max_positions(view),
-        )
+        return decoder_layout(self, view, source, units, hidden, view.int("intermediate_size"))
 
     def indexer_layer(self, view: ConfigView, index: int) -> LatentLayer:
         head = view.int("index_head_dim")
