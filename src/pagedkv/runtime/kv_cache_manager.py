@@ -72,11 +72,15 @@ class KVCacheManager:
             enable_events=enable_events,
             in_flight_tokens=config.max_in_flight_tokens,
             retention=retention_class(retention),
+            retention_interval=config.cache.prefix_cache_retention_interval,
             free_queue=free_queue,
         )
         self.block_pool = self.coordinator.block_pool
         self.block_pool.event_token_ids = event_token_ids
         self.managers = managers = self.coordinator.managers
+        check_retention_interval(
+            config.cache.prefix_cache_retention_interval, self.scheduler_block_size, managers
+        )
         self.num_groups = len(managers)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         # Runs of skipping managers of one class and spec share one skip count, in order.
@@ -398,6 +402,26 @@ def retention_class(name: str) -> type[Retention]:
     if not (isinstance(cls, type) and issubclass(cls, Retention)):
         raise ConfigError(f"retention {name!r} ({qualname}) is not a Retention subclass")
     return cls
+
+
+def check_retention_interval(
+    interval: int | None, scheduler_block_size: int, managers: list[SingleTypeKVCacheManager]
+) -> None:
+    """vLLM's rule: None or 0 always; a positive interval only for a model with a
+    sliding-window or Mamba group, and a multiple of the scheduler block size."""
+    if interval is None or interval == 0:
+        return
+    name = "CacheConfig.prefix_cache_retention_interval"
+    if not any(m.sparse_retention for m in managers):
+        raise ConfigError(
+            f"{name}={interval} has no effect: the model has no sliding-window or Mamba KV "
+            "cache group (set it to 0)"
+        )
+    if interval < 0 or interval % scheduler_block_size:
+        raise ConfigError(
+            f"{name}={interval} must be a non-negative multiple of the scheduler block size "
+            f"({scheduler_block_size} tokens)"
+        )
 
 
 def plain_growth(manager: SingleTypeKVCacheManager) -> bool:

@@ -44,7 +44,11 @@ def _normalize_dtypes(spec: KVCacheSpec, dtypes: Any) -> tuple[str, ...]:
 @dataclass(frozen=True, kw_only=True)
 class MambaSpec(KVCacheSpec):
     """State tensors (``shapes`` with ``dtypes``) per request. ``mamba_cache_mode``
-    ``"none"``: one block, never cached; ``"align"``: a checkpoint per ``block_size``."""
+    ``"none"``: one block, never cached; ``"align"``: a checkpoint per ``block_size``.
+    ``num_prefill_checkpoint_blocks`` > 0 (vLLM's Mamba-2 and gated-DeltaNet layers): a
+    prefill chunk may end past its last block boundary, the kernel exporting the state at
+    that boundary into one extra block; ``prefill_checkpoint_alignment``: the token step
+    the kernel can export at (None: it cannot)."""
 
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
@@ -52,6 +56,8 @@ class MambaSpec(KVCacheSpec):
     mamba_type: str = "mamba2"
     mamba_cache_mode: MambaCacheMode = "none"
     num_speculative_blocks: int = 0
+    num_prefill_checkpoint_blocks: int = 0
+    prefill_checkpoint_alignment: int | None = None
 
     kind: ClassVar[str] = "mamba"
 
@@ -67,6 +73,8 @@ class MambaSpec(KVCacheSpec):
             )
         check_choice(self, "mamba_cache_mode", "none", "align", error=KVCacheSpecError)
         check_fields(self, "num_speculative_blocks", minimum=0)
+        check_fields(self, "num_prefill_checkpoint_blocks", minimum=0)
+        check_fields(self, "prefill_checkpoint_alignment", allow_none=True)
         check_fields(self, "page_size_padded", allow_none=True)
         if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
             raise KVCacheSpecError(
@@ -90,8 +98,11 @@ class MambaSpec(KVCacheSpec):
         return self.mamba_cache_mode == "align"
 
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
-        # Align mode holds the running state plus the last checkpoint.
-        live = 2 if self.mamba_cache_mode == "align" else 1
+        # Align mode holds the running state, the last checkpoint and the prefill ones.
+        if self.mamba_cache_mode == "align":
+            live = 2 + self.num_prefill_checkpoint_blocks
+        else:
+            live = 1
         return self.page_size_bytes * (live + self.num_speculative_blocks)
 
     def max_num_blocks_per_req(self, config: EngineConfig, max_model_len: int | None = None) -> int:
@@ -101,5 +112,11 @@ class MambaSpec(KVCacheSpec):
         return 1 + self.num_speculative_blocks
 
     def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
-        names = ("num_speculative_blocks", "page_size_bytes", "mamba_cache_mode")
+        names = (
+            "num_speculative_blocks",
+            "num_prefill_checkpoint_blocks",
+            "prefill_checkpoint_alignment",
+            "page_size_bytes",
+            "mamba_cache_mode",
+        )
         return all_match(kv_cache_specs, MambaSpec, self, *names)

@@ -36,7 +36,8 @@ class SingleTypeKVCacheManager(ABC):
 
     skips_tokens: ClassVar[bool] = False  # frees blocks of running requests
     downward_closed_hits: ClassVar[bool] = False  # a hit implies every shorter prefix hits
-    sparse_retention: ClassVar[bool] = False  # vLLM's retention caches boundary blocks only
+    # vLLM's prefix_cache_retention_interval thins what this kind caches (reachable_blocks).
+    sparse_retention: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -50,6 +51,7 @@ class SingleTypeKVCacheManager(ABC):
         max_model_len: int | None = None,
         in_flight_tokens: int | None = None,
         retention: type[Retention] | None = None,
+        retention_interval: int | None = 0,
     ) -> None:
         self.kv_cache_spec = kv_cache_spec
         self.block_size = kv_cache_spec.block_size
@@ -62,6 +64,7 @@ class SingleTypeKVCacheManager(ABC):
         self.in_flight_tokens = in_flight_tokens
         self.req_to_blocks: dict[str, list[int]] = {}
         self.num_cached_block: dict[str, int] = {}
+        self.retention_interval = retention_interval
         self.retention = (retention or Retention)(self)
 
     @classmethod
@@ -160,14 +163,25 @@ class SingleTypeKVCacheManager(ABC):
         pool.record(self.num_cached_block.__setitem__, request_id, num_cached)
         self.num_cached_block[request_id] = num_full
 
+    def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
+        """Table positions in ``[start, end)`` vLLM's retention caches (None: every one).
+        Kinds with ``sparse_retention`` thin them by ``retention_interval``."""
+        return None
+
+    def replay_boundaries(self, request: Request) -> tuple[int, ...]:
+        """Token positions a later request can resume at: a resend of the prompt (its last
+        token recomputed) and the shared-prefix junction, if any."""
+        junction = request.shared_prefix_boundary
+        resend = request.num_prompt_tokens - 1
+        return (resend, junction) if junction else (resend,)
+
     def boundary_blocks(
         self, request: Request, start: int, end: int, *more_boundaries: int
     ) -> set[int]:
         """Table positions in ``[start, end)`` a hit at the prompt's replay boundary, the
         shared-prefix junction or ``more_boundaries`` (in tokens) needs."""
         keep: set[int] = set()
-        boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
-        for boundary in (*boundaries, *more_boundaries):
+        for boundary in (*self.replay_boundaries(request), *more_boundaries):
             if boundary > 0:
                 lo, hi = self.hit_block_range(boundary - boundary % self.alignment_tokens)
                 keep.update(range(max(lo, start), min(hi, end)))
@@ -220,8 +234,8 @@ class SingleTypeKVCacheManager(ABC):
 class Retention:
     """Which full blocks a manager caches and how it frees blocks; one per manager (holding
     no reference to it). This base is vLLM 0.33's (``"vllm"``): a ``sparse_retention`` kind
-    caches only the blocks a boundary hit needs; freed blocks go to the pool in the order
-    given. Others: ``config.PREFIX_CACHE_RETENTIONS``."""
+    caches the blocks its ``reachable_blocks`` names for the manager's retention interval;
+    freed blocks go to the pool in the order given. Others: ``config.PREFIX_CACHE_RETENTIONS``."""
 
     def __init__(self, manager: SingleTypeKVCacheManager) -> None:
         self.block_pool = manager.block_pool
@@ -231,7 +245,7 @@ class Retention:
     ) -> set[int] | None:
         """Table positions in ``[start, end)`` to cache now (None: every one). Runs inside
         an allocation: journal any state change with ``block_pool.record``."""
-        return manager.boundary_blocks(request, start, end) if manager.sparse_retention else None
+        return manager.reachable_blocks(request, start, end)
 
     def release(
         self, request_id: str, indices: Sequence[int], blocks: list[int], priority: int = 0

@@ -48,6 +48,26 @@ class MambaManager(SingleTypeKVCacheManager):
         end = num_tokens // self.block_size
         return max(end - 1, 0), end
 
+    def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
+        """A hit needs only the state ending on it: the last block of every
+        ``retention_interval`` tokens and those ending on a replay boundary (None: all)."""
+        keep = self._interval_blocks(start, end)
+        if keep is None:
+            return None
+        return keep | self.boundary_blocks(request, start, end)
+
+    def _interval_blocks(self, start: int, end: int) -> set[int] | None:
+        interval = self.retention_interval
+        if interval is None:
+            return None
+        if not interval:
+            return set()
+        per_segment = interval // self.block_size
+        if per_segment <= 1:
+            return None
+        first = (start + per_segment) // per_segment * per_segment - 1
+        return set(range(first, end, per_segment))
+
     def get_num_blocks_to_allocate(
         self,
         request_id: str,
