@@ -201,6 +201,39 @@ class BlockPool:
             )
             self._events.append(event)
 
+    def cache_state_block(
+        self, request: Request, block: int, num_tokens: int, group_id: int, block_size: int
+    ) -> None:
+        """Key an uncached ``block`` by the hash of the request's first ``num_tokens`` tokens
+        (a hash boundary, maybe inside the block): a state after exactly those tokens."""
+        hash_block_size = self.hash_block_size or block_size
+        num_hashes = num_tokens // hash_block_size
+        hashes = request.block_hashes
+        h = hashes[num_hashes - 1]
+        self.block_hash[block] = h
+        self.block_group[block] = group_id
+        m = self.hash_map(group_id)
+        if h in m:
+            self._dups[group_id].setdefault(h, []).append(block)
+        else:
+            m[h] = block
+        if self._journal is not None:
+            self._journal.append((self._undo_cache, ([block],)))
+        if self._events is not None:
+            start = num_tokens - hash_block_size
+            lora = request.lora
+            event = BlockStored(
+                block_hashes=[h],
+                parent_block_hash=hashes[num_hashes - 2] if num_hashes > 1 else None,
+                token_ids=request.all_token_ids[start:num_tokens] if self.event_token_ids else [],
+                block_size=hash_block_size,
+                lora_id=None if lora is None else lora.id,
+                medium=self.medium,
+                lora_name=None if lora is None else lora.name,
+                group_idx=group_id,
+            )
+            self._events.append(event)
+
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the hash of each block (in use or not); the blocks stay where they are."""
         for block in block_ids:
@@ -212,6 +245,14 @@ class BlockPool:
             if self.block_hash[block] is not None:
                 self.num_evictions += 1
                 self._drop_key(block)
+
+    def uncache_block(self, block: int) -> None:
+        """Drop the block's hash (it stays where it is); not an eviction. Journaled."""
+        if self.block_hash[block] is None:
+            return
+        key = self._drop_key(block)
+        if self._journal is not None:
+            self._journal.append((self._restore_key, (block, *key)))
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refused (False) while any block is in use."""

@@ -96,7 +96,7 @@ class KVCacheManager:
         # Mamba); only when all grow plainly does it also count the blocks itself.
         self._fast_alloc = all(plain_growth(m) for m in managers)
         self._growth = None
-        if all(plain_growth(m) or isinstance(m, MambaManager) for m in managers):
+        if all(plain_growth(m) or _plain_mamba(m) for m in managers):
             self._growth = [
                 (m.block_size, m.req_to_blocks, m.num_cached_block, cross)
                 for m, cross in zip(managers, self._cross)
@@ -111,6 +111,11 @@ class KVCacheManager:
             for spec in map(group_behaviour_spec, groups)
         ]
         self._stats = PrefixCacheStatsCounter()
+        # vLLM reserves Mamba prefill checkpoints on the prompt's last chunk only under
+        # retention interval 0 (else on every chunk: prefill_end 0).
+        self._prefill_end = config.cache.prefix_cache_retention_interval == 0 and any(
+            getattr(m, "has_checkpoint_blocks", False) for m in managers
+        )
 
     @property
     def num_free_blocks(self) -> int:
@@ -229,10 +234,20 @@ class KVCacheManager:
         num_slots = num_main + num_lookahead_tokens
         if num_slots > max_len:
             num_slots = max_len
+        prefill_end = 0
+        if self._prefill_end:
+            prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
         if full_sequence_must_fit:
             num_tokens = min(request.num_tokens, max_len)
             needed = self._num_blocks_needed(
-                request_id, num_tokens, num_tokens, hits, total_computed, num_encoder_tokens, True
+                request_id,
+                num_tokens,
+                num_tokens,
+                hits,
+                total_computed,
+                num_encoder_tokens,
+                True,
+                prefill_end,
             )
             if needed + self._reserve(running, has_scheduled_reqs) > self.num_free_blocks:
                 return None
@@ -262,7 +277,14 @@ class KVCacheManager:
                 return self._empty
         if growth is None or not self._fast_alloc:
             needed = self._reserve(running, has_scheduled_reqs) + self._num_blocks_needed(
-                request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
+                request_id,
+                num_slots,
+                num_main,
+                hits,
+                total_computed,
+                num_encoder_tokens,
+                False,
+                prefill_end,
             )
         pool = self.block_pool
         if needed > pool.num_free_blocks:
@@ -321,12 +343,13 @@ class KVCacheManager:
         total_computed: int,
         num_encoder_tokens: int,
         cap: bool,
+        prefill_end: int,
     ) -> int:
         needed = 0
         for m, cross, hit in zip(self.managers, self._cross, hits):
             if not cross:
                 needed += m.get_num_blocks_to_allocate(
-                    request_id, num_tokens, hit, total_computed, num_main, cap
+                    request_id, num_tokens, hit, total_computed, num_main, cap, prefill_end
                 )
             elif not cap:
                 needed += m.get_num_blocks_to_allocate(
@@ -432,6 +455,11 @@ def plain_growth(manager: SingleTypeKVCacheManager) -> bool:
         kind.allocate_new_blocks is base.allocate_new_blocks
         and kind.get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
     )
+
+
+def _plain_mamba(manager: SingleTypeKVCacheManager) -> bool:
+    # A Mamba kind whose steps key only whole blocks (no checkpoints or partial tails).
+    return isinstance(manager, MambaManager) and not manager.exports_tail_states
 
 
 def _shares_skips(first: SingleTypeKVCacheManager, other: SingleTypeKVCacheManager) -> bool:

@@ -120,3 +120,47 @@ class MambaSpec(KVCacheSpec):
             "mamba_cache_mode",
         )
         return all_match(kv_cache_specs, MambaSpec, self, *names)
+
+
+def prefill_checkpoint_position(
+    num_tokens: int,
+    hash_block_size: int,
+    drop_eagle_block: bool = False,
+    num_hash_lookahead_tokens: int = 0,
+) -> int:
+    """The last hash boundary a prefill of ``num_tokens`` tokens can checkpoint its state at
+    and a later request hit: at least one token (or the hash lookahead) must follow it, so
+    the last token is recomputed for logits; an EAGLE block drop backs off one more unit."""
+    if drop_eagle_block:
+        limit = num_tokens
+    else:
+        limit = num_tokens - max(1, num_hash_lookahead_tokens)
+    position = limit // hash_block_size * hash_block_size
+    if drop_eagle_block:
+        position -= hash_block_size
+    return max(position, 0)
+
+
+def prefill_checkpoint_exportable(
+    query_start: int,
+    query_end: int,
+    checkpoint_position: int,
+    hash_block_size: int,
+    mamba_block_size: int,
+    checkpoint_alignment: int | None,
+) -> bool:
+    """Whether a kernel computing tokens ``[query_start, query_end)`` can export the state
+    at ``checkpoint_position`` into a block of its own: the chunk starts on a hash boundary,
+    spans at least one hash block before the position and one block column past its
+    initial state, and the position is ``checkpoint_alignment`` steps from its start."""
+    if checkpoint_alignment is None:
+        return False
+    initial_state_column = (query_start - 1) // mamba_block_size
+    checkpoint_column = cdiv(query_end, mamba_block_size) - 2
+    return (
+        query_start % hash_block_size == 0
+        and checkpoint_column > initial_state_column
+        and query_start + hash_block_size <= checkpoint_position
+        and query_start < checkpoint_position < query_end
+        and (checkpoint_position - query_start) % checkpoint_alignment == 0
+    )

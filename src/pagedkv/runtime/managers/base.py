@@ -96,8 +96,10 @@ class SingleTypeKVCacheManager(ABC):
         total_computed_tokens: int,
         num_tokens_main_model: int,
         apply_admission_cap: bool = False,
+        prefill_end: int = 0,
     ) -> int:
-        """Free-queue blocks an allocation up to ``num_tokens`` would consume."""
+        """Free-queue blocks an allocation up to ``num_tokens`` would consume. ``prefill_end``:
+        the token the request's prefill ends at (0: take checkpoints on every chunk)."""
         required = cdiv(num_tokens, self.block_size)
         if apply_admission_cap:
             cap = self.max_admission_blocks()
