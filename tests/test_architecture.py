@@ -430,7 +430,9 @@ def test_checker_accepts_one_way_imports(tmp_path: Path) -> None:
 
 CORE_PATHS = ("dtypes.py", "config.py", "errors.py", "registry.py", "platforms.py")
 CORE_PACKAGES = ("specs", "planning", "runtime")
-CORE_MAX_LINES = 5000
+# Raised from 5,000 for vLLM 0.33's Mamba checkpoints, partial hash hits (multi-key blocks,
+# copy on write) and retention intervals, which live in the runtime core.
+CORE_MAX_LINES = 6000
 
 
 def core_lines(package: Path) -> dict[str, int]:

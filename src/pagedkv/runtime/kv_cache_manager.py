@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib
-import math
+from typing import NamedTuple
 
 from pagedkv.config import PREFIX_CACHE_RETENTIONS, EngineConfig
 from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.planning.types import KVCacheConfig
+from pagedkv.runtime.block_sizes import resolve_block_sizes
 from pagedkv.runtime.blocks import KVCacheBlocks
 from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator, resolve_caching
 from pagedkv.runtime.events import BlockStored, KVCacheEvent
@@ -15,9 +16,22 @@ from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import BlockHasher
 from pagedkv.runtime.managers.base import Retention, SingleTypeKVCacheManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
+from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
+
+
+class BlockCopy(NamedTuple):
+    """Copy block ``src_block_id``'s contents into ``dst_block_id`` (vLLM's KVCacheBlockCopy)."""
+
+    src_block_id: int
+    dst_block_id: int
+
+
+class BlockCopies(NamedTuple):
+    copies: list[BlockCopy]
+    retained_blocks: list[int]
 
 
 class KVCacheManager:
@@ -51,9 +65,11 @@ class KVCacheManager:
         self.enable_caching = resolve_caching(
             groups, config.cache.enable_prefix_caching, enable_caching
         )
-        block_sizes = [g.kv_cache_spec.block_size for g in groups]
-        self.scheduler_block_size = math.lcm(*block_sizes) if block_sizes else 1
-        self.hash_block_size = math.gcd(*block_sizes) if block_sizes else 1
+        sizes = resolve_block_sizes(groups, self.enable_caching, config.cache.prefix_match_unit)
+        self.scheduler_block_size = sizes.scheduler_block_size
+        self.hash_block_size = sizes.hash_block_size
+        self.cache_hit_alignment_tokens = sizes.cache_hit_alignment_tokens
+        self.enable_partial_hash_hits = sizes.partial_hash_hits
         self.hasher = BlockHasher(
             self.hash_block_size, hash_algo or config.cache.hash_algo, hash_seed
         )
@@ -68,7 +84,7 @@ class KVCacheManager:
             max_model_len=self.max_model_len,
             enable_caching=self.enable_caching,
             hash_block_size=self.hash_block_size,
-            alignment_tokens=self.scheduler_block_size,
+            alignment_tokens=self.cache_hit_alignment_tokens,
             enable_events=enable_events,
             in_flight_tokens=config.max_in_flight_tokens,
             retention=retention_class(retention),
@@ -91,6 +107,10 @@ class KVCacheManager:
             else:
                 self._skipping.append((m, []))
         self._caching = [m for m in managers if m.enable_caching]
+        # Full attention hashed finer than its block keys the prompt's last boundary too.
+        self._tail_keyers = [
+            m for m in self._caching if isinstance(m, FullAttentionManager) and m.keys_partial_tails
+        ]
         self._cross = [isinstance(m, CrossAttentionManager) for m in managers]
         # Fast path: every table ends at cdiv(tokens, block_size) entries (plain kinds,
         # Mamba); only when all grow plainly does it also count the blocks itself.
@@ -102,8 +122,11 @@ class KVCacheManager:
                 for m, cross in zip(managers, self._cross)
             ]
         self._first_tables: dict[str, list[int]] = managers[0].req_to_blocks if managers else {}
-        # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule).
-        self._cache_step = self.scheduler_block_size if self.num_groups > 1 else 1
+        # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule),
+        # or of nothing with partial hits (rounding would re-key a copied partial state).
+        self._cache_step = 1
+        if self.num_groups > 1 and not self.enable_partial_hash_hits:
+            self._cache_step = self.scheduler_block_size
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
         self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
@@ -273,6 +296,8 @@ class KVCacheManager:
                     work = True
                 elif cache_tokens // block_size > num_cached[request_id]:
                     work = True
+            if not work and self._tail_keyers:
+                work = any(m.tail_key_pending(request, cache_tokens) for m in self._tail_keyers)
             if not work:
                 return self._empty
         if growth is None or not self._fast_alloc:
@@ -397,6 +422,21 @@ class KVCacheManager:
                 event.kv_cache_spec_kind = kind
                 event.kv_cache_spec_sliding_window = window
         return events
+
+    def take_kv_cache_block_copies(self) -> BlockCopies:
+        """The copy-on-write copies queued since the last call (partial prefix hits) and
+        the blocks they keep referenced: run the copies, then release those blocks with
+        ``block_pool.free_blocks(retained_blocks)`` (or ``release_cow_copies``)."""
+        pairs = [pair for m in self.managers for pair in m.take_cow_copies()]
+        copies = [BlockCopy(source, copy) for source, copy in pairs]
+        return BlockCopies(copies, [block for pair in pairs for block in pair])
+
+    def release_cow_copies(self) -> list[BlockCopy]:
+        """Take the queued copies and release their blocks at once (an engine that copies
+        within the same step, before anything else is allocated)."""
+        copies, retained = self.take_kv_cache_block_copies()
+        self.block_pool.free_blocks(retained)
+        return copies
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Cache the request's full blocks up to ``num_computed_tokens`` (hybrid models: up

@@ -25,6 +25,7 @@ class MambaManager(SingleTypeKVCacheManager):
 
     skips_tokens = True
     sparse_retention = True
+    supports_fine_grained_hits = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -55,6 +56,9 @@ class MambaManager(SingleTypeKVCacheManager):
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
         block_size = query.spec.block_size
+        unit = query.alignment_tokens
+        if unit < block_size and block_size % unit == 0:
+            return cls._find_partial_hit(query)
         hashes = query.hashes()
         get = query.block_pool.get_cached_block
         for i in range(min(query.max_length // block_size, len(hashes)) - 1, -1, -1):
@@ -63,6 +67,20 @@ class MambaManager(SingleTypeKVCacheManager):
             blocks = get(hashes[i], query.group_ids)
             if blocks is not None:
                 return [[NULL_BLOCK] * i + [b] for b in blocks], (i + 1) * block_size
+        return [[] for _ in query.group_ids], 0
+
+    @classmethod
+    def _find_partial_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
+        # Hits end on any hash boundary: the state there sits in the block it ends in.
+        unit = query.alignment_tokens
+        per_block = query.spec.block_size // unit
+        hashes = query.block_hashes
+        get = query.block_pool.get_cached_block
+        for i in range(min(query.max_length // unit, len(hashes)) - 1, -1, -1):
+            blocks = get(hashes[i], query.group_ids)
+            if blocks is not None:
+                nulls = [NULL_BLOCK] * (i // per_block)
+                return [[*nulls, b] for b in blocks], (i + 1) * unit
         return [[] for _ in query.group_ids], 0
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -116,6 +134,11 @@ class MambaManager(SingleTypeKVCacheManager):
         table = self.req_to_blocks.get(request_id, ())
         num_new = cdiv(num_tokens, self.block_size) + self.num_speculative_blocks
         num_new -= len(hits) + len(table)
+        partial = bool(hits and total_computed_tokens % self.block_size) or (
+            request_id in self._partial_hits
+        )
+        if partial:
+            num_new = max(num_new, 0) + 1  # the copy of a shared partial state
         checkpoint = self._checkpoint_for(
             request_id, total_computed_tokens, num_tokens, prefill_end, table
         )
@@ -127,7 +150,7 @@ class MambaManager(SingleTypeKVCacheManager):
         if num_new > 0:
             # One block for the chunk's end state, one for a checkpoint, and the
             # speculative blocks the first allocation adds.
-            cap = 1 + (checkpoint is not None)
+            cap = 1 + partial + (checkpoint is not None)
             if request_id not in self._allocated:
                 cap += self.num_speculative_blocks
             num_new = min(num_new, cap)
@@ -181,9 +204,10 @@ class MambaManager(SingleTypeKVCacheManager):
         num_spec = self.num_speculative_blocks
         required = cdiv(num_tokens_main_model, self.block_size) + num_spec
         checkpoint = int(request_id in self._checkpoints)
+        partial = self._partial_hits.get(request_id) if self._partial_hits else None
         pool = self.block_pool
         allocated = request_id in self._allocated
-        if required <= start and not checkpoint:
+        if required <= start and not checkpoint and partial is None:
             if not allocated:
                 self._mark_allocated(request_id)
             return []
@@ -204,12 +228,35 @@ class MambaManager(SingleTypeKVCacheManager):
                 pool.record(table.__setitem__, index, table[index])
                 table.append(table[index])
                 table[index] = NULL_BLOCK
-        num_new = required - len(table)
-        if num_new > 0:
-            table.extend(pool.get_new_blocks(num_new))
+        num_new = max(required - len(table), 0) + (partial is not None)
+        new = pool.get_new_blocks(num_new)
+        returned = table[start:]
+        if partial is not None:
+            copy = new.pop(0)
+            self._pop_partial(request_id)
+            if allocated:
+                self._preserve_partial_tail(*partial, copy)
+            else:
+                self._apply_copy(request_id, partial[0], partial[1], copy)
+                returned.insert(0, copy)
+        table.extend(new)
         if not allocated:
             self._mark_allocated(request_id)
-        return table[start:]
+        return returned + new
+
+    def _preserve_partial_tail(self, index: int, source: int, copy: int) -> None:
+        """The request keeps writing ``source`` (its table only grows): the prefix cache's
+        key moves to ``copy``, which the engine fills from ``source`` before this step."""
+        pool = self.block_pool
+        pool.move_block_keys(source, copy)
+        self._queue_copy(source, copy)
+        pool.ref_cnt[source] += 1
+        pool.record(pool.ref_cnt.__setitem__, source, pool.ref_cnt[source] - 1)
+        h = pool.block_hash[copy]
+        if h is not None and h not in self._cached_this_step:
+            # Filled only by this step's copy: a same-step hit on it must wait.
+            self._cached_this_step.add(h)
+            pool.record(self._cached_this_step.discard, h)
 
     def _mark_allocated(self, request_id: str) -> None:
         self._allocated.add(request_id)
@@ -282,7 +329,22 @@ class MambaManager(SingleTypeKVCacheManager):
         index = cdiv(num_tokens, self.block_size) - 1
         if index >= len(table) or table[index] == NULL_BLOCK:
             return None
-        return self._key_state(request, table[index], num_tokens)
+        source = table[index]
+        pool = self.block_pool
+        if pool.keyed_at(source, num_tokens, self.block_size):
+            return None  # keyed by a hit or an earlier step: re-keying would defer siblings
+        h = pool.cache_partial_block(
+            request, source, num_tokens, self.kv_cache_group_id, self.block_size
+        )
+        if num_tokens % self.block_size:
+            # This request produced a partial tail: its next step keeps writing the
+            # block, so that step moves the key to a copy (copy on write).
+            self._set_partial(request_id, index, source)
+            pool.record(
+                self.num_cached_block.__setitem__, request_id, self.num_cached_block[request_id]
+            )
+            self.num_cached_block[request_id] = index
+        return h
 
     def _cache_checkpoint(self, request: Request, position: int, index: int) -> Any:
         block = self.req_to_blocks[request.request_id][index]
@@ -297,21 +359,17 @@ class MambaManager(SingleTypeKVCacheManager):
             block_index = position // self.block_size - 1
             kept = self._interval_blocks(block_index, block_index + 1)
             retained = kept is None or block_index in kept
+        pool = self.block_pool
         if not (prompt_checkpoint or retained or position == request.shared_prefix_boundary):
             # A transient state: the next chunk overwrites it, so it must not hit.
-            self.block_pool.uncache_block(block)
+            pool.uncache_block(block)
             return None
-        return self._key_state(request, block, position)
-
-    def _key_state(self, request: Request, block: int, num_tokens: int) -> Any:
-        """Key ``block`` as the state after ``num_tokens`` tokens (a hash boundary); None if
-        it already is."""
-        pool = self.block_pool
-        if pool.block_hash[block] is not None:
-            return None  # keyed earlier: it holds this block's state already
-        h = request.block_hashes[num_tokens // self.hash_block_size - 1]
-        pool.cache_state_block(request, block, num_tokens, self.kv_cache_group_id, self.block_size)
-        return h
+        if pool.keyed_at(block, position, self.block_size):
+            return None
+        group_id = self.kv_cache_group_id
+        return pool.cache_partial_block(
+            request, block, position, group_id, self.block_size, replace=True
+        )
 
     def free(self, request_id: str, priority: int = 0) -> None:
         self._last_state.pop(request_id, None)
