@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+from pagedkv.runtime.hashing import block_extra_keys
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
 
 if TYPE_CHECKING:
@@ -397,6 +398,7 @@ class BlockPool:
         end = num_hashes * hash_block_size
         start = end - hash_block_size
         lora = request.lora
+        keys, _ = block_extra_keys(request, start, end, 0)
         return BlockStored(
             block_hashes=[hashes[num_hashes - 1]],
             parent_block_hash=hashes[num_hashes - 2] if num_hashes > 1 else None,
@@ -405,6 +407,10 @@ class BlockPool:
             lora_id=None if lora is None else lora.id,
             medium=self.medium,
             lora_name=None if lora is None else lora.name,
+            # vLLM publishes the keys untagged: a multimodal item's (id, offset), else the value.
+            extra_keys=[
+                None if keys is None else tuple(k[1:] if k[0] == "mm" else k[1] for k in keys)
+            ],
             group_idx=group_id,
         )
 
