@@ -209,6 +209,9 @@ class BlockPool:
                 lora_id=None if lora is None else lora.id,
                 medium=self.medium,
                 lora_name=None if lora is None else lora.name,
+                extra_keys=_event_extra_keys(
+                    request, blocks, stored, num_cached_blocks, block_size
+                ),
                 group_idx=group_id,
             )
             self._events.append(event)
@@ -398,7 +401,6 @@ class BlockPool:
         end = num_hashes * hash_block_size
         start = end - hash_block_size
         lora = request.lora
-        keys, _ = block_extra_keys(request, start, end, 0)
         return BlockStored(
             block_hashes=[hashes[num_hashes - 1]],
             parent_block_hash=hashes[num_hashes - 2] if num_hashes > 1 else None,
@@ -407,10 +409,7 @@ class BlockPool:
             lora_id=None if lora is None else lora.id,
             medium=self.medium,
             lora_name=None if lora is None else lora.name,
-            # vLLM publishes the keys untagged: a multimodal item's (id, offset), else the value.
-            extra_keys=[
-                None if keys is None else tuple(k[1:] if k[0] == "mm" else k[1] for k in keys)
-            ],
+            extra_keys=[_untagged(block_extra_keys(request, start, end, 0)[0])],
             group_idx=group_id,
         )
 
@@ -509,3 +508,24 @@ class BlockPool:
     def _undo_cache(self, stored: list[int]) -> None:
         for block in reversed(stored):
             self._drop_all_keys(block)
+
+
+def _event_extra_keys(
+    request: Request, blocks: Sequence[int], stored: list[int], first: int, block_size: int
+) -> list[tuple[Any, ...] | None] | None:
+    # One entry per stored block (vLLM's), None when no block was stored.
+    if not stored:
+        return None
+    position = {block: i for i, block in enumerate(blocks[first:], first) if block}
+    out = []
+    mm_index = 0
+    for block in stored:
+        start = position[block] * block_size
+        keys, mm_index = block_extra_keys(request, start, start + block_size, mm_index)
+        out.append(_untagged(keys))
+    return out
+
+
+def _untagged(keys: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    # vLLM publishes extra keys untagged: a multimodal item's (id, offset), else the value.
+    return None if keys is None else tuple(k[1:] if k[0] == "mm" else k[1] for k in keys)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from enum import Enum
 from typing import NamedTuple
 
 from pagedkv.config import PREFIX_CACHE_RETENTIONS, EngineConfig
@@ -34,9 +35,18 @@ class BlockCopies(NamedTuple):
     retained_blocks: list[int]
 
 
+class _FromConfig(Enum):
+    VALUE = "config"
+
+
+FROM_CONFIG = _FromConfig.VALUE  # an option not given: the EngineConfig's value
+
+
 class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
-    ``retention``: a name in ``config.PREFIX_CACHE_RETENTIONS``; ``free_queue``: default LRU."""
+    ``retention``: a name in ``config.PREFIX_CACHE_RETENTIONS``; ``free_queue``: default LRU.
+    ``hash_block_size`` and ``prefix_cache_retention_interval`` (vLLM's names) override
+    ``CacheConfig.prefix_match_unit`` and ``CacheConfig.prefix_cache_retention_interval``."""
 
     def __init__(
         self,
@@ -51,7 +61,13 @@ class KVCacheManager:
         retention: str | None = None,
         free_queue: FreeQueue | None = None,
         event_token_ids: bool = True,
+        hash_block_size: int | None = None,
+        prefix_cache_retention_interval: int | None | _FromConfig = FROM_CONFIG,
     ) -> None:
+        if hash_block_size is not None:
+            config = config.replace(prefix_match_unit=hash_block_size)
+        if prefix_cache_retention_interval is not FROM_CONFIG:
+            config = config.replace(prefix_cache_retention_interval=prefix_cache_retention_interval)
         if not 0.0 <= watermark < 1.0:
             raise ConfigError(f"KVCacheManager watermark must be in [0, 1), got {watermark!r}")
         self.retention = retention = retention or config.cache.prefix_cache_retention
