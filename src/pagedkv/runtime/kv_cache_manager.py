@@ -62,7 +62,7 @@ class KVCacheManager:
         free_queue: FreeQueue | None = None,
         event_token_ids: bool = True,
         hash_block_size: int | None = None,
-        prefix_cache_retention_interval: int | None | _FromConfig = FROM_CONFIG,
+        prefix_cache_retention_interval: int | _FromConfig | None = FROM_CONFIG,
     ) -> None:
         if hash_block_size is not None:
             config = config.replace(prefix_match_unit=hash_block_size)
