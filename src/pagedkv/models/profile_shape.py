@@ -88,7 +88,7 @@ def _int(config: Mapping[str, Any], *keys: str, default: int = 0) -> int:
     return default
 
 
-def _compressed_tensors_bits(config: Mapping[str, Any], name: str) -> float:
+def _compressed_tensors(config: Mapping[str, Any], name: str) -> WeightFormat:
     groups = config.get("config_groups")
     weights = None
     if isinstance(groups, dict):
@@ -102,13 +102,15 @@ def _compressed_tensors_bits(config: Mapping[str, Any], name: str) -> float:
             "cannot tell how its weights are stored"
         )
     bits = float(weights.get("num_bits") or 8)
-    group = weights.get("group_size")
-    if weights.get("type") == "float" and bits == 4:
-        return _NVFP4_BITS
-    if isinstance(group, int) and group > 0:
+    size = weights.get("group_size")
+    if weights.get("type") == "float":
+        label = "nvfp4" if bits == 4 else f"fp{bits:g}"
+        stored = _NVFP4_BITS if bits == 4 else bits
+    else:
+        label = f"int{bits:g}" + (f" g{size}" if isinstance(size, int) else "")
         zero = 0.0 if weights.get("symmetric", True) else bits
-        return bits + (16 + zero) / group
-    return bits
+        stored = bits + (16 + zero) / size if isinstance(size, int) and size > 0 else bits
+    return WeightFormat(f"{label} (compressed-tensors)", stored, stored)
 
 
 def _grouped_bits(config: Mapping[str, Any]) -> float:
@@ -137,9 +139,7 @@ def weight_format(quant: Any, name: str) -> WeightFormat:
             return WeightFormat("nvfp4 (modelopt)", _NVFP4_BITS, _NVFP4_BITS)
         return WeightFormat("fp8 (modelopt)", _FP8_BITS, _FP8_BITS)
     if method == "compressed-tensors":
-        bits = _compressed_tensors_bits(quant, name)
-        label = "nvfp4" if bits == _NVFP4_BITS else f"{bits:g}-bit"
-        return WeightFormat(f"{label} (compressed-tensors)", bits, bits)
+        return _compressed_tensors(quant, name)
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round", "auto_round"):
         bits = _grouped_bits(quant)
         group = quant.get("group_size") or quant.get("q_group_size")
