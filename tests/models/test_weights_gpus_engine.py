@@ -127,8 +127,7 @@ def test_tp_shards_the_forward_pass_and_adds_nccl_memory() -> None:
     layout = describe_model("Llama-3.1-8B", use_transformers=False)
     one = {t.name: t for t in startup_terms(layout, engine_config_for(layout))}
     two = {
-        t.name: t
-        for t in startup_terms(layout, engine_config_for(layout, tensor_parallel_size=2))
+        t.name: t for t in startup_terms(layout, engine_config_for(layout, tensor_parallel_size=2))
     }
     assert two["forward pass"].bytes < one["forward pass"].bytes
     # The sampler works on the gathered, full-vocabulary logits on every rank.
