@@ -95,9 +95,8 @@ def startup_options(
         "num_speculative_tokens": tokens if isinstance(tokens, int) else 0,
         "blackwell": gpu is not None and gpu.name.upper().startswith(("B200", "B300", "GB200")),
     }
-    if vllm_version:
-        return StartupOptions.for_vllm_version(vllm_version, **flags)
-    return StartupOptions(**flags)
+    options = StartupOptions(**flags)
+    return StartupOptions.for_vllm_version(vllm_version, options) if vllm_version else options
 
 
 ENFORCE_EAGER_OPTION = typer.Option(

@@ -92,15 +92,17 @@ class StartupOptions:
             )
 
     @classmethod
-    def for_vllm_version(cls, version: str, **flags: object) -> StartupOptions:
-        """The accounting of an older vLLM release (for checking against its logs):
-        the sampler it warms up and whether it charges CUDA graphs (default since 0.21)."""
+    def for_vllm_version(cls, version: str, flags: StartupOptions | None = None) -> StartupOptions:
+        """``flags`` accounted as an older vLLM release did (for checking against its
+        logs): the sampler it warms up, and CUDA graphs charged from 0.21 on."""
         found = re.match(r"\s*v?(\d+)\.(\d+)", version or "")
         if found is None:
             raise ConfigError(f"cannot read a vLLM version from {version!r} (example: 0.11.0)")
         release = (int(found.group(1)), int(found.group(2)))
         sampler = "flashinfer" if release < (0, 11) else "sort" if release < (0, 17) else "triton"
-        return replace(cls(**flags), sampler=sampler, cudagraph_memory_estimate=release >= (0, 21))  # type: ignore[arg-type]
+        return replace(
+            flags or cls(), sampler=sampler, cudagraph_memory_estimate=release >= (0, 21)
+        )
 
 
 def _activation_bytes(layout: ModelLayout) -> int:
