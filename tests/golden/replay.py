@@ -13,6 +13,7 @@ from typing import Any
 
 from pagedkv import (
     ChunkedLocalAttentionSpec,
+    CircularBufferSpec,
     EngineConfig,
     FullAttentionSpec,
     KVCacheConfig,
@@ -20,6 +21,8 @@ from pagedkv import (
     KVCacheSpec,
     MambaSpec,
     MLAAttentionSpec,
+    RSWASpec,
+    SlidingWindowMLASpec,
     SlidingWindowSpec,
 )
 from pagedkv.runtime import KVCacheBlocks, KVCacheManager, LoRA, Request
@@ -65,7 +68,30 @@ def build_spec(kind: str, spec: dict[str, Any]) -> KVCacheSpec:
             page_size_padded=spec["page_size_padded"],
             mamba_cache_mode=spec["mamba_cache_mode"],
         )
-    raise GoldenMismatch(f"no pagedkv spec for vLLM kind {kind!r}")
+    new_kind = build_rt_kinds_spec(kind, spec)
+    if new_kind is None:
+        raise GoldenMismatch(f"no pagedkv spec for vLLM kind {kind!r}")
+    return new_kind
+
+
+def build_rt_kinds_spec(kind: str, spec: dict[str, Any]) -> KVCacheSpec | None:
+    """The spec kinds the format-2 layouts ``rswa``, ``swa_mla`` and ``ring`` add (None
+    for any other kind)."""
+    if kind == "RSWASpec":
+        return RSWASpec(**_attention(spec), rswa_window=spec["rswa_window"])
+    if kind == "SlidingWindowMLASpec":
+        return SlidingWindowMLASpec(
+            **_attention(spec),
+            sliding_window=spec["sliding_window"],
+            extra_retained_tokens=spec.get("extra_retained_tokens", 0),
+            cache_dtype_str=spec.get("cache_dtype_str"),
+            alignment=spec.get("alignment"),
+            model_version=spec.get("model_version"),
+            bounded_replay=spec.get("bounded_replay", False),
+        )
+    if kind == "CircularBufferSpec":
+        return CircularBufferSpec(**_attention(spec), head_size_v=spec["head_size_v"])
+    return None
 
 
 def build_manager(layout: dict[str, Any]) -> KVCacheManager:

@@ -53,7 +53,11 @@ class KVCacheManager:
         )
         block_sizes = [g.kv_cache_spec.block_size for g in groups]
         self.scheduler_block_size = math.lcm(*block_sizes) if block_sizes else 1
-        self.hash_block_size = math.gcd(*block_sizes) if block_sizes else 1
+        # Hashes at the gcd of the groups that are cached (a ring's tiny block is not).
+        cached_sizes = [
+            g.kv_cache_spec.block_size for g in groups if group_behaviour_spec(g).prefix_cacheable
+        ]
+        self.hash_block_size = math.gcd(*(cached_sizes or block_sizes)) if block_sizes else 1
         self.hasher = BlockHasher(
             self.hash_block_size, hash_algo or config.cache.hash_algo, hash_seed
         )
@@ -103,7 +107,7 @@ class KVCacheManager:
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
         self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
-            (spec.kind, getattr(spec, "sliding_window", None))
+            (spec.vllm_kind, getattr(spec, "sliding_window", None))
             for spec in map(group_behaviour_spec, groups)
         ]
         self._stats = PrefixCacheStatsCounter()
@@ -234,8 +238,9 @@ class KVCacheManager:
                 return None
         cache = self.enable_caching and not delay_cache_blocks
         if running and self._skipping:
+            num_prompt = request.num_prompt_tokens
             for m, peers in self._skipping:
-                m.remove_skipped_blocks(request_id, total_computed, peers)
+                m.remove_skipped_blocks(request_id, total_computed, peers, num_prompt)
         growth = self._growth if running else None
         if growth is not None:
             # Fast path (bench_hot_path: most decode steps change nothing).
@@ -339,11 +344,14 @@ class KVCacheManager:
         for m in self.managers:
             m.free(request_id, priority)
 
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Free blocks that fell out of the request's window (nulls in its table)."""
+    def remove_skipped_blocks(
+        self, request_id: str, num_computed_tokens: int, num_prompt_tokens: int | None = None
+    ) -> None:
+        """Free blocks that fell out of the request's window (nulls in its table); R-SWA
+        groups free their decode gap only when given the prompt length."""
         if request_id in self._first_tables:
             for m, peers in self._skipping:
-                m.remove_skipped_blocks(request_id, num_computed_tokens, peers)
+                m.remove_skipped_blocks(request_id, num_computed_tokens, peers, num_prompt_tokens)
 
     def evict_blocks(self, block_ids: list[int]) -> None:
         """Drop the cached hashes of the given blocks (they stay allocated if in use)."""

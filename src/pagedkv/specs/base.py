@@ -99,6 +99,18 @@ class KVCacheSpec(ABC):
     def prefix_cacheable(self) -> bool:
         return True
 
+    @property
+    def disables_prefix_caching(self) -> bool:
+        """Whether a group of this kind turns prefix caching off for the whole model (by
+        default when it cannot be cached); kinds that merely stay out of the cache (a
+        ring, HiSparse's GPU pages) leave the other groups caching, as in vLLM."""
+        return not self.prefix_cacheable
+
+    @property
+    def vllm_kind(self) -> str:
+        """vLLM's ``KVCacheSpecKind`` value for this spec (KV cache events report it)."""
+        return self.kind
+
     @abstractmethod
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
         """Bytes one request of ``config.max_model_len`` can hold at most, per layer."""

@@ -88,7 +88,11 @@ class MambaManager(SingleTypeKVCacheManager):
         return table[start:]
 
     def remove_skipped_blocks(
-        self, request_id: str, num_computed_tokens: int, peers: Sequence[Any] = ()
+        self,
+        request_id: str,
+        num_computed_tokens: int,
+        peers: Sequence[Any] = (),
+        num_prompt_tokens: int | None = None,
     ) -> None:
         if not self.align:
             super().remove_skipped_blocks(request_id, num_computed_tokens, peers)
