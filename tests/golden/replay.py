@@ -19,7 +19,6 @@ import msgspec
 import pagedkv
 from pagedkv import (
     ChunkedLocalAttentionSpec,
-    CircularBufferSpec,
     EngineConfig,
     FullAttentionSpec,
     KVCacheConfig,
@@ -27,8 +26,6 @@ from pagedkv import (
     KVCacheSpec,
     MambaSpec,
     MLAAttentionSpec,
-    RSWASpec,
-    SlidingWindowMLASpec,
     SlidingWindowSpec,
 )
 from pagedkv.events.wire import to_external
@@ -82,30 +79,7 @@ def build_spec(kind: str, spec: dict[str, Any]) -> KVCacheSpec:
             page_size_padded=spec["page_size_padded"],
             mamba_cache_mode=spec["mamba_cache_mode"],
         )
-    new_kind = build_rt_kinds_spec(kind, spec)
-    if new_kind is None:
-        raise GoldenMismatch(f"no pagedkv spec for vLLM kind {kind!r}")
-    return new_kind
-
-
-def build_rt_kinds_spec(kind: str, spec: dict[str, Any]) -> KVCacheSpec | None:
-    """The spec kinds the format-2 layouts ``rswa``, ``swa_mla`` and ``ring`` add (None
-    for any other kind)."""
-    if kind == "RSWASpec":
-        return RSWASpec(**_attention(spec), rswa_window=spec["rswa_window"])
-    if kind == "SlidingWindowMLASpec":
-        return SlidingWindowMLASpec(
-            **_attention(spec),
-            sliding_window=spec["sliding_window"],
-            extra_retained_tokens=spec.get("extra_retained_tokens", 0),
-            cache_dtype_str=spec.get("cache_dtype_str"),
-            alignment=spec.get("alignment"),
-            model_version=spec.get("model_version"),
-            bounded_replay=spec.get("bounded_replay", False),
-        )
-    if kind == "CircularBufferSpec":
-        return CircularBufferSpec(**_attention(spec), head_size_v=spec["head_size_v"])
-    return None
+    raise GoldenMismatch(f"no pagedkv spec for vLLM kind {kind!r}")
 
 
 # vLLM spec fields that change neither a block's size nor a manager's behaviour in these
