@@ -63,13 +63,13 @@ def _buckets(kv_cache_spec: Mapping[str, KVCacheSpec]) -> list[_Bucket]:
             home[name] = spec
     buckets = []
     for layers in members:
-        spec = UniformTypeKVCacheSpecs.from_specs(layers)
-        if spec is None:  # a layer alone is always uniform
+        uniform = UniformTypeKVCacheSpecs.from_specs(layers)
+        if uniform is None:  # a layer alone is always uniform
             raise PlanningError(f"layers {sorted(layers)[:4]} cannot form a KV cache group")
         by_page: dict[int, list[str]] = {}
         for name, layer_spec in layers.items():
             by_page.setdefault(layer_spec.page_size_bytes, []).append(name)
-        buckets.append(_Bucket(spec, by_page))
+        buckets.append(_Bucket(uniform, by_page))
     return buckets
 
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar
 
 from pagedkv.errors import KVCacheSpecError
-from pagedkv.specs.base import AttentionSpec, KVCacheSpec, all_match, cdiv, check_fields
+from pagedkv.specs.base import (
+    AttentionSpec,
+    KVCacheSpec,
+    all_match,
+    cdiv,
+    check_fields,
+    pad_to_alignment,
+)
 
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
@@ -53,17 +60,6 @@ class SlidingWindowSpec(AttentionSpec):
         return all_match(kv_cache_specs, SlidingWindowSpec, self, "sliding_window")
 
 
-# Fields of SlidingWindowMLASpec that every layer of one group must share.
-_SWMLA_SHARED = (
-    "cache_dtype_str",
-    "model_version",
-    "sliding_window",
-    "extra_retained_tokens",
-    "bounded_replay",
-    "max_tp_shards",
-)
-
-
 @dataclass(frozen=True, kw_only=True)
 class SlidingWindowMLASpec(SlidingWindowSpec):
     """Sliding window over MLA latents (DeepSeek-V4's sliding-window layers).
@@ -88,28 +84,11 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
                 f"got {self.model_version!r}"
             )
         super().__post_init__()
-        check_fields(self, "alignment", allow_none=True)
-        if self.alignment is not None and self.page_size_padded is None:
-            real = self.real_page_size_bytes
-            padded = cdiv(real, self.alignment) * self.alignment
-            if padded != real:
-                object.__setattr__(self, "page_size_padded", padded)
+        pad_to_alignment(self, self.alignment)
 
     @property
     def prefix_cacheable(self) -> bool:
         return not self.bounded_replay
-
-    @classmethod
-    def merge(cls, specs: Sequence[KVCacheSpec]) -> Self:
-        """Layers agreeing in window, replay policy, cache dtype and model version merge."""
-        for name in _SWMLA_SHARED:
-            values = {getattr(s, name, None) for s in specs}
-            if len(values) > 1:
-                raise KVCacheSpecError(
-                    f"SlidingWindowMLASpec.merge: layers in one KV cache group differ in "
-                    f"{name!r}: {', '.join(sorted(map(repr, values)))}"
-                )
-        return super().merge(specs)
 
     def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
         return all_match(

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import ClassVar
 
-from pagedkv.errors import KVCacheSpecError
-from pagedkv.specs.base import KVCacheSpec, check_fields
+from pagedkv.specs.base import check_fields
 from pagedkv.specs.full import FullAttentionSpec
 
 
@@ -29,11 +27,3 @@ class RSWASpec(FullAttentionSpec):
     @property
     def vllm_kind(self) -> str:
         return "full_attention"
-
-    @classmethod
-    def merge(cls, specs: Sequence[KVCacheSpec]) -> Self:
-        windows = {getattr(s, "rswa_window", None) for s in specs}
-        if len(windows) > 1:
-            shown = ", ".join(sorted(map(repr, windows)))
-            raise KVCacheSpecError(f"all R-SWA layers must share one rswa_window, got {shown}")
-        return super().merge(specs)
