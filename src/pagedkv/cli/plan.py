@@ -93,6 +93,8 @@ class PlanRequest:
     cpu_offload_gb: float = 0.0
     # Account memory as this vLLM release does (None: 0.33).
     vllm_version: str | None = None
+    # None: the platform's layout (layer-outermost NHD on the generic platform).
+    kv_cache_layout: str | None = None
 
 
 CONTEXT_LEN_OPTION = typer.Option(
@@ -110,6 +112,12 @@ GROUPING_OPTION = typer.Option(
     "--grouping",
     help="How layers form KV cache groups: vllm (vLLM 0.33's rule) or least-waste "
     "(pagedkv's search for the fewest bytes per request).",
+)
+KV_CACHE_LAYOUT_OPTION = typer.Option(
+    None,
+    "--kv-cache-layout",
+    help="Physical KV cache layout, as vLLM's VLLM_KV_CACHE_LAYOUT (LBNHC, BLNHC, ...); "
+    "block-outermost ones (B first) pack groups of different page sizes.",
 )
 PLOT_OPTION = typer.Option(
     None, "--plot", help="Write max concurrency vs context length (PNG, needs matplotlib)."
@@ -175,6 +183,7 @@ def plan_command(
     context_len: list[int] = CONTEXT_LEN_OPTION,
     max_groups: int | None = MAX_GROUPS_OPTION,
     grouping: str = GROUPING_OPTION,
+    kv_cache_layout: str | None = KV_CACHE_LAYOUT_OPTION,
     json_output: bool = JSON_OPTION,
     plot: Path | None = PLOT_OPTION,
 ) -> None:
@@ -214,6 +223,7 @@ def plan_command(
         speculative_config=speculative_config,
         cpu_offload_gb=cpu_offload_gb,
         vllm_version=vllm_version,
+        kv_cache_layout=kv_cache_layout,
     )
     result = make_plan(request)
     if plot is not None:
@@ -275,6 +285,8 @@ def _options(request: PlanRequest, gpu: GPU | None, device_bytes: int | None) ->
     if request.max_groups is not None:
         options["max_kv_cache_groups"] = request.max_groups
     options["kv_cache_grouping_rule"] = request.grouping
+    if request.kv_cache_layout is not None:
+        options["kv_cache_layout"] = request.kv_cache_layout
     return options
 
 
