@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from pagedkv.events.config import KVEventsConfig, binds
+from pagedkv.events.config import KVEventsConfig, binds, offset_endpoint_port
 from pagedkv.events.wire import END_OF_REPLAY_SEQ, encode_payload
 from pagedkv.runtime.events import KVCacheEvent
 
@@ -31,7 +31,10 @@ class ZmqEventPublisher:
     """PUB socket + replay ROUTER + bounded queue + publisher thread (see module doc).
 
     ``endpoint`` / ``replay_endpoint`` are the addresses actually bound (a ``*`` port
-    resolved), for subscribers to use. ``close()`` sends what is queued, then stops.
+    resolved), for subscribers to use; data-parallel rank ``r`` publishes on the
+    configured ports plus ``r`` (vLLM's offsets). ``bind`` None: bind or connect the PUB
+    socket by vLLM's rule (``binds``); True binds any address (``tcp://127.0.0.1:5557``
+    for loopback only). ``close()`` sends what is queued, then stops.
     """
 
     def __init__(
@@ -41,8 +44,10 @@ class ZmqEventPublisher:
         data_parallel_rank: int = 0,
         int_block_hashes: bool = True,
         startup_timeout_s: float = 5.0,
+        bind: bool | None = None,
     ) -> None:
         self.config = config or KVEventsConfig()
+        self.bind = binds(self.config.endpoint) if bind is None else bind
         self.data_parallel_rank = data_parallel_rank
         self.int_block_hashes = int_block_hashes
         self.num_published = 0  # sequence numbers handed out
@@ -55,8 +60,8 @@ class ZmqEventPublisher:
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self.endpoint = self.config.endpoint
-        self.replay_endpoint = self.config.replay_endpoint
+        self.endpoint = offset_endpoint_port(self.config.endpoint, data_parallel_rank) or ""
+        self.replay_endpoint = offset_endpoint_port(self.config.replay_endpoint, data_parallel_rank)
         self._ctx = zmq.Context()
         self._thread = threading.Thread(target=self._run, name="pagedkv-kv-events", daemon=True)
         self._thread.start()
@@ -95,16 +100,19 @@ class ZmqEventPublisher:
         pub = self._ctx.socket(zmq.PUB)
         pub.setsockopt(zmq.SNDHWM, cfg.hwm)
         pub.setsockopt(zmq.LINGER, 1000)
-        if binds(cfg.endpoint):
-            pub.bind(cfg.endpoint)
+        if self.bind:
+            pub.bind(self.endpoint)
             self.endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT)
         else:
-            pub.connect(cfg.endpoint)
+            pub.connect(self.endpoint)
         replay = None
-        if cfg.replay_endpoint is not None:
+        if self.replay_endpoint is not None:
             replay = self._ctx.socket(zmq.ROUTER)
             replay.setsockopt(zmq.LINGER, 0)
-            replay.bind(cfg.replay_endpoint)
+            # a whole buffer's replay (plus its end marker) must fit in the send queue,
+            # or ZeroMQ drops the tail of a long replay (vLLM's bound)
+            replay.setsockopt(zmq.SNDHWM, 2 * (cfg.buffer_steps + 1))
+            replay.bind(self.replay_endpoint)
             self.replay_endpoint = replay.getsockopt_string(zmq.LAST_ENDPOINT)
         return pub, replay
 
