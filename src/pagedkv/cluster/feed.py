@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -39,6 +40,7 @@ class EngineFeedStats(NamedTuple):
     lost: int
     restarts: int
     decode_errors: int
+    replay_timeouts: int
     next_seq: int | None
     last_batch_ts: float | None
 
@@ -73,6 +75,7 @@ class IndexFeed:
         self._subs: dict[str, EventSubscriber] = {}
         self._last_ts: dict[str, float] = {}
         self._received = 0
+        self._commands: deque[tuple[str, str]] = deque()  # (forget | resync, engine)
         self.error: BaseException | None = None  # what stopped the feed thread, if anything
         self._thread = threading.Thread(target=self._run, name="pagedkv-index-feed", daemon=True)
         for name in self.engines:
@@ -103,6 +106,16 @@ class IndexFeed:
         self._sync_requested.set()
         return self._synced.wait(timeout_s)
 
+    def forget(self, engine: str) -> None:
+        """Drop ``engine``'s blocks from the index (it went down); done by the feed thread,
+        so the caller never waits for the index."""
+        self._commands.append(("forget", engine))
+
+    def resync(self, engine: str) -> None:
+        """Rebuild ``engine``'s part of the index from its publisher's replay buffer (it
+        came back, perhaps as a new process): state dropped, read again from seq 0."""
+        self._commands.append(("resync", engine))
+
     def stats(self) -> dict[str, EngineFeedStats]:
         """Per engine: batches applied, gaps, recovered and lost batches, restarts."""
         with self.lock:
@@ -115,6 +128,7 @@ class IndexFeed:
                     sub.num_lost,
                     sub.num_restarts,
                     sub.num_decode_errors,
+                    sub.num_replay_timeouts,
                     sub.next_seq,
                     self._last_ts.get(name),
                 )
@@ -152,6 +166,8 @@ class IndexFeed:
                     name = by_socket[sock]
                     last_seen[name] = time.monotonic()
                     self._receive(name, self._subs[name])
+                while self._commands:
+                    self._command(*self._commands.popleft())
                 if self._sync_requested.is_set():
                     self._sync_requested.clear()
                     for name, sub in self._subs.items():
@@ -170,6 +186,18 @@ class IndexFeed:
             for sub in self._subs.values():
                 sub.close()
             ctx.destroy(linger=0)
+
+    def _command(self, command: str, name: str) -> None:
+        sub = self._subs.get(name)
+        if sub is None:
+            return
+        if command == "forget":
+            with self.lock:
+                self.index.reset_engine(name)
+            sub.restart_from(0)
+        else:
+            sub.restart_from(0)
+            self._apply(name, sub.sync_tail())
 
     def _idle_sync(self, name: str, sub: EventSubscriber, idle_s: float) -> float:
         """Ask a quiet engine for its tail; the wait before the next ask doubles (up to

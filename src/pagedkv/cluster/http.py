@@ -18,6 +18,8 @@ __all__ = [
     "ApiKeyMiddleware",
     "HTTPError",
     "error_response",
+    "parse_json_object",
+    "read_body",
     "read_json_object",
 ]
 
@@ -47,6 +49,11 @@ def _no_constant(name: str) -> float:
 async def read_json_object(request: Request, max_body_bytes: int) -> dict[str, Any]:
     """The request's body as a JSON object; HTTPError 413 past ``max_body_bytes``, 400
     for anything that is not one strict JSON object."""
+    return parse_json_object(await read_body(request, max_body_bytes))
+
+
+async def read_body(request: Request, max_body_bytes: int) -> bytes:
+    """The request's body; HTTPError 413 past ``max_body_bytes`` (read no further)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
         raise HTTPError(413, f"the body is over {max_body_bytes} bytes")
@@ -57,8 +64,13 @@ async def read_json_object(request: Request, max_body_bytes: int) -> dict[str, A
         if size > max_body_bytes:
             raise HTTPError(413, f"the body is over {max_body_bytes} bytes")
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """One strict JSON object (no NaN or infinity); HTTPError 400 otherwise."""
     try:
-        body = json.loads(b"".join(chunks), parse_constant=_no_constant)
+        body = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise HTTPError(400, f"the body is not valid JSON: {detail}") from None

@@ -125,6 +125,13 @@ class EventSubscriber:
             self.num_replayed += 1
         return out
 
+    def restart_from(self, seq: int | None) -> None:
+        """Forget the stream's position: the next batch delivered resets the consumer's
+        state, and (``seq`` given) batches from ``seq`` on are expected."""
+        self._next = seq
+        self._stale = True
+        self._recent.clear()
+
     def close(self) -> None:
         self.socket.close(linger=0)
 

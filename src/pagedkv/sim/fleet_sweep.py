@@ -19,7 +19,7 @@ def fleet_sweep(
     engine: SimEngine,
     trace: Trace,
     replica_counts: Sequence[int],
-    routers: Sequence[str] = FLEET_ROUTERS,
+    routers: Sequence[str] = tuple(r for r in FLEET_ROUTERS if r != "balanced"),
     settings: SchedulerSettings | None = None,
     *,
     bound: bool = True,
