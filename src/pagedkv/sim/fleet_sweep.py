@@ -9,17 +9,21 @@ from collections.abc import Callable, Sequence
 from pagedkv.errors import ConfigError
 from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.fleet import FLEET_ROUTERS, simulate_fleet, single_cache
+
 from pagedkv.sim.fleet_result import FleetResult
 from pagedkv.sim.jobs import Job, run_jobs
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.trace import Trace
+
+# the routers a sweep compares unless told otherwise (their documented tables)
+SWEEP_ROUTERS = ("round-robin", "least-loaded", "prefix", "cost", "oracle")
 
 
 def fleet_sweep(
     engine: SimEngine,
     trace: Trace,
     replica_counts: Sequence[int],
-    routers: Sequence[str] = tuple(r for r in FLEET_ROUTERS if r != "balanced"),
+    routers: Sequence[str] = SWEEP_ROUTERS,
     settings: SchedulerSettings | None = None,
     *,
     bound: bool = True,
