@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from pagedkv.errors import ConfigError
 from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.fleet import FLEET_ROUTERS, simulate_fleet, single_cache
-
 from pagedkv.sim.fleet_result import FleetResult
 from pagedkv.sim.jobs import Job, run_jobs
 from pagedkv.sim.scheduler import SchedulerSettings
