@@ -376,19 +376,22 @@ class _Forwarder:
             state = svc.table[choice.engine]
             state.in_flight += 1
             try:
-                reply = await self.client.send(
-                    self.client.build_request(
-                        "POST", f"{state.url}{path}", content=raw, headers=headers
-                    ),
-                    stream=True,
-                )
+                # httpx's own timeouts cover socket reads; this also bounds a transport
+                # that never reaches a socket, so no client waits forever
+                async with asyncio.timeout(svc.settings.request_timeout_s):
+                    reply = await self.client.send(
+                        self.client.build_request(
+                            "POST", f"{state.url}{path}", content=raw, headers=headers
+                        ),
+                        stream=True,
+                    )
             except _CONNECT_ERRORS:
                 state.in_flight -= 1
                 svc.forward_errors.labels(choice.engine, "connect").inc()
                 svc.mark_down(choice.engine)
                 tried.append(choice.engine)
                 continue
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, TimeoutError) as exc:
                 state.in_flight -= 1
                 svc.forward_errors.labels(choice.engine, "timeout").inc()
                 return error_response(504, f"engine {choice.engine} did not answer: {exc!r}")
@@ -403,8 +406,9 @@ class _Forwarder:
 
     async def _relay_whole(self, reply: httpx.Response, state: EngineState) -> Response:
         try:
-            content = await reply.aread()
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(self.service.settings.request_timeout_s):
+                content = await reply.aread()
+        except (httpx.HTTPError, TimeoutError) as exc:
             self.service.forward_errors.labels(state.name, "read").inc()
             return error_response(502, f"engine {state.name} failed mid-answer: {exc!r}")
         finally:
@@ -416,10 +420,16 @@ class _Forwarder:
     async def _relay_stream(
         self, reply: httpx.Response, state: EngineState
     ) -> AsyncIterator[bytes]:
+        chunks = reply.aiter_raw()
         try:
-            async for chunk in reply.aiter_raw():
+            while True:
+                try:
+                    async with asyncio.timeout(self.service.settings.request_timeout_s):
+                        chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
                 yield chunk
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, TimeoutError) as exc:
             self.service.forward_errors.labels(state.name, "read").inc()
             error = {"message": f"engine {state.name} failed mid-stream: {exc!r}", "code": 502}
             yield f"\n\ndata: {json.dumps({'error': error})}\n\ndata: [DONE]\n\n".encode()
@@ -454,11 +464,13 @@ def create_app(
                     await task
 
     async def completions(request: Request) -> Response:
-        assert forwarder is not None
+        if forwarder is None:  # the lifespan has not run
+            return error_response(503, "the router is not started", "service_unavailable")
         return await forwarder.forward(request, "/v1/completions", chat=False)
 
     async def chat_completions(request: Request) -> Response:
-        assert forwarder is not None
+        if forwarder is None:
+            return error_response(503, "the router is not started", "service_unavailable")
         return await forwarder.forward(request, "/v1/chat/completions", chat=True)
 
     async def route(request: Request, explain: bool = False) -> Response:
