@@ -117,7 +117,7 @@ def make_router_app(
 
 
 def test_requests_are_forwarded_in_turn_and_streams_relayed() -> None:
-    service, fleet, app = make_router_app(["e0", "e1"])
+    service, _fleet, app = make_router_app(["e0", "e1"])
     with TestClient(app) as client:
         answers = [
             client.post("/v1/completions", json={"prompt": [1, 2, 3, 4, 5]}).json()["engine"]
@@ -228,7 +228,7 @@ def test_metrics_parsing_refuses_nonsense() -> None:
     ],
 )
 def test_posted_loads_are_checked(body: dict[str, Any]) -> None:
-    service, _, app = make_router_app(["e0"], router="cost", load_source="post")
+    _service, _, app = make_router_app(["e0"], router="cost", load_source="post")
     client = TestClient(app)
     raw = json.dumps(body).encode()  # NaN/Infinity literals are refused too
     answer = client.post("/engines/e0/load", content=raw)
