@@ -102,10 +102,12 @@ class KVIndex:
             hashes = event.block_hashes
             if to_external is not None:
                 hashes = [to_external(h) for h in hashes]
+            # no group_idx: an engine older than per-group events, which has one group
+            group = 0 if event.group_idx is None else event.group_idx
             if isinstance(event, BlockStored):
-                self._store(bit, (event.medium, event.group_idx), hashes)
+                self._store(bit, (event.medium, group), hashes)
             else:
-                self._remove(bit, (event.medium, event.group_idx), hashes)
+                self._remove(bit, (event.medium, group), hashes)
 
     def apply_batch(self, engine: str, batch: EventBatch, reset: bool = False) -> None:
         """Apply one received batch; ``reset`` (a subscriber's verdict) clears the engine first."""

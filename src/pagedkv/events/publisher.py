@@ -58,6 +58,10 @@ class ZmqEventPublisher:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=self.config.max_queue_size)
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=self.config.buffer_steps)
         self._lock = threading.Lock()
+        # a batch was dropped and no later batch has been sent since: subscribers cannot
+        # see the gap yet (the thread sends an empty batch after it, see _mark_drop)
+        self._drop_unseen = False
+        self.replay_hwm = 2 * (self.config.buffer_steps + 1)
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self.endpoint = offset_endpoint_port(self.config.endpoint, data_parallel_rank) or ""
@@ -71,13 +75,14 @@ class ZmqEventPublisher:
 
     def publish(self, events: Sequence[KVCacheEvent]) -> int:
         """Queue one batch (one engine step); returns its sequence number. Never blocks."""
-        with self._lock:
+        with self._lock:  # numbered and queued together, so the thread's markers fit in
             seq = self.num_published
             self.num_published += 1
-        try:
-            self._queue.put_nowait((seq, list(events)))
-        except queue.Full:
-            self.num_dropped += 1
+            try:
+                self._queue.put_nowait((seq, list(events)))
+            except queue.Full:
+                self.num_dropped += 1
+                self._drop_unseen = True
         return seq
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -111,7 +116,7 @@ class ZmqEventPublisher:
             replay.setsockopt(zmq.LINGER, 0)
             # a whole buffer's replay (plus its end marker) must fit in the send queue,
             # or ZeroMQ drops the tail of a long replay (vLLM's bound)
-            replay.setsockopt(zmq.SNDHWM, 2 * (cfg.buffer_steps + 1))
+            replay.setsockopt(zmq.SNDHWM, self.replay_hwm)
             replay.bind(self.replay_endpoint)
             self.replay_endpoint = replay.getsockopt_string(zmq.LAST_ENDPOINT)
         return pub, replay
@@ -131,10 +136,16 @@ class ZmqEventPublisher:
                 try:
                     item = self._queue.get(timeout=_POLL_MS / 1000)
                 except queue.Empty:
+                    if self._drop_unseen:
+                        self._mark_drop(pub)
                     continue
                 if item is _STOP:
+                    if self._drop_unseen:
+                        self._mark_drop(pub)
                     break
                 self._send(pub, *item)
+                if self._queue.empty() and self._drop_unseen:
+                    self._mark_drop(pub)
         finally:
             pub.close()
             if replay is not None:
@@ -149,6 +160,18 @@ class ZmqEventPublisher:
         self._buffer.append((seq, payload))
         pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
         self.num_sent += 1
+
+    def _mark_drop(self, pub: zmq.Socket) -> None:
+        """Send an empty batch numbered after a dropped one that ended a burst, so the
+        subscribers see the gap (and drop the state it voids) instead of waiting for the
+        engine's next step to reveal it."""
+        with self._lock:
+            if not self._queue.empty():
+                return  # a later batch will reveal the gap
+            seq = self.num_published
+            self.num_published += 1
+            self._drop_unseen = False
+        self._send(pub, seq, [])
 
     def _answer_replay(self, replay: zmq.Socket) -> None:
         while replay.poll(0):
