@@ -22,7 +22,7 @@ from pagedkv.events import EventSubscriber, KVEventsConfig, ZmqEventPublisher
 from pagedkv.hf.online import OnlineEngine
 from pagedkv.hf.server import ServedModel, create_engine_app
 from pagedkv.hf.tokenizer import ChatTokenizer, tiny_tokenizer
-from pagedkv.runtime.events import BlockStored
+from pagedkv.runtime.events import AllBlocksCleared, BlockStored
 
 SYSTEM = "You are a careful assistant who answers in one short sentence. " * 2
 
@@ -174,3 +174,21 @@ def test_api_key_guards_v1_only(served) -> None:
         client.post("/v1/completions", json=body, headers={"Authorization": ""}).status_code == 401
     )
     assert client.get("/health", headers={"Authorization": ""}).status_code == 200
+
+
+def test_reset_prefix_cache_forgets_blocks_and_says_so_in_events(served) -> None:
+    client, _, subscriber = served
+    body = chat(SYSTEM, "reset me")
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    assert client.post("/reset_prefix_cache").status_code == 200
+    before = metrics(client)["vllm:prefix_cache_hits_total"]
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    assert metrics(client)["vllm:prefix_cache_hits_total"] == before
+    cleared = False
+    for _ in range(50):
+        for delivery in subscriber.poll(0.1):
+            cleared |= any(isinstance(e, AllBlocksCleared) for e in delivery.batch.events)
+        if cleared:
+            break
+    assert cleared
+    assert client.post("/reset_prefix_cache", headers={"Authorization": ""}).status_code == 401

@@ -23,6 +23,34 @@ from pagedkv.errors import ConfigError
 from pagedkv.events.subscriber import Delivery, EventSubscriber
 
 MAX_IDLE_SYNC_S = 60.0
+# Per engine: its SUB socket and, while replay is asked, a DEALER; each holds a TCP
+# connection (a file descriptor). The rest: ZeroMQ's own threads and signalers.
+SOCKETS_PER_ENGINE = 2
+SPARE_DESCRIPTORS = 64
+
+
+def reserve_descriptors(num_engines: int) -> None:
+    """Raise this process's open-file limit (up to its hard limit) to what
+    ``num_engines`` need; ConfigError naming the numbers if it cannot."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: nothing to check
+        return
+    need = SOCKETS_PER_ENGINE * num_engines + SPARE_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        pass
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raise ConfigError(
+            f"index feed: {num_engines} engines need about {need} open files, and this "
+            f"process may open {soft} (hard limit {hard}); raise it (ulimit -n {need})"
+        )
 
 
 class EngineEndpoints(NamedTuple):
@@ -82,6 +110,7 @@ class IndexFeed:
             index.add_engine(name)
 
     def start(self, timeout_s: float = 5.0) -> IndexFeed:
+        reserve_descriptors(len(self.engines))
         self._thread.start()
         if not self._ready.wait(timeout_s):
             raise TimeoutError("the index feed did not start")
@@ -144,6 +173,8 @@ class IndexFeed:
     # -- feed thread --------------------------------------------------------------------
     def _run(self) -> None:
         ctx = zmq.Context()
+        # ZeroMQ's default cap is 1023 sockets a context: past it no engine could start
+        ctx.set(zmq.MAX_SOCKETS, SOCKETS_PER_ENGINE * len(self.engines) + SPARE_DESCRIPTORS)
         poller = zmq.Poller()
         by_socket: dict[zmq.Socket, str] = {}
         try:

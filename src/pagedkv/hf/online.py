@@ -14,6 +14,7 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -106,6 +107,7 @@ class OnlineEngine:
         self._sinks: dict[str, TokenSink] = {}
         self._inbox: deque[_Pending] = deque()
         self._aborts: deque[str] = deque()
+        self._resets: deque[Future[bool]] = deque()
         self._wake = threading.Condition()
         self._stop = False
         self._ids = itertools.count()
@@ -162,6 +164,15 @@ class OnlineEngine:
             self._aborts.append(request_id)
             self._wake.notify()
 
+    def reset_prefix_cache(self, timeout_s: float = 30.0) -> bool:
+        """Forget every cached block (vLLM's ``/reset_prefix_cache``), done between steps;
+        False while a running request holds blocks."""
+        done: Future[bool] = Future()
+        with self._wake:
+            self._resets.append(done)
+            self._wake.notify()
+        return done.result(timeout_s)
+
     def counters(self) -> EngineCounters:
         sched = self._scheduler
         stats = self.manager.prefix_cache_stats
@@ -199,20 +210,25 @@ class OnlineEngine:
                     self._scheduler.arrivals.append(item)
                 aborts = list(self._aborts)
                 self._aborts.clear()
-                if self._sinks or aborts:
+                resets = list(self._resets)
+                self._resets.clear()
+                if self._sinks or aborts or resets:
                     break
                 self._wake.wait(_IDLE_WAIT_S)
             else:
                 return False
         for request_id in aborts:
             self._cancel(request_id)
+        for done in resets:
+            done.set_result(self.manager.reset_prefix_cache())
         return True
 
     def _step(self) -> None:
         sched = self._scheduler
-        chunks = sched.step()
-        sampled = self.generator.run_step(chunks, self.manager, self._counter)
-        self._finish(chunks, sampled)
+        if sched.waiting or sched.running or sched.arrivals:
+            chunks = sched.step()
+            sampled = self.generator.run_step(chunks, self.manager, self._counter)
+            self._finish(chunks, sampled)
         if self.publish is not None:
             events = self.manager.take_events()
             if events:

@@ -4,10 +4,12 @@
     POST /v1/chat/completions   {"messages": [...], "max_tokens"? | "max_completion_tokens"?,
                                  "stream"?}
     GET  /v1/models, /health, /metrics (vLLM's metric names)
+    POST /reset_prefix_cache    forget every cached block (vLLM's endpoint of that name)
 
 Decoding is greedy (temperature and sampling fields are accepted and ignored). Streams
 are server-sent events ending with ``data: [DONE]``; a client that goes away cancels its
-request. ``api_keys`` guards ``/v1`` as vLLM's ``--api-key`` does.
+request. ``api_keys`` guards ``/v1`` as vLLM's ``--api-key`` does, and also
+``/reset_prefix_cache``.
 """
 
 from __future__ import annotations
@@ -244,7 +246,13 @@ def create_engine_app(served: ServedModel) -> Starlette:
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    middleware = [Middleware(ApiKeyMiddleware, keys=served.api_keys, prefixes=("/v1",))]
+    async def reset_prefix_cache(request: Request) -> Response:
+        if not await run_in_threadpool(served.engine.reset_prefix_cache):
+            return error_response(409, "blocks are in use: try again when requests finish")
+        return Response(status_code=200)
+
+    guarded = ("/v1", "/reset_prefix_cache")
+    middleware = [Middleware(ApiKeyMiddleware, keys=served.api_keys, prefixes=guarded)]
     return Starlette(
         routes=[
             Route("/v1/completions", completions, methods=["POST"]),
@@ -252,6 +260,7 @@ def create_engine_app(served: ServedModel) -> Starlette:
             Route("/v1/models", models),
             Route("/health", health),
             Route("/metrics", metrics),
+            Route("/reset_prefix_cache", reset_prefix_cache, methods=["POST"]),
         ],
         middleware=middleware,
     )
