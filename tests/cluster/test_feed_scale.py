@@ -7,9 +7,9 @@ import pytest
 pytest.importorskip("zmq")
 resource = pytest.importorskip("resource")
 
-from pagedkv.cluster import KVIndex
-from pagedkv.cluster.feed import EngineEndpoints, IndexFeed, reserve_descriptors
-from pagedkv.errors import ConfigError
+from pagedkv.cluster import KVIndex  # noqa: E402
+from pagedkv.cluster.feed import EngineEndpoints, IndexFeed, reserve_descriptors  # noqa: E402
+from pagedkv.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 

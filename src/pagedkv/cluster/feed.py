@@ -10,6 +10,7 @@ a batch lost at the end of a burst is not left missing until the engine's next s
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -41,10 +42,8 @@ def reserve_descriptors(num_engines: int) -> None:
     if soft == resource.RLIM_INFINITY or soft >= need:
         return
     target = need if hard == resource.RLIM_INFINITY else min(need, hard)
-    try:
+    with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError):
-        pass
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft != resource.RLIM_INFINITY and soft < need:
         raise ConfigError(
