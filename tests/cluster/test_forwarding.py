@@ -261,3 +261,23 @@ def test_keys_guard_every_endpoint_and_admin_sees_per_engine_blocks() -> None:
         assert admin.json()["cached_blocks"] == {"e0": 0, "e1": 0}
         big = client.post("/v1/completions", json={"prompt": [1] * 1000}, headers=user)
         assert big.status_code == 413
+
+
+def test_a_connection_reset_before_any_answer_is_retried_elsewhere() -> None:
+    # a killed engine resets the kept-alive connection: nothing was answered, so the
+    # request goes to another engine instead of failing
+    service, _fleet, app = make_router_app(["e0", "e1"])
+
+    class Resetting(Fleet):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.host == "e0":
+                raise httpx.ReadError("connection reset", request=request)
+            return await super().handle_async_request(request)
+
+    resetting = Resetting({n: fake_engine(n) for n in ("e0", "e1")})
+    app = create_app(service, transport=resetting)
+    with TestClient(app) as client:
+        engines = {
+            client.post("/v1/completions", json={"prompt": [1]}).json()["engine"] for _ in range(3)
+        }
+    assert engines == {"e1"} and not service.table["e0"].healthy

@@ -222,8 +222,7 @@ class IndexFeed:
         if sub is None:
             return
         if command == "forget":
-            with self.lock:
-                self.index.reset_engine(name)
+            self._reset(name)
             sub.restart_from(0)
         else:
             sub.restart_from(0)
@@ -250,10 +249,18 @@ class IndexFeed:
                 continue
             self._apply(name, sub.handle(frames))
 
+    def _reset(self, name: str) -> None:
+        """Clear ``name`` in the index a step at a time, releasing the lock in between."""
+        steps = self.index.reset_engine_steps(name)
+        while True:
+            with self.lock:
+                if next(steps, StopIteration) is StopIteration:
+                    return
+
     def _apply(self, name: str, deliveries: list[Delivery]) -> None:
-        if not deliveries:
-            return
-        with self.lock:
-            for delivery in deliveries:
-                self.index.apply_batch(name, delivery.batch, delivery.reset)
+        for delivery in deliveries:
+            if delivery.reset:
+                self._reset(name)
+            with self.lock:
+                self.index.apply_batch(name, delivery.batch)
                 self._last_ts[name] = delivery.batch.ts

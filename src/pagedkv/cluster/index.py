@@ -10,7 +10,8 @@ unrecoverable loss drops everything the engine held.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pagedkv.errors import ConfigError
@@ -24,6 +25,8 @@ from pagedkv.runtime.events import (
 )
 
 Scope = tuple[str | None, int | None]
+RESET_CHUNK = 1 << 16  # entries scanned per step of reset_engine_steps
+COMPACT_SLACK = 1 << 12
 DEVICE_MEDIUMS: tuple[str | None, ...] = ("GPU", None)
 
 
@@ -43,6 +46,7 @@ class KVIndex:
         self._bit: dict[str, int] = {}
         self._scopes: dict[Scope, dict[ExternalBlockHash, int]] = {}
         self._dups: dict[tuple[int, Scope], dict[ExternalBlockHash, int]] = {}
+        self._num_deleted: dict[Scope, int] = {}
         self.num_index_evictions = 0
         self.num_unknown_removals = 0
 
@@ -70,18 +74,53 @@ class KVIndex:
 
     def reset_engine(self, engine: str) -> None:
         """Drop every block ``engine`` holds (AllBlocksCleared, restart, lost events)."""
+        for _ in self.reset_engine_steps(engine):
+            pass
+
+    def reset_engine_steps(self, engine: str, chunk: int = RESET_CHUNK) -> Iterator[None]:
+        """``reset_engine`` in steps of at most ``chunk`` entries: a caller that holds a
+        lock for readers can release it at each yield, so clearing one engine of a large
+        index never stops the others' lookups for long. Between steps the engine may
+        still be counted for some blocks (it is being dropped: its answers are void);
+        nothing else may change the index until the steps are done."""
         bit = self._bit.get(engine)
         if bit is None:
             return
         mask = 1 << bit
-        for scope, entries in self._scopes.items():
-            for h in [h for h, m in entries.items() if m & mask]:
-                left = entries[h] & ~mask
-                if left:
-                    entries[h] = left
-                else:
+        for scope, entries in list(self._scopes.items()):
+            doomed: list[ExternalBlockHash] = []
+            items = iter(entries.items())
+            while True:
+                # values may change while iterating a dict, its size may not: deletions wait
+                step = list(itertools.islice(items, chunk))
+                if not step:
+                    break
+                for h, held in step:
+                    if held & mask:
+                        left = held & ~mask
+                        if left:
+                            entries[h] = left
+                        else:
+                            doomed.append(h)
+                yield
+            for start in range(0, len(doomed), chunk):
+                for h in doomed[start : start + chunk]:
                     del entries[h]
+                entries = self._deleted(scope, len(doomed[start : start + chunk]))
+                yield
             self._dups.pop((bit, scope), None)
+
+    def _deleted(self, scope: Scope, num_entries: int) -> dict[ExternalBlockHash, int]:
+        """Count deletions; past the live entries, copy the scope's dict so it is compact
+        again (a dict keeps deleted slots until it grows, and finding the oldest entry
+        walks over the ones at its front: ``max_blocks`` evictions would slow down)."""
+        count = self._num_deleted.get(scope, 0) + num_entries
+        entries = self._scopes.get(scope)
+        if entries is not None and count > len(entries) + COMPACT_SLACK:
+            self._scopes[scope] = dict(entries)
+            count = 0
+        self._num_deleted[scope] = count
+        return self._scopes.get(scope, {})
 
     # -- events ----------------------------------------------------------------------
     def apply(
@@ -125,7 +164,7 @@ class KVIndex:
             if held is None:
                 entries[h] = mask
                 if self.max_blocks is not None and len(entries) > self.max_blocks:
-                    self._forget_oldest(scope, entries)
+                    entries = self._forget_oldest(scope, entries)
             elif held & mask:
                 dups = self._dups.setdefault((bit, scope), {})
                 dups[h] = dups.get(h, 0) + 1
@@ -148,17 +187,22 @@ class KVIndex:
                 continue
             if held == mask:
                 del entries[h]
+                entries = self._deleted(scope, 1)
             else:
                 entries[h] = held & ~mask
 
-    def _forget_oldest(self, scope: Scope, entries: dict[ExternalBlockHash, int]) -> None:
+    def _forget_oldest(
+        self, scope: Scope, entries: dict[ExternalBlockHash, int]
+    ) -> dict[ExternalBlockHash, int]:
         h = next(iter(entries))
         mask = entries.pop(h)
         self.num_index_evictions += 1
+        compacted = self._deleted(scope, 1)
         for bit in range(mask.bit_length()):
             dups = self._dups.get((bit, scope))
             if mask >> bit & 1 and dups:
                 dups.pop(h, None)
+        return compacted
 
     # -- queries ---------------------------------------------------------------------
     def __len__(self) -> int:

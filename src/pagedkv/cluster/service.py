@@ -344,7 +344,15 @@ class _StateCollector:
 
 # -- forwarding ---------------------------------------------------------------------
 _FORWARDED_HEADERS = ("content-type", "accept")
-_CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+# Failures before any answer came back: the engine is gone (refused, reset, closed a
+# kept-alive connection), so the request is safe to send to another engine.
+_CONNECT_ERRORS = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
 
 
 class _Forwarder:
@@ -394,7 +402,8 @@ class _Forwarder:
             except (httpx.HTTPError, TimeoutError) as exc:
                 state.in_flight -= 1
                 svc.forward_errors.labels(choice.engine, "timeout").inc()
-                return error_response(504, f"engine {choice.engine} did not answer: {exc!r}")
+                message = f"engine {choice.engine} did not answer: {exc!r}"
+                return error_response(504, message, "timeout")
             state.forwarded += 1
             if body.get("stream") is True and reply.status_code == 200:
                 return StreamingResponse(
@@ -410,7 +419,8 @@ class _Forwarder:
                 content = await reply.aread()
         except (httpx.HTTPError, TimeoutError) as exc:
             self.service.forward_errors.labels(state.name, "read").inc()
-            return error_response(502, f"engine {state.name} failed mid-answer: {exc!r}")
+            message = f"engine {state.name} failed mid-answer: {exc!r}"
+            return error_response(502, message, "engine_error")
         finally:
             state.in_flight -= 1
             await reply.aclose()
