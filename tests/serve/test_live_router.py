@@ -24,7 +24,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from tests.serve.live import START_TIMEOUT_S, Engine, Router, free_ports, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 NUM_SYSTEMS = 4
 NUM_USERS = 25  # per system prompt: 100 chats, sent alone, through round robin, balanced
