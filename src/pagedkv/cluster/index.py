@@ -11,6 +11,7 @@ unrecoverable loss drops everything the engine held.
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -26,7 +27,6 @@ from pagedkv.runtime.events import (
 
 Scope = tuple[str | None, int | None]
 RESET_CHUNK = 1 << 16  # entries scanned per step of reset_engine_steps
-COMPACT_SLACK = 1 << 12
 DEVICE_MEDIUMS: tuple[str | None, ...] = ("GPU", None)
 
 
@@ -46,7 +46,6 @@ class KVIndex:
         self._bit: dict[str, int] = {}
         self._scopes: dict[Scope, dict[ExternalBlockHash, int]] = {}
         self._dups: dict[tuple[int, Scope], dict[ExternalBlockHash, int]] = {}
-        self._num_deleted: dict[Scope, int] = {}
         self.num_index_evictions = 0
         self.num_unknown_removals = 0
 
@@ -106,21 +105,8 @@ class KVIndex:
             for start in range(0, len(doomed), chunk):
                 for h in doomed[start : start + chunk]:
                     del entries[h]
-                entries = self._deleted(scope, len(doomed[start : start + chunk]))
                 yield
             self._dups.pop((bit, scope), None)
-
-    def _deleted(self, scope: Scope, num_entries: int) -> dict[ExternalBlockHash, int]:
-        """Count deletions; past the live entries, copy the scope's dict so it is compact
-        again (a dict keeps deleted slots until it grows, and finding the oldest entry
-        walks over the ones at its front: ``max_blocks`` evictions would slow down)."""
-        count = self._num_deleted.get(scope, 0) + num_entries
-        entries = self._scopes.get(scope)
-        if entries is not None and count > len(entries) + COMPACT_SLACK:
-            self._scopes[scope] = dict(entries)
-            count = 0
-        self._num_deleted[scope] = count
-        return self._scopes.get(scope, {})
 
     # -- events ----------------------------------------------------------------------
     def apply(
@@ -157,14 +143,16 @@ class KVIndex:
     def _store(self, bit: int, scope: Scope, hashes: Sequence[ExternalBlockHash]) -> None:
         entries = self._scopes.get(scope)
         if entries is None:
-            entries = self._scopes[scope] = {}
+            # bounded: insertion order kept in a linked list, so the oldest entry is found
+            # in constant time (a plain dict walks the deleted slots at its front)
+            entries = self._scopes[scope] = {} if self.max_blocks is None else OrderedDict()
         mask = 1 << bit
         for h in hashes:
             held = entries.get(h)
             if held is None:
                 entries[h] = mask
                 if self.max_blocks is not None and len(entries) > self.max_blocks:
-                    entries = self._forget_oldest(scope, entries)
+                    self._forget_oldest(scope, entries)
             elif held & mask:
                 dups = self._dups.setdefault((bit, scope), {})
                 dups[h] = dups.get(h, 0) + 1
@@ -187,22 +175,17 @@ class KVIndex:
                 continue
             if held == mask:
                 del entries[h]
-                entries = self._deleted(scope, 1)
             else:
                 entries[h] = held & ~mask
 
-    def _forget_oldest(
-        self, scope: Scope, entries: dict[ExternalBlockHash, int]
-    ) -> dict[ExternalBlockHash, int]:
-        h = next(iter(entries))
-        mask = entries.pop(h)
+    def _forget_oldest(self, scope: Scope, entries: dict[ExternalBlockHash, int]) -> None:
+        assert isinstance(entries, OrderedDict)
+        h, mask = entries.popitem(last=False)
         self.num_index_evictions += 1
-        compacted = self._deleted(scope, 1)
         for bit in range(mask.bit_length()):
             dups = self._dups.get((bit, scope))
             if mask >> bit & 1 and dups:
                 dups.pop(h, None)
-        return compacted
 
     # -- queries ---------------------------------------------------------------------
     def __len__(self) -> int:
