@@ -131,6 +131,7 @@ def test_router_end_to_end(fleet: list[Engine], tmp_path: Path) -> None:
         assert {"pagedkv_route_requests", "pagedkv_engine_up", "pagedkv_feed_batches"} <= names
         if policy == "round-robin":
             router.stop()
+    print(f"\nlive: {len(alone)} chats per pass, prefix-cache hit tokens {hits}", flush=True)
     assert hits["balanced"] > hits["round-robin"], hits
 
     try:
