@@ -53,7 +53,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     | {"registry", "specs", "platforms", "planning", "capacity", "runtime", "models"}
     | {"policies", "cluster", "events"},
     # hf (extension): transformers models running on the plan, blocks and tensors.
-    "hf": BOTTOM | {"registry", "specs", "planning", "capacity", "runtime", "models", "tensors"},
+    # (and `pagedkv serve`: it publishes events and shares the router's HTTP guards)
+    "hf": BOTTOM
+    | {"registry", "specs", "planning", "capacity", "runtime", "models", "tensors"}
+    | {"events", "cluster"},
     "cli": BOTTOM
     | {"registry", "specs", "platforms", "planning", "capacity", "runtime", "models", "tensors"}
     | {"distributed", "sim", "bootstrap", "pagedkv", "hf", "policies", "events", "cluster"},
@@ -87,9 +90,11 @@ HEAVY: dict[str, tuple[frozenset[str], bool]] = {
     "transformers": (frozenset({"models", "hf"}), True),
     "matplotlib": (frozenset({"sim", "cli"}), True),
     "zmq": (frozenset({"events", "cluster", "cli"}), False),
-    # the route service (cluster/service.py, imported only by the route command)
-    "starlette": (frozenset({"cluster"}), False),
-    "prometheus_client": (frozenset({"cluster"}), False),
+    # the route service (cluster/service.py, imported only by the route command) and
+    # pagedkv serve's app (hf/server.py, imported only by the serve command)
+    "starlette": (frozenset({"cluster", "hf"}), False),
+    "prometheus_client": (frozenset({"cluster", "hf"}), False),
+    "httpx": (frozenset({"cluster"}), False),
     "uvicorn": (frozenset({"cli"}), True),
 }
 # torch only inside functions / TYPE_CHECKING there (models: `--gpu local` reads the device).
