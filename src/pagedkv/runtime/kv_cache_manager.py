@@ -273,9 +273,6 @@ class KVCacheManager:
         num_slots = num_main + num_lookahead_tokens
         if num_slots > max_len:
             num_slots = max_len
-        prefill_end = 0
-        if self._prefill_end:
-            prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
         if full_sequence_must_fit:
             num_tokens = min(request.num_tokens, max_len)
             needed = self._num_blocks_needed(
@@ -286,7 +283,7 @@ class KVCacheManager:
                 total_computed,
                 num_encoder_tokens,
                 True,
-                prefill_end,
+                self._prefill_end_of(request),
             )
             if needed + self._reserve(running, has_scheduled_reqs) > self.num_free_blocks:
                 return None
@@ -326,7 +323,7 @@ class KVCacheManager:
                 total_computed,
                 num_encoder_tokens,
                 False,
-                prefill_end,
+                self._prefill_end_of(request),
             )
         pool = self.block_pool
         if needed > pool.num_free_blocks:
@@ -372,6 +369,13 @@ class KVCacheManager:
             raise
         pool.commit()
         return KVCacheBlocks(new_blocks) if any(new_blocks) else self._empty
+
+    def _prefill_end_of(self, request: Request) -> int:
+        # Where the prefill ends (a resumed request replays its outputs too); 0 when no
+        # group takes prefill checkpoints or when every chunk does.
+        if not self._prefill_end:
+            return 0
+        return max(request.num_prompt_tokens, request.num_tokens - 1)
 
     def _reserve(self, running: bool, has_scheduled_reqs: bool) -> int:
         return self.watermark_blocks if has_scheduled_reqs and not running else 0
