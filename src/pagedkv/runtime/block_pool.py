@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
+from pagedkv.runtime.hashing import event_extra_keys
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
@@ -39,6 +40,7 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
         self.medium = "GPU"  # of the events
+        self.num_hash_lookahead_tokens = 0  # tokens past each block its hash covers
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_hash: list[Any] = [None] * num_blocks  # None: not cached
         self.block_group: list[int] = [0] * num_blocks
@@ -187,19 +189,74 @@ class BlockPool:
         if self._journal is not None:
             self._journal.append((self._undo_cache, (stored,)))
         if self._events is not None:
-            first, end = num_cached_blocks * block_size, num_full_blocks * block_size
-            lora = request.lora
-            event = BlockStored(
-                block_hashes=[block_hash[b] for b in stored],
-                parent_block_hash=hashes[num_cached_blocks * scale - 1] if first else None,
-                token_ids=request.all_token_ids[first:end] if self.event_token_ids else [],
-                block_size=block_size,
-                lora_id=None if lora is None else lora.id,
-                medium=self.medium,
-                lora_name=None if lora is None else lora.name,
-                group_idx=group_id,
+            now = set(stored)  # a block sits at one table position
+            positions = [i for i in range(num_cached_blocks, num_full_blocks) if blocks[i] in now]
+            parent = hashes[num_cached_blocks * scale - 1] if num_cached_blocks else None
+            self._events.append(
+                self._stored_event(
+                    request,
+                    [block_hash[b] for b in stored],
+                    parent,
+                    positions,
+                    (num_cached_blocks, num_full_blocks),
+                    block_size,
+                    group_id,
+                )
             )
-            self._events.append(event)
+
+    def emit_cached_block_events(
+        self, request: Request, num_blocks: int, block_size: int, group_id: int
+    ) -> None:
+        """A BlockStored event re-announcing the request's first ``num_blocks`` blocks, a
+        prefix-cache hit (``kv_cache_report_mode="full"``); no block changes."""
+        if self._events is None or num_blocks <= 0:
+            return
+        scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
+        hashes = request.block_hashes[scale - 1 :: scale][:num_blocks]
+        positions = list(range(num_blocks))
+        event = self._stored_event(
+            request, hashes, None, positions, (0, num_blocks), block_size, group_id
+        )
+        self._events.append(event)
+
+    def _stored_event(
+        self,
+        request: Request,
+        block_hashes: list[Any],
+        parent: Any,
+        positions: list[int],
+        span: tuple[int, int],
+        block_size: int,
+        group_id: int,
+    ) -> BlockStored:
+        # ``positions``: table positions of ``block_hashes``; ``span``: the blocks whose
+        # tokens the event carries (masked and null ones included, as vLLM sends them).
+        lora = request.lora
+        tokens = request.all_token_ids
+        ahead = self.num_hash_lookahead_tokens
+        extra_keys = [
+            event_extra_keys(request, i * block_size, (i + 1) * block_size, ahead)
+            for i in positions
+        ]
+        lookahead = None
+        if ahead:
+            lookahead = [
+                tokens[(i + 1) * block_size : (i + 1) * block_size + ahead] for i in positions
+            ]
+        first, end = span[0] * block_size, span[1] * block_size
+        return BlockStored(
+            block_hashes=block_hashes,
+            parent_block_hash=parent,
+            token_ids=tokens[first:end] if self.event_token_ids else [],
+            block_size=block_size,
+            lora_id=None if lora is None else lora.id,
+            medium=self.medium,
+            lora_name=None if lora is None else lora.name,
+            extra_keys=extra_keys or None,
+            group_idx=group_id,
+            session_id=request.session_id,
+            lookahead_token_ids=lookahead,
+        )
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the hash of each block (in use or not); the blocks stay where they are."""

@@ -25,6 +25,9 @@ class HitQuery(NamedTuple):
     spec: KVCacheSpec
     alignment_tokens: int
     hash_block_size: int
+    # EAGLE: the hit must not end on the last matched block (its draft KV read the token
+    # after it); kinds that can, drop it (vLLM's ``drop_eagle_block``).
+    drop_eagle_block: bool = False
 
     def hashes(self) -> list[Any]:
         scale = self.spec.block_size // self.hash_block_size
@@ -37,6 +40,9 @@ class SingleTypeKVCacheManager(ABC):
     skips_tokens: ClassVar[bool] = False  # frees blocks of running requests
     downward_closed_hits: ClassVar[bool] = False  # a hit implies every shorter prefix hits
     sparse_retention: ClassVar[bool] = False  # vLLM's retention caches boundary blocks only
+    # Under EAGLE the coordinator looks one block past the hit for kinds that drop it.
+    looks_past_eagle_block: ClassVar[bool] = True
+    supports_eagle_block_drop: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -63,6 +69,10 @@ class SingleTypeKVCacheManager(ABC):
         self.req_to_blocks: dict[str, list[int]] = {}
         self.num_cached_block: dict[str, int] = {}
         self.retention = (retention or Retention)(self)
+        # Set by the coordinator: this group's hits drop the EAGLE block; every group
+        # keeps the positions an EAGLE lookup resumes at (``replay_boundaries``).
+        self.use_eagle = False
+        self.eagle_replay = False
 
     @classmethod
     @abstractmethod
@@ -84,6 +94,11 @@ class SingleTypeKVCacheManager(ABC):
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         """Block indices a cache hit of ``num_tokens`` (aligned) tokens needs (default: none)."""
         return 0, 0
+
+    def eagle_hit_block_range(self, num_tokens: int) -> tuple[int, int]:
+        """``hit_block_range`` for a group whose hits drop the EAGLE block: kinds that
+        match one block past the hit keep that block too."""
+        return self.hit_block_range(num_tokens)
 
     def get_num_blocks_to_allocate(
         self,
@@ -163,13 +178,21 @@ class SingleTypeKVCacheManager(ABC):
     def boundary_blocks(
         self, request: Request, start: int, end: int, *more_boundaries: int
     ) -> set[int]:
-        """Table positions in ``[start, end)`` a hit at the prompt's replay boundary, the
+        """Table positions in ``[start, end)`` a hit at the prompt's replay boundaries, the
         shared-prefix junction or ``more_boundaries`` (in tokens) needs."""
         keep: set[int] = set()
-        boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
+        boundaries = replay_boundaries(
+            request.num_prompt_tokens, self.alignment_tokens, self.eagle_replay
+        )
+        junction = request.shared_prefix_boundary
+        if junction:
+            # Under EAGLE a sibling diverging right after the junction hits a block lower.
+            extra = (junction, junction - self.block_size) if self.use_eagle else (junction,)
+            boundaries = (*boundaries, *extra)
+        block_range = self.eagle_hit_block_range if self.use_eagle else self.hit_block_range
         for boundary in (*boundaries, *more_boundaries):
-            if boundary > 0:
-                lo, hi = self.hit_block_range(boundary - boundary % self.alignment_tokens)
+            if boundary >= 0:
+                lo, hi = block_range(boundary - boundary % self.alignment_tokens)
                 keep.update(range(max(lo, start), min(hi, end)))
         return keep
 
@@ -215,6 +238,21 @@ class SingleTypeKVCacheManager(ABC):
     @staticmethod
     def _truncate(table: list[int], length: int) -> None:
         del table[length:]
+
+
+def replay_boundaries(
+    num_prompt_tokens: int, alignment_tokens: int, eagle: bool
+) -> tuple[int, ...]:
+    """Token positions a later request replaying this prompt resumes at: a resend hits at
+    most ``num_prompt_tokens - 1``. Under EAGLE a lookup drops the block it ends on, so
+    the resend and a longer sibling (which matches the prompt's last aligned block) each
+    land one aligned block lower."""
+    if not eagle:
+        return (num_prompt_tokens - 1,)
+    resend = (num_prompt_tokens - 1) // alignment_tokens * alignment_tokens
+    extension = num_prompt_tokens // alignment_tokens * alignment_tokens
+    lower = {max(resend - alignment_tokens, 0), max(extension - alignment_tokens, 0)}
+    return tuple(sorted(lower))
 
 
 class Retention:

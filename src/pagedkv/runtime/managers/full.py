@@ -29,6 +29,10 @@ class FullAttentionManager(SingleTypeKVCacheManager):
             del out[limit:]
         num_tokens = limit * block_size
         alignment = query.alignment_tokens
+        if query.drop_eagle_block and num_tokens:
+            num_tokens -= min(alignment, block_size)
+            for out in lists:
+                del out[-(-num_tokens // block_size) :]
         if alignment != block_size and num_tokens % alignment:
             num_tokens -= num_tokens % alignment
             for out in lists:

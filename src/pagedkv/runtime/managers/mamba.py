@@ -1,6 +1,10 @@
 """Mamba / linear-attention state. Mode "none": the state lives in the request's last
 block. Mode "align" (vLLM 0.33's prefix caching): entry ``i`` is the state after token
-``(i + 1) * block_size``; a step gets one real block, for its chunk's end, behind nulls."""
+``(i + 1) * block_size``; a step gets one real block, for its chunk's end, behind nulls.
+
+Speculative decoding adds ``num_speculative_blocks`` (k) scratch blocks after the state:
+"none" holds k more blocks; "align" gives a request's first allocation k more, and later
+steps move the scratch blocks the table grows past to its end (vLLM's relocation)."""
 
 from __future__ import annotations
 
@@ -20,13 +24,16 @@ class MambaManager(SingleTypeKVCacheManager):
 
     skips_tokens = True
     sparse_retention = True
+    looks_past_eagle_block = False  # no draft model has Mamba layers: hits never drop
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.align = getattr(self.kv_cache_spec, "mamba_cache_mode", "none") == "align"
+        self.num_speculative_blocks: int = getattr(self.kv_cache_spec, "num_speculative_blocks", 0)
         self._cached_this_step: set[Any] = set()  # hashes
         self._last_state: dict[str, int] = {}  # index of the block the current step reads
         self._retired: dict[str, int] = {}  # positions below this are all null
+        self._allocated: set[str] = set()  # requests past their first allocation (align)
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
@@ -61,31 +68,66 @@ class MambaManager(SingleTypeKVCacheManager):
         hits = new_computed_blocks
         if hits and pool.block_hash[hits[-1]] in self._cached_this_step:
             return pool.num_blocks + 1  # the state is written this step: not yet
+        spec_blocks = self.num_speculative_blocks
         if self.align:
-            num_new = cdiv(num_tokens_main_model, self.block_size)
+            num_new = cdiv(num_tokens_main_model, self.block_size) + spec_blocks
             num_new -= len(hits) + len(self.req_to_blocks.get(request_id, ()))
+            if num_new > 0:
+                first = request_id not in self._allocated
+                num_new = min(num_new, 1 + spec_blocks if first else 1)
             refs = [pool.ref_cnt[b] for b in hits if b]
-            return (min(num_new, 1) if num_new > 0 else 0) + refs.count(0)
+            # Negative when rejected drafts left the table longer than needed: vLLM adds
+            # it to the other groups' counts as is.
+            return num_new + refs.count(0)
+        num_tokens += spec_blocks * self.block_size
         args = (num_tokens, hits, total_computed_tokens, num_tokens_main_model)
         return super().get_num_blocks_to_allocate(request_id, *args, apply_admission_cap)
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
     ) -> list[int]:
+        spec_blocks = self.num_speculative_blocks
         if not self.align:
+            num_tokens += spec_blocks * self.block_size
             return super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
         table = self.req_to_blocks[request_id]
         start = len(table)
-        required = cdiv(num_tokens_main_model, self.block_size)
-        if required <= start:
-            return []
+        required = cdiv(num_tokens_main_model, self.block_size) + spec_blocks
+        allocated = request_id in self._allocated
         pool = self.block_pool
-        pool.record(self._undo_allocate, request_id, start, self._last_state.get(request_id))
-        if start > 0:
-            self._last_state[request_id] = start - 1  # the block this step reads
-        table.extend([NULL_BLOCK] * (required - 1 - start))
-        table.extend(pool.get_new_blocks(1))
-        return table[start:]
+        if required <= start:
+            if not allocated:
+                self._allocated.add(request_id)
+                pool.record(self._allocated.discard, request_id)
+            return []
+        undo = (request_id, start, self._last_state.get(request_id), allocated)
+        if allocated:
+            # The running state sits before the speculative blocks: the block this step reads.
+            self._last_state[request_id] = start - 1 - spec_blocks
+        elif start > 0:
+            self._last_state[request_id] = start - 1  # a hit's state
+        state_index = required - spec_blocks - 1
+        table.extend([NULL_BLOCK] * (state_index - start))
+        moved = self._relocate_speculative_blocks(table, start, state_index) if allocated else []
+        pool.record(self._undo_allocate, *undo, moved)
+        returned = table[start:]
+        new = pool.get_new_blocks(max(required - len(table), 0))
+        table.extend(new)
+        self._allocated.add(request_id)
+        return returned + new
+
+    def _relocate_speculative_blocks(
+        self, table: list[int], start: int, state_index: int
+    ) -> list[tuple[int, int]]:
+        # Scratch blocks below the new state's position move to the table's end, in order.
+        moved = []
+        for index in range(start - self.num_speculative_blocks, start):
+            if index >= state_index:
+                break
+            moved.append((index, table[index]))
+            table.append(table[index])
+            table[index] = NULL_BLOCK
+        return moved
 
     def remove_skipped_blocks(
         self, request_id: str, num_computed_tokens: int, peers: Sequence[Any] = ()
@@ -131,14 +173,27 @@ class MambaManager(SingleTypeKVCacheManager):
     def free(self, request_id: str, priority: int = 0) -> None:
         self._last_state.pop(request_id, None)
         self._retired.pop(request_id, None)
+        self._allocated.discard(request_id)
         super().free(request_id, priority)
 
     def new_step_starts(self) -> None:
         self._cached_this_step.clear()
 
-    def _undo_allocate(self, request_id: str, length: int, last_state: int | None) -> None:
-        del self.req_to_blocks[request_id][length:]
+    def _undo_allocate(
+        self,
+        request_id: str,
+        length: int,
+        last_state: int | None,
+        allocated: bool,
+        moved: list[tuple[int, int]],
+    ) -> None:
+        table = self.req_to_blocks[request_id]
+        for index, block in moved:
+            table[index] = block
+        del table[length:]
         if last_state is None:
             self._last_state.pop(request_id, None)
         else:
             self._last_state[request_id] = last_state
+        if not allocated:
+            self._allocated.discard(request_id)

@@ -29,34 +29,47 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
         block_size = query.spec.block_size
         alignment_tokens = query.alignment_tokens
-        need = _window_blocks(query.spec)
+        drop = query.drop_eagle_block
+        # EAGLE: one block more is matched, then dropped from the hit.
+        need = _window_blocks(query.spec) + drop
         hashes = query.hashes()
         limit = min(query.max_length // block_size, len(hashes))
         maps = [query.block_pool.hash_map(g) for g in query.group_ids]
         first = maps[0]
         aligned = alignment_tokens == block_size
+        end_shift = 0 if drop else 1  # the hit ends this many blocks after the run's last
         # Right to left over the first group; a candidate window is checked in all groups.
         run = 0
         i = limit - 1
+        tables: list[list[int]] | None = None
         while i >= 0:
             if hashes[i] not in first:
                 run = 0
-            elif run or aligned or not ((i + 1) * block_size) % alignment_tokens:
+            elif run or aligned or not ((i + end_shift) * block_size) % alignment_tokens:
                 run += 1  # a hit must end on an alignment boundary
                 if run >= need:
                     tables, miss = _blocks(maps, hashes[i : i + run], i, last=True)
                     if miss < 0:
-                        return tables, (i + run) * block_size
+                        break
+                    tables = None
                     run = 0
                     i += miss  # continue left of the miss
             i -= 1
-        # No full window found: a run that starts at block 0 still covers a whole prefix.
-        tables, miss = _blocks(maps, hashes[:run], 0, last=False)
-        num_blocks = run if miss < 0 else miss
-        if not aligned:
-            num_blocks -= num_blocks % (alignment_tokens // block_size)
-        for table in tables:
-            del table[num_blocks:]
+        if tables is None:
+            # No full window found: a run that starts at block 0 still covers a prefix.
+            tables, miss = _blocks(maps, hashes[:run], 0, last=False)
+            num_blocks = run if miss < 0 else miss
+            if not aligned:
+                num_blocks -= num_blocks % (alignment_tokens // block_size)
+            for table in tables:
+                del table[num_blocks:]
+        num_blocks = len(tables[0]) if tables else 0
+        if drop and num_blocks:
+            num_blocks -= 1
+            if not aligned:
+                num_blocks -= num_blocks % (alignment_tokens // block_size)
+            for table in tables:
+                del table[num_blocks:]
         return tables, num_blocks * block_size
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -70,6 +83,11 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         end = num_tokens // self.block_size
         return max(end - _window_blocks(self.kv_cache_spec), 0), end
+
+    def eagle_hit_block_range(self, num_tokens: int) -> tuple[int, int]:
+        # The run an EAGLE lookup matches ends one block past the hit.
+        end = num_tokens // self.block_size
+        return max(end - _window_blocks(self.kv_cache_spec), 0), end + 1
 
 
 def _blocks(
