@@ -244,12 +244,13 @@ class KVCacheCoordinator:
             candidate = current
             if self._one_pass:
                 break
+        found_lists = [blocks or [] for blocks in lists]
         for sg in self.spec_groups:
             if sg.manager_cls.downward_closed_hits:
                 keep = cdiv(candidate, sg.spec.block_size)
                 for gid in sg.group_ids:
-                    del lists[gid][keep:]  # type: ignore[index]
-        return [blocks or [] for blocks in lists], candidate, longest
+                    del found_lists[gid][keep:]
+        return found_lists, candidate, longest
 
 
 class NoPrefixCacheCoordinator(KVCacheCoordinator):

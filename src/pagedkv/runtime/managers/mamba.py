@@ -164,11 +164,35 @@ class MambaManager(SingleTypeKVCacheManager):
         hashes = self.block_pool.block_hash
         this_step = self._cached_this_step
         added = {hashes[b] for b in self.req_to_blocks[request_id][first:last] if b}
+        if self.align:
+            added.add(self._cache_prompt_boundary(request, num_tokens))
         added.discard(None)
         added -= this_step
         if added:
             this_step |= added
             self.block_pool.record(this_step.difference_update, added)  # on rollback
+
+    def _cache_prompt_boundary(self, request: Request, num_tokens: int) -> Any:
+        # vLLM keys the state at the prompt's reusable boundary whenever a caching call
+        # ends exactly there, even if sparse retention skipped it or ``evict_blocks``
+        # dropped its hash since. Returns the hash it registered (None: nothing to do).
+        boundary = prompt_checkpoint_position(
+            request.num_prompt_tokens,
+            self.hash_block_size,
+            self.eagle_replay,
+            self.block_pool.num_hash_lookahead_tokens,
+        )
+        if num_tokens <= 0 or num_tokens != boundary or num_tokens % self.block_size:
+            return None
+        index = num_tokens // self.block_size - 1
+        table = self.req_to_blocks[request.request_id]
+        if index >= len(table) or not table[index] or self.block_pool.block_hash[table[index]]:
+            return None
+        pool = self.block_pool
+        pool.cache_full_blocks(
+            request, table, index, index + 1, self.block_size, self.kv_cache_group_id
+        )
+        return pool.block_hash[table[index]]
 
     def free(self, request_id: str, priority: int = 0) -> None:
         self._last_state.pop(request_id, None)
@@ -197,3 +221,16 @@ class MambaManager(SingleTypeKVCacheManager):
             self._last_state[request_id] = last_state
         if not allocated:
             self._allocated.discard(request_id)
+
+
+def prompt_checkpoint_position(
+    num_tokens: int, hash_block_size: int, eagle_drop: bool, num_hash_lookahead_tokens: int
+) -> int:
+    """The prompt's reusable state boundary (tokens): the last hash-block boundary that
+    leaves the tokens a lookup recomputes (one, or the lookahead hashes' tokens); under
+    the EAGLE block drop, one hash block below the last boundary."""
+    limit = num_tokens if eagle_drop else num_tokens - max(1, num_hash_lookahead_tokens)
+    position = limit - limit % hash_block_size
+    if eagle_drop:
+        position -= hash_block_size
+    return max(position, 0)
