@@ -124,9 +124,16 @@ class KVCacheManager:
         self._growth = None
         if all(plain_growth(m) or isinstance(m, MambaManager) for m in managers):
             self._growth = [
-                (m.block_size, m.req_to_blocks, m.num_cached_block, *_growth_rule(m, cross))
+                (m.block_size, m.req_to_blocks, m.num_cached_block, cross)
                 for m, cross in zip(managers, self._cross)
             ]
+        # Mamba groups with speculative blocks hold them past their positions ("align"
+        # mode: those of the main model's tokens, lookahead slots excluded).
+        self._speculative_growth = [
+            (m.block_size, m.req_to_blocks, m.num_speculative_blocks, m.align)
+            for m in managers
+            if isinstance(m, MambaManager) and m.num_speculative_blocks
+        ]
         self._first_tables: dict[str, list[int]] = managers[0].req_to_blocks if managers else {}
         # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule);
         # their EAGLE groups up to one of their blocks past it. One group: all but the
@@ -296,15 +303,17 @@ class KVCacheManager:
                 cache_tokens -= cache_tokens % self._fast_cache_step
             needed = 0
             work = False
-            for block_size, tables, num_cached, source, extra in growth:
-                tokens = (
-                    num_slots if source == 0 else num_main if source == 2 else num_encoder_tokens
-                )
-                num_new = -(-tokens // block_size) + extra - len(tables[request_id])
+            for block_size, tables, num_cached, cross in growth:
+                tokens = num_encoder_tokens if cross else num_slots
+                num_new = -(-tokens // block_size) - len(tables[request_id])
                 if num_new > 0:
                     needed += num_new
                     work = True
                 elif cache_tokens // block_size > num_cached[request_id]:
+                    work = True
+            for block_size, tables, spec_blocks, align in self._speculative_growth:
+                tokens = num_main if align else num_slots
+                if -(-tokens // block_size) + spec_blocks > len(tables[request_id]):
                     work = True
             if not work:
                 return self._empty
@@ -472,16 +481,6 @@ def retention_class(name: str) -> type[Retention]:
     if not (isinstance(cls, type) and issubclass(cls, Retention)):
         raise ConfigError(f"retention {name!r} ({qualname}) is not a Retention subclass")
     return cls
-
-
-def _growth_rule(manager: SingleTypeKVCacheManager, cross: bool) -> tuple[int, int]:
-    # (tokens a table covers: 0 all slots, 1 encoder, 2 main model's; extra blocks).
-    if cross:
-        return 1, 0
-    if isinstance(manager, MambaManager):
-        # Mamba "align" ignores lookahead slots; both modes add the speculative blocks.
-        return (2 if manager.align else 0), manager.num_speculative_blocks
-    return 0, 0
 
 
 def plain_growth(manager: SingleTypeKVCacheManager) -> bool:
