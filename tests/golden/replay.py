@@ -222,8 +222,7 @@ def event_record(event: Any) -> dict[str, Any]:
 def release_cow_copies(manager: KVCacheManager) -> list[list[int]]:
     """The end of vLLM's ``Scheduler.schedule()``: this step's copy-on-write copies, after
     which the references that kept their blocks alive go back to the pool."""
-    copies = manager.take_kv_cache_block_copies()
-    return [list(pair) for pair in copies]
+    return [list(pair) for pair in manager.release_cow_copies()]
 
 
 def _check(name: str, index: int, op: dict[str, Any], field: str, expected: Any, got: Any) -> None:

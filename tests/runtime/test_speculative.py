@@ -9,7 +9,7 @@ from pagedkv import KVCacheConfig, KVCacheGroupSpec, KVCacheSpec, MambaSpec
 from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.runtime import BlockHasher, KVCacheManager, LoRA, Request
 from pagedkv.runtime.hashing import sha256_cbor
-from pagedkv.runtime.managers.mamba import prompt_checkpoint_position
+from pagedkv.specs.mamba import prefill_checkpoint_position
 
 from .helpers import check_invariants, chunked, full, make_manager, swa
 
@@ -288,8 +288,8 @@ def test_mamba_none_mode_holds_speculative_blocks_too() -> None:
 def test_prompt_checkpoint_position_follows_vllms_rule() -> None:
     # Leaves the recomputed token (or the lookahead hash tokens) out; under the EAGLE
     # drop one hash block lower.
-    assert prompt_checkpoint_position(33, 8, False, 0) == 32
-    assert prompt_checkpoint_position(33, 8, False, 2) == 24
-    assert prompt_checkpoint_position(32, 8, False, 1) == 24
-    assert prompt_checkpoint_position(33, 8, True, 0) == 24
-    assert prompt_checkpoint_position(3, 8, True, 0) == 0
+    assert prefill_checkpoint_position(33, 8, False, 0) == 32
+    assert prefill_checkpoint_position(33, 8, False, 2) == 24
+    assert prefill_checkpoint_position(32, 8, False, 1) == 24
+    assert prefill_checkpoint_position(33, 8, True, 0) == 24
+    assert prefill_checkpoint_position(3, 8, True, 0) == 0

@@ -95,11 +95,13 @@ class KVCacheCoordinator:
         free_queue: FreeQueue | None = None,
         use_eagle: bool = False,
         num_prefill_lookahead: int = 0,
+        scheduler_block_size: int | None = None,
         **manager_kwargs: Any,
     ) -> None:
         self.enable_caching = manager_kwargs["enable_caching"]
         self.hash_block_size = manager_kwargs["hash_block_size"]
         self.alignment_tokens = alignment_tokens = manager_kwargs["alignment_tokens"]
+        self.scheduler_block_size = scheduler_block_size or alignment_tokens
         groups_config = kv_cache_config.kv_cache_groups
         pool = BlockPool(
             kv_cache_config.num_blocks,
@@ -134,6 +136,7 @@ class KVCacheCoordinator:
                 self.managers[gid].use_eagle = sg.use_eagle
         for manager in self.managers:
             manager.eagle_replay = bool(drops)
+            manager.scheduler_block_size = self.scheduler_block_size
         self._searches = [
             (sg.manager_cls, sg.group_ids, (pool, sg.spec, alignment_tokens, self.hash_block_size))
             for sg in self.spec_groups
@@ -149,11 +152,11 @@ class KVCacheCoordinator:
                     "EAGLE block drop (use_eagle=True) is not supported for this kind"
                 )
         eagle_caching = self.enable_caching and self.eagle_group_ids
-        if eagle_caching and self.alignment_tokens < num_prefill_lookahead:
+        if eagle_caching and self.scheduler_block_size < num_prefill_lookahead:
             raise ConfigError(
                 f"num_prefill_lookahead={num_prefill_lookahead} (multi-module MTP) with "
                 f"prefix caching needs a scheduler block size of at least that many "
-                f"tokens, got {self.alignment_tokens}"
+                f"tokens, got {self.scheduler_block_size}"
             )
 
     def find_longest_cache_hit(
@@ -204,6 +207,13 @@ class KVCacheCoordinator:
                 del lists[gid][keep:]
         return lists, candidate, longest
 
+    def _eagle_margin(self, sg: SpecGroup) -> int:
+        # What an EAGLE lookup drops: a hash block where hits end inside blocks, else a block.
+        block_size = sg.spec.block_size
+        if sg.manager_cls.supports_fine_grained_hits and self.alignment_tokens < block_size:
+            return self.hash_block_size
+        return block_size
+
     def _find_with_eagle_drop(
         self, block_hashes: list[Any], max_length: int
     ) -> tuple[list[list[int]], int, int]:
@@ -225,7 +235,7 @@ class KVCacheCoordinator:
                 drop = sg.use_eagle and index not in verified
                 bound = current
                 if drop and cls.looks_past_eagle_block and self.eagle_margin:
-                    bound = min(current + sg.spec.block_size, num_hashed)
+                    bound = min(current + self._eagle_margin(sg), num_hashed)
                 _, group_ids, where = self._searches[index]
                 found, hit = cls.find_longest_cache_hit(
                     HitQuery(block_hashes, bound, group_ids, *where, drop_eagle_block=drop)

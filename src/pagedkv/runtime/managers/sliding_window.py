@@ -10,6 +10,7 @@ from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 from pagedkv.specs.base import cdiv
 
 if TYPE_CHECKING:
+    from pagedkv.runtime.request import Request
     from pagedkv.specs.base import KVCacheSpec
 
 
@@ -88,6 +89,32 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         # The run an EAGLE lookup matches ends one block past the hit.
         end = num_tokens // self.block_size
         return max(end - _window_blocks(self.kv_cache_spec), 0), end + 1
+
+    def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
+        """A hit ending at an aligned boundary needs the window's blocks before it: with
+        interval ``n`` the last window of every ``n``-token segment, the windows before the
+        replay boundaries (all intervals but None) and, with None, every aligned boundary's
+        window (every block once a window spans a segment). An EAGLE group also keeps the
+        block past each window (the one its lookups match and drop)."""
+        block_size = self.block_size
+        alignment = self.alignment_tokens
+        if alignment % block_size:
+            return None  # a sub-block alignment: only caching everything is exact
+        interval = self.retention_interval
+        keep: set[int] = set()
+        if interval != 0:
+            per_segment = (alignment if interval is None else interval) // block_size
+            shift = 1 if self.use_eagle else 0
+            need = _window_blocks(self.kv_cache_spec) + shift
+            if need >= per_segment:
+                return None
+            tail = per_segment - need
+            keep.update(
+                i for i in range(start, end) if i >= shift and (i - shift) % per_segment >= tail
+            )
+        if interval is not None:
+            keep |= self.boundary_blocks(request, start, end)
+        return keep
 
 
 def _blocks(
