@@ -293,3 +293,22 @@ def test_prompt_checkpoint_position_follows_vllms_rule() -> None:
     assert prefill_checkpoint_position(32, 8, False, 1) == 24
     assert prefill_checkpoint_position(33, 8, True, 0) == 24
     assert prefill_checkpoint_position(3, 8, True, 0) == 0
+
+
+def test_a_block_keyed_for_fewer_tokens_takes_its_full_key_when_cached() -> None:
+    # A checkpoint exported into table position 1 is keyed by the hash of 4 tokens (one
+    # block lower); caching position 1 as a full block re-keys it, as vLLM promotes it.
+    from pagedkv.runtime.block_pool import BlockPool
+    from pagedkv.runtime.events import BlockRemoved
+
+    pool = BlockPool(8, hash_block_size=4, enable_events=True)
+    req = Request("r", list(range(12)), hasher=BlockHasher(4, "sha256_cbor", seed=SEED))
+    blocks = pool.get_new_blocks(2)
+    pool.cache_partial_block(req, blocks[1], 4, 0, 4)
+    assert pool.block_hash[blocks[1]] == req.block_hashes[0]
+    pool.take_events()
+    pool.cache_full_blocks(req, blocks, 1, 2, 4, 0)
+    assert pool.block_hash[blocks[1]] == req.block_hashes[1]
+    removed, stored = pool.take_events()
+    assert isinstance(removed, BlockRemoved) and removed.block_hashes == [req.block_hashes[0]]
+    assert stored.block_hashes == [req.block_hashes[1]]  # type: ignore[union-attr]

@@ -183,13 +183,14 @@ class BlockPool:
             block = blocks[i]
             if not block or (keep is not None and i not in keep):
                 continue
+            h = hashes[(i + 1) * scale - 1]
             if block_hash[block] is not None:
-                if block not in self._key_tokens:
+                if block not in self._key_tokens and block_hash[block] == h:
                     continue  # keyed already
-                # A key inside the block (a partial prefix) gives way to the full one.
+                # A key for fewer tokens (a partial prefix, or a checkpoint exported
+                # into this block) gives way to the block's full key.
                 self._journal_keys([block], self._keys_of(block))
                 self._remove_keys(block)
-            h = hashes[(i + 1) * scale - 1]
             block_hash[block] = h
             self.block_group[block] = group_id
             if h in m:

@@ -335,7 +335,7 @@ class MambaManager(SingleTypeKVCacheManager):
             return None
         source = table[index]
         pool = self.block_pool
-        if pool.keyed_at(source, num_tokens, self.block_size):
+        if self._keyed_at(request, source, num_tokens):
             return None  # keyed by a hit or an earlier step: re-keying would defer siblings
         h = pool.cache_partial_block(
             request, source, num_tokens, self.kv_cache_group_id, self.block_size
@@ -368,11 +368,22 @@ class MambaManager(SingleTypeKVCacheManager):
             # A transient state: the next chunk overwrites it, so it must not hit.
             pool.uncache_block(block)
             return None
-        if pool.keyed_at(block, position, self.block_size):
+        if self._keyed_at(request, block, position):
             return None
         group_id = self.kv_cache_group_id
         return pool.cache_partial_block(
             request, block, position, group_id, self.block_size, replace=True
+        )
+
+    def _keyed_at(self, request: Request, block: int, num_tokens: int) -> bool:
+        # Keyed by the hash of exactly ``num_tokens`` of the request's tokens (a full key
+        # may sit at another position: a checkpoint exported into the block, then the
+        # block's own full key once cached).
+        pool = self.block_pool
+        if not pool.keyed_at(block, num_tokens, self.block_size):
+            return False
+        return (
+            pool.block_hash[block] == request.block_hashes[num_tokens // self.hash_block_size - 1]
         )
 
     def free(self, request_id: str, priority: int = 0) -> None:
