@@ -218,10 +218,16 @@ def use_platform(value: str | None) -> str | None:
 def vllm_scheduler_defaults(device_bytes: int | None, device_name: str) -> tuple[int, int]:
     """``vllm serve``'s (max_num_seqs, max_num_batched_tokens) for a device.
 
-    vLLM picks larger defaults on devices with at least 70 GiB, except A100s (slower
-    there); an unknown device (memory not given) gets the small ones.
+    vLLM 0.33 reads the total memory CUDA reports: 160 GiB and more (B200, B300)
+    get 16,384 tokens a step; 70 GiB and more 8,192, except A100s (slower there) and
+    the GB10 (DGX Spark: the memory without the compute); the rest, and an unknown
+    device (memory not given), get 2,048 tokens and 256 requests.
     """
-    if (device_bytes or 0) >= 70 * 2**30 and "a100" not in device_name.lower():
+    total = device_bytes or 0
+    name = device_name.lower()
+    if total >= 160 * 2**30:
+        return 1024, 16384
+    if total >= 70 * 2**30 and "a100" not in name and "gb10" not in name:
         return 1024, 8192
     return 256, 2048
 

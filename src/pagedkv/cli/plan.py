@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from pagedkv.capacity import plan_kv_cache
+from pagedkv.cli import vllm_flags as vf
 from pagedkv.cli.common import (
     BLOCK_SIZE_OPTION,
     DEFAULT_GPU,
@@ -34,6 +35,7 @@ from pagedkv.cli.common import (
     vllm_scheduler_defaults,
 )
 from pagedkv.cli.plan_render import PlanResult
+from pagedkv.cli.vllm_flags import startup_options, with_dtype
 from pagedkv.config import ModelConfig
 from pagedkv.errors import ConfigError, InsufficientMemoryError, PlanningError
 from pagedkv.models import (
@@ -48,6 +50,8 @@ from pagedkv.models import (
     load_model_config,
     memory_budgets,
 )
+from pagedkv.models.gpus import LOCAL
+from pagedkv.models.profile_shape import profile_shape
 
 # A 5:1 sliding-window hybrid on the most common serving GPU: its plan shows hybrid
 # grouping (vLLM's rule pads 8 layer slots here; --grouping least-waste shows what the
@@ -79,6 +83,18 @@ class PlanRequest:
     num_gpu_blocks_override: int | None = None
     prefix_caching_hash_algo: str = "sha256"
     revision: str | None = None
+    # vLLM flags that change the start-up memory accounting (cli.vllm_flags).
+    enforce_eager: bool = False
+    dtype: str = "auto"
+    quantization: str | None = None
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    speculative_config: str | None = None
+    cpu_offload_gb: float = 0.0
+    # Account memory as this vLLM release does (None: 0.33).
+    vllm_version: str | None = None
+    # None: the platform's layout (layer-outermost NHD on the generic platform).
+    kv_cache_layout: str | None = None
 
 
 CONTEXT_LEN_OPTION = typer.Option(
@@ -96,6 +112,12 @@ GROUPING_OPTION = typer.Option(
     "--grouping",
     help="How layers form KV cache groups: vllm (vLLM 0.33's rule) or least-waste "
     "(pagedkv's search for the fewest bytes per request).",
+)
+KV_CACHE_LAYOUT_OPTION = typer.Option(
+    None,
+    "--kv-cache-layout",
+    help="Physical KV cache layout, as vLLM's VLLM_KV_CACHE_LAYOUT (LBNHC, BLNHC, ...); "
+    "block-outermost ones (B first) pack groups of different page sizes.",
 )
 PLOT_OPTION = typer.Option(
     None, "--plot", help="Write max concurrency vs context length (PNG, needs matplotlib)."
@@ -145,10 +167,23 @@ def plan_command(
         help="Accepted for vLLM command lines; it does not change a plan.",
     ),
     revision: str | None = REVISION_OPTION,
+    enforce_eager: bool = vf.ENFORCE_EAGER_OPTION,
+    dtype: str = vf.DTYPE_OPTION,
+    quantization: str | None = vf.QUANTIZATION_OPTION,
+    data_parallel_size: int = vf.DATA_PARALLEL_OPTION,
+    enable_expert_parallel: bool = vf.EXPERT_PARALLEL_OPTION,
+    speculative_config: str | None = vf.SPECULATIVE_OPTION,
+    cpu_offload_gb: float = vf.CPU_OFFLOAD_OPTION,
+    vllm_version: str | None = vf.VLLM_VERSION_OPTION,
+    trust_remote_code: bool = vf.TRUST_REMOTE_CODE_OPTION,
+    host: str | None = vf.HOST_OPTION,
+    port: int | None = vf.PORT_OPTION,
+    served_model_name: list[str] = vf.SERVED_NAME_OPTION,
     platform: str | None = PLATFORM_OPTION,
     context_len: list[int] = CONTEXT_LEN_OPTION,
     max_groups: int | None = MAX_GROUPS_OPTION,
     grouping: str = GROUPING_OPTION,
+    kv_cache_layout: str | None = KV_CACHE_LAYOUT_OPTION,
     json_output: bool = JSON_OPTION,
     plot: Path | None = PLOT_OPTION,
 ) -> None:
@@ -180,6 +215,15 @@ def plan_command(
         num_gpu_blocks_override=num_gpu_blocks_override,
         prefix_caching_hash_algo=prefix_caching_hash_algo,
         revision=revision,
+        enforce_eager=enforce_eager,
+        dtype=dtype,
+        quantization=quantization,
+        data_parallel_size=data_parallel_size,
+        enable_expert_parallel=enable_expert_parallel,
+        speculative_config=speculative_config,
+        cpu_offload_gb=cpu_offload_gb,
+        vllm_version=vllm_version,
+        kv_cache_layout=kv_cache_layout,
     )
     result = make_plan(request)
     if plot is not None:
@@ -220,8 +264,9 @@ def _context_lengths(request: PlanRequest, max_model_len: int) -> list[int]:
 
 
 def _options(request: PlanRequest, gpu: GPU | None, device_bytes: int | None) -> dict[str, object]:
-    # vLLM reads the device's total memory for these defaults.
-    total = max(device_bytes or 0, gpu.memory_bytes if gpu else 0)
+    # vLLM reads the device's total memory (as CUDA reports it) for these defaults;
+    # for --gpu local the plan's figure is the free memory, the total is the GPU's.
+    total = gpu.memory_bytes if gpu is not None and gpu.vendor == LOCAL else device_bytes
     seqs, tokens = vllm_scheduler_defaults(total, gpu.name if gpu else "")
     options: dict[str, object] = {
         "tensor_parallel_size": request.tensor_parallel_size,
@@ -240,6 +285,8 @@ def _options(request: PlanRequest, gpu: GPU | None, device_bytes: int | None) ->
     if request.max_groups is not None:
         options["max_kv_cache_groups"] = request.max_groups
     options["kv_cache_grouping_rule"] = request.grouping
+    if request.kv_cache_layout is not None:
+        options["kv_cache_layout"] = request.kv_cache_layout
     return options
 
 
@@ -267,7 +314,8 @@ def check_model_limit(layout: ModelLayout, max_model_len: int | None) -> None:
 
 def make_plan(request: PlanRequest) -> PlanResult:
     """Read the model, size the memory budget, and ask the planner."""
-    layout = describe_model(load_model_config(request.model, revision=request.revision))
+    source = load_model_config(request.model, revision=request.revision)
+    layout = with_dtype(describe_model(source), request.dtype)
     check_model_limit(layout, request.max_model_len)
     gpu, device_bytes = _device(request)
     config = engine_config_for(layout, **_options(request, gpu, device_bytes))
@@ -275,7 +323,13 @@ def make_plan(request: PlanRequest) -> PlanResult:
     kv_memory = request.kv_cache_memory
     kv_bytes = parse_bytes(kv_memory, "--kv-cache-memory-bytes") if kv_memory else None
     budgets = memory_budgets(
-        layout, config, device_bytes=device_bytes, weight_bytes=weights, kv_cache_bytes=kv_bytes
+        layout,
+        config,
+        device_bytes=device_bytes,
+        weight_bytes=weights,
+        kv_cache_bytes=kv_bytes,
+        shape=profile_shape(layout, source),
+        options=startup_options(gpu, **{f: getattr(request, f) for f in vf.STARTUP_FLAGS}),
     )
     _check_budgets(budgets)
     specs = tuple(get_kv_cache_specs(layout, config=config))

@@ -84,6 +84,9 @@ def event_spec_kind(spec: KVCacheSpec) -> str:
             KVCacheSpecRegistry.get_uniform_type_base_spec(s) for s in spec.kv_cache_specs.values()
         }
         return "full_attention" if bases == {FullAttentionSpec} else "unknown"
+    named = spec.vllm_kind  # a kind vLLM names differently says so
+    if named in EVENT_SPEC_KINDS or named == "unknown":
+        return named
     for cls in type(spec).__mro__:
         kind = cls.__dict__.get("kind")
         if kind in EVENT_SPEC_KINDS:

@@ -355,8 +355,9 @@ class KVCacheManager:
                 return None
         cache = self.enable_caching and not delay_cache_blocks
         if running and self._skipping:
+            num_prompt = request.num_prompt_tokens
             for m, peers in self._skipping:
-                m.remove_skipped_blocks(request_id, total_computed, peers)
+                m.remove_skipped_blocks(request_id, total_computed, peers, num_prompt)
         growth = self._growth if running else None
         if growth is not None:
             # Fast path (bench_hot_path: most decode steps change nothing).
@@ -474,11 +475,14 @@ class KVCacheManager:
         for m in self.managers:
             m.free(request_id, priority)
 
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Free blocks that fell out of the request's window (nulls in its table)."""
+    def remove_skipped_blocks(
+        self, request_id: str, num_computed_tokens: int, num_prompt_tokens: int | None = None
+    ) -> None:
+        """Free blocks that fell out of the request's window (nulls in its table); R-SWA
+        groups free their decode gap only when given the prompt length."""
         if request_id in self._first_tables:
             for m, peers in self._skipping:
-                m.remove_skipped_blocks(request_id, num_computed_tokens, peers)
+                m.remove_skipped_blocks(request_id, num_computed_tokens, peers, num_prompt_tokens)
 
     def evict_blocks(self, block_ids: list[int]) -> None:
         """Drop the cached hashes of the given blocks (they stay allocated if in use)."""

@@ -187,14 +187,17 @@ def engine_from_model(
         describe_model,
         engine_config_for,
         get_gpu,
+        load_model_config,
         memory_budgets,
     )
+    from pagedkv.models.profile_shape import profile_shape
 
     if sum(x is not None for x in (gpu, num_blocks, kv_cache_bytes)) != 1:
         raise ConfigError("give exactly one of gpu, num_blocks and kv_cache_bytes")
     if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 2):
         raise ConfigError(f"num_blocks must be an integer >= 2, got {num_blocks!r}")
-    layout = describe_model(model)
+    source = load_model_config(model)
+    layout = describe_model(source)
     options: dict[str, Any] = {
         "block_size": block_size,
         "cache_dtype": kv_cache_dtype,
@@ -210,7 +213,10 @@ def engine_from_model(
         plan, planned_config = plan_with_num_blocks(inputs, num_blocks)
         return engine_from_plan(plan, planned_config, layout.name, inputs)
     device = get_gpu(gpu).planning_memory_bytes if gpu is not None else None
-    budgets = memory_budgets(layout, config, device_bytes=device, kv_cache_bytes=kv_cache_bytes)
+    shape = profile_shape(layout, source)
+    budgets = memory_budgets(
+        layout, config, device_bytes=device, kv_cache_bytes=kv_cache_bytes, shape=shape
+    )
     available = [b.kv_cache_bytes for b in budgets]
     specs = list(inputs.kv_cache_specs)
     plan = plan_kv_cache(config, specs, available, max_model_len_limit=inputs.max_model_len_limit)
