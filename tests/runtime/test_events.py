@@ -7,7 +7,7 @@ import pytest
 
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.events.wire import decode_event_batch, encode_event_batch
-from pagedkv.runtime import AllBlocksCleared, BlockRemoved, BlockStored, Request
+from pagedkv.runtime import AllBlocksCleared, BlockRemoved, BlockStored, LoRA, Request
 
 from .helpers import full, make_manager, swa
 
@@ -114,3 +114,94 @@ def test_events_can_leave_token_ids_out() -> None:
     (stored,) = manager.take_events()
     assert isinstance(stored, BlockStored) and len(stored.block_hashes) == 2
     assert stored.token_ids == []
+
+
+def test_stored_events_carry_extra_keys_session_and_lookahead_tokens() -> None:
+    # One untagged entry per stored block: the LoRA name on every block, the salt on
+    # block 0 (vLLM's published form); lookahead hashes add the tokens each hash covers.
+    manager = make_manager([full()], num_blocks=16, enable_events=True, num_hash_lookahead_tokens=1)
+    lora = LoRA("ad", 3, "/w")
+    req = Request("a", list(range(10)), lora=lora, cache_salt="s", session_id="chat-1")
+    manager.allocate_slots(req, 10)
+    (stored,) = manager.take_events()
+    assert isinstance(stored, BlockStored)
+    assert len(stored.block_hashes) == 2  # block 1's hash waits for token 8: it exists
+    assert stored.extra_keys == [("ad", "s"), ("ad",)]
+    assert stored.lookahead_token_ids == [[4], [8]]
+    assert stored.session_id == "chat-1" and stored.lora_id == 3
+    plain = make_manager([full()], num_blocks=16, enable_events=True)
+    plain.allocate_slots(Request("p", list(range(9))), 9)
+    (event,) = plain.take_events()
+    assert isinstance(event, BlockStored) and event.extra_keys == [None, None]
+    assert event.lookahead_token_ids is None
+
+
+def test_full_report_mode_reannounces_hits_nulls_included() -> None:
+    manager = make_manager([full(), swa(8)], num_blocks=40, enable_events=True)
+    writer = Request("w", list(range(20)))
+    manager.allocate_slots(writer, 20)
+    manager.free(writer)
+    manager.take_events()
+    quiet = Request("q", [*list(range(20)), 7])
+    _, num_hit = manager.get_computed_blocks(quiet)
+    assert num_hit == 16 and manager.take_events() == []
+    loud = Request("l", [*list(range(20)), 7], kv_cache_report_mode="full")
+    _blocks, num_hit = manager.get_computed_blocks(loud)
+    events = manager.take_events()
+    assert [e.group_idx for e in events if isinstance(e, BlockStored)] == [0, 1]
+    full_event, window_event = events
+    assert isinstance(full_event, BlockStored) and isinstance(window_event, BlockStored)
+    # Every hit position is announced with its hash from block 0, the window group's
+    # null positions too; the token ids cover the whole hit.
+    assert full_event.block_hashes == loud.block_hashes[:4] == window_event.block_hashes
+    assert full_event.parent_block_hash is None and full_event.token_ids == list(range(16))
+    assert window_event.kv_cache_spec_kind == "sliding_window"
+    with pytest.raises(KVCacheRuntimeError, match="kv_cache_report_mode"):
+        Request("x", [1], kv_cache_report_mode="verbose")
+
+
+def test_take_events_passes_through_a_group_it_does_not_know() -> None:
+    manager = make_manager([full()], num_blocks=16, enable_events=True)
+    foreign = BlockStored(
+        block_hashes=[1],
+        parent_block_hash=None,
+        token_ids=[],
+        block_size=4,
+        lora_id=None,
+        medium="GPU",
+        lora_name=None,
+        group_idx=7,
+    )
+    manager.block_pool._events.append(foreign)  # type: ignore[union-attr]
+    (event,) = manager.take_events()
+    assert event is foreign and foreign.kv_cache_spec_kind is None
+
+
+def test_event_spec_kinds_are_vllms() -> None:
+    from pagedkv import FullAttentionSpec, MLAAttentionSpec, UniformTypeKVCacheSpecs
+    from pagedkv.runtime.events import event_sliding_window, event_spec_kind
+
+    from .helpers import mamba
+
+    mla = MLAAttentionSpec(block_size=4, num_kv_heads=1, head_size=8)
+    assert event_spec_kind(mla) == "mla_attention"
+    assert event_spec_kind(mamba()) == "mamba"
+    # A full-attention group merged with a window keeps reporting no window.
+    merged = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8, sliding_window=8)
+    assert event_spec_kind(merged) == "full_attention"
+    assert event_sliding_window(merged) is None
+    assert event_sliding_window(swa(8)) == 8
+    mixed = UniformTypeKVCacheSpecs(
+        block_size=4,
+        kv_cache_specs={
+            "a": full(),
+            "b": FullAttentionSpec(block_size=4, num_kv_heads=2, head_size=8),
+        },
+    )
+    assert event_spec_kind(mixed) == "full_attention"
+    assert (
+        event_spec_kind(
+            UniformTypeKVCacheSpecs(block_size=4, kv_cache_specs={"a": mla, "b": full()})
+        )
+        == "full_attention"
+    )

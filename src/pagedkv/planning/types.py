@@ -57,12 +57,14 @@ class KVCacheTensor:
 
 @dataclass(frozen=True, kw_only=True)
 class KVCacheGroupSpec:
-    """Layers sharing one block table, with the group's (merged) spec and role."""
+    """Layers sharing one block table, with the group's (merged) spec and role.
+    ``is_eagle_group``: it holds an EAGLE/MTP draft model's layers (speculative decoding)."""
 
     layer_names: tuple[str, ...]
     kv_cache_spec: KVCacheSpec
     role: str = DEFAULT_ROLE
     host_resident: bool = False
+    is_eagle_group: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layer_names", tuple(self.layer_names))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
-from pagedkv.runtime.hashing import block_extra_keys
+from pagedkv.runtime.hashing import event_extra_keys
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
@@ -43,6 +43,7 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
         self.medium = "GPU"  # of the events
+        self.num_hash_lookahead_tokens = 0  # tokens past each block its hash covers
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_hash: list[Any] = [None] * num_blocks  # None: not cached
         self.block_group: list[int] = [0] * num_blocks
@@ -182,13 +183,14 @@ class BlockPool:
             block = blocks[i]
             if not block or (keep is not None and i not in keep):
                 continue
+            h = hashes[(i + 1) * scale - 1]
             if block_hash[block] is not None:
-                if block not in self._key_tokens:
+                if block not in self._key_tokens and block_hash[block] == h:
                     continue  # keyed already
-                # A key inside the block (a partial prefix) gives way to the full one.
+                # A key for fewer tokens (a partial prefix, or a checkpoint exported
+                # into this block) gives way to the block's full key.
                 self._journal_keys([block], self._keys_of(block))
                 self._remove_keys(block)
-            h = hashes[(i + 1) * scale - 1]
             block_hash[block] = h
             self.block_group[block] = group_id
             if h in m:
@@ -199,22 +201,74 @@ class BlockPool:
         if self._journal is not None:
             self._journal.append((self._undo_cache, (stored,)))
         if self._events is not None:
-            first, end = num_cached_blocks * block_size, num_full_blocks * block_size
-            lora = request.lora
-            event = BlockStored(
-                block_hashes=[block_hash[b] for b in stored],
-                parent_block_hash=hashes[num_cached_blocks * scale - 1] if first else None,
-                token_ids=request.all_token_ids[first:end] if self.event_token_ids else [],
-                block_size=block_size,
-                lora_id=None if lora is None else lora.id,
-                medium=self.medium,
-                lora_name=None if lora is None else lora.name,
-                extra_keys=_event_extra_keys(
-                    request, blocks, stored, num_cached_blocks, block_size
-                ),
-                group_idx=group_id,
+            now = set(stored)  # a block sits at one table position
+            positions = [i for i in range(num_cached_blocks, num_full_blocks) if blocks[i] in now]
+            parent = hashes[num_cached_blocks * scale - 1] if num_cached_blocks else None
+            self._events.append(
+                self._stored_event(
+                    request,
+                    [block_hash[b] for b in stored],
+                    parent,
+                    positions,
+                    (num_cached_blocks, num_full_blocks),
+                    block_size,
+                    group_id,
+                )
             )
-            self._events.append(event)
+
+    def emit_cached_block_events(
+        self, request: Request, num_blocks: int, block_size: int, group_id: int
+    ) -> None:
+        """A BlockStored event re-announcing the request's first ``num_blocks`` blocks, a
+        prefix-cache hit (``kv_cache_report_mode="full"``); no block changes."""
+        if self._events is None or num_blocks <= 0:
+            return
+        scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
+        hashes = request.block_hashes[scale - 1 :: scale][:num_blocks]
+        positions = list(range(num_blocks))
+        event = self._stored_event(
+            request, hashes, None, positions, (0, num_blocks), block_size, group_id
+        )
+        self._events.append(event)
+
+    def _stored_event(
+        self,
+        request: Request,
+        block_hashes: list[Any],
+        parent: Any,
+        positions: list[int],
+        span: tuple[int, int],
+        block_size: int,
+        group_id: int,
+    ) -> BlockStored:
+        # ``positions``: table positions of ``block_hashes``; ``span``: the blocks whose
+        # tokens the event carries (masked and null ones included, as vLLM sends them).
+        lora = request.lora
+        tokens = request.all_token_ids
+        ahead = self.num_hash_lookahead_tokens
+        extra_keys = [
+            event_extra_keys(request, i * block_size, (i + 1) * block_size, ahead)
+            for i in positions
+        ]
+        lookahead = None
+        if ahead:
+            lookahead = [
+                tokens[(i + 1) * block_size : (i + 1) * block_size + ahead] for i in positions
+            ]
+        first, end = span[0] * block_size, span[1] * block_size
+        return BlockStored(
+            block_hashes=block_hashes,
+            parent_block_hash=parent,
+            token_ids=tokens[first:end] if self.event_token_ids else [],
+            block_size=block_size,
+            lora_id=None if lora is None else lora.id,
+            medium=self.medium,
+            lora_name=None if lora is None else lora.name,
+            extra_keys=extra_keys or None,
+            group_idx=group_id,
+            session_id=request.session_id,
+            lookahead_token_ids=lookahead,
+        )
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the hash of each block (in use or not); the blocks stay where they are."""
@@ -396,21 +450,26 @@ class BlockPool:
                 self._key_tokens[block] = tokens
 
     def _tail_event(self, request: Request, num_hashes: int, group_id: int) -> BlockStored:
+        # A key at a hash boundary: the event covers that hash block only (vLLM's).
         hash_block_size = self.hash_block_size or 1
-        hashes = request.block_hashes
         end = num_hashes * hash_block_size
         start = end - hash_block_size
+        hashes = request.block_hashes
+        ahead = self.num_hash_lookahead_tokens
+        tokens = request.all_token_ids
         lora = request.lora
         return BlockStored(
             block_hashes=[hashes[num_hashes - 1]],
             parent_block_hash=hashes[num_hashes - 2] if num_hashes > 1 else None,
-            token_ids=request.all_token_ids[start:end] if self.event_token_ids else [],
+            token_ids=tokens[start:end] if self.event_token_ids else [],
             block_size=hash_block_size,
             lora_id=None if lora is None else lora.id,
             medium=self.medium,
             lora_name=None if lora is None else lora.name,
-            extra_keys=[_untagged(block_extra_keys(request, start, end, 0)[0])],
+            extra_keys=[event_extra_keys(request, start, end, ahead)],
             group_idx=group_id,
+            session_id=request.session_id,
+            lookahead_token_ids=[tokens[end : end + ahead]] if ahead else None,
         )
 
     def reset_prefix_cache(self) -> bool:
@@ -508,24 +567,3 @@ class BlockPool:
     def _undo_cache(self, stored: list[int]) -> None:
         for block in reversed(stored):
             self._drop_all_keys(block)
-
-
-def _event_extra_keys(
-    request: Request, blocks: Sequence[int], stored: list[int], first: int, block_size: int
-) -> list[tuple[Any, ...] | None] | None:
-    # One entry per stored block (vLLM's), None when no block was stored.
-    if not stored:
-        return None
-    position = {block: i for i, block in enumerate(blocks[first:], first) if block}
-    out = []
-    mm_index = 0
-    for block in stored:
-        start = position[block] * block_size
-        keys, mm_index = block_extra_keys(request, start, start + block_size, mm_index)
-        out.append(_untagged(keys))
-    return out
-
-
-def _untagged(keys: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
-    # vLLM publishes extra keys untagged: a multimodal item's (id, offset), else the value.
-    return None if keys is None else tuple(k[1:] if k[0] == "mm" else k[1] for k in keys)

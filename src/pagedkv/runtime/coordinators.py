@@ -4,7 +4,7 @@ cache-hit searches into one hit length valid for every group."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from pagedkv.errors import ConfigError, RegistryError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
@@ -60,12 +60,26 @@ def manager_class_for(group: KVCacheGroupSpec, group_id: int) -> type[SingleType
     return manager_cls
 
 
+def eagle_groups(
+    groups: Sequence[KVCacheGroupSpec], use_eagle: bool
+) -> tuple[frozenset[int], frozenset[int]]:
+    """The EAGLE groups (those holding draft layers, or every group when ``use_eagle`` and
+    none is marked) and those of them whose hits drop the EAGLE block (none unless
+    ``use_eagle``: lookahead block hashes make the drop unnecessary)."""
+    marked = frozenset(gid for gid, group in enumerate(groups) if group.is_eagle_group)
+    if use_eagle and not marked:
+        marked = frozenset(range(len(groups)))
+    return marked, (marked if use_eagle else frozenset())
+
+
 class SpecGroup(NamedTuple):
-    """Groups with equal spec and manager class, looked up together (all must hit)."""
+    """Groups with equal spec and manager class, looked up together (all must hit);
+    ``use_eagle``: one of them drops the EAGLE block, so the lookup does for all."""
 
     spec: KVCacheSpec
     group_ids: tuple[int, ...]
     manager_cls: type[SingleTypeKVCacheManager]
+    use_eagle: bool = False
 
 
 class KVCacheCoordinator:
@@ -73,17 +87,24 @@ class KVCacheCoordinator:
     searches (vLLM's fixed point): downward-closed kinds first, once; the others repeat
     within the current bound until no kind shortens the hit."""
 
+    eagle_margin: ClassVar[bool] = True  # an EAGLE lookup looks one block past the bound
+
     def __init__(
         self,
         kv_cache_config: KVCacheConfig,
         *,
         enable_events: bool = False,
         free_queue: FreeQueue | None = None,
+        use_eagle: bool = False,
+        num_prefill_lookahead: int = 0,
+        scheduler_block_size: int | None = None,
         **manager_kwargs: Any,
     ) -> None:
         self.enable_caching = manager_kwargs["enable_caching"]
         self.hash_block_size = manager_kwargs["hash_block_size"]
         self.alignment_tokens = alignment_tokens = manager_kwargs["alignment_tokens"]
+        self.scheduler_block_size = scheduler_block_size or alignment_tokens
+        groups_config = kv_cache_config.kv_cache_groups
         pool = BlockPool(
             kv_cache_config.num_blocks,
             self.enable_caching,
@@ -96,24 +117,56 @@ class KVCacheCoordinator:
             manager_class_for(group, gid)(
                 group_behaviour_spec(group), pool, kv_cache_group_id=gid, **manager_kwargs
             )
-            for gid, group in enumerate(kv_cache_config.kv_cache_groups)
+            for gid, group in enumerate(groups_config)
         ]
+        self.eagle_group_ids, self.drop_eagle_group_ids = eagle_groups(groups_config, use_eagle)
+        # Multi-module MTP re-prefills the last ``lookahead - 1`` tokens: not yet final.
+        self.num_reprefillable_tokens = max(0, num_prefill_lookahead - 1)
+        self._check_eagle(num_prefill_lookahead)
         by_key: dict[tuple[Any, type], list[int]] = {}
         for gid, manager in enumerate(self.managers):
             if manager.enable_caching:
                 by_key.setdefault((manager.kv_cache_spec, type(manager)), []).append(gid)
-        groups = [SpecGroup(spec, tuple(ids), cls) for (spec, cls), ids in by_key.items()]
+        drops = self.drop_eagle_group_ids
+        groups = [
+            SpecGroup(spec, tuple(ids), cls, not drops.isdisjoint(ids))
+            for (spec, cls), ids in by_key.items()
+        ]
         self.spec_groups = sorted(groups, key=lambda g: not g.manager_cls.downward_closed_hits)
+        for sg in self.spec_groups:
+            for gid in sg.group_ids:
+                self.managers[gid].use_eagle = sg.use_eagle
+        for manager in self.managers:
+            manager.eagle_replay = bool(drops)
+            manager.scheduler_block_size = self.scheduler_block_size
         self._searches = [
             (sg.manager_cls, sg.group_ids, (pool, sg.spec, alignment_tokens, self.hash_block_size))
             for sg in self.spec_groups
         ]
         self._one_pass = len(groups) == 2 and self.spec_groups[0].manager_cls.downward_closed_hits
 
+    def _check_eagle(self, num_prefill_lookahead: int) -> None:
+        for gid in sorted(self.drop_eagle_group_ids):
+            manager = self.managers[gid]
+            if manager.enable_caching and not manager.supports_eagle_block_drop:
+                raise ConfigError(
+                    f"KV cache group {gid} ({type(manager.kv_cache_spec).__name__}): the "
+                    "EAGLE block drop (use_eagle=True) is not supported for this kind"
+                )
+        eagle_caching = self.enable_caching and self.eagle_group_ids
+        if eagle_caching and self.scheduler_block_size < num_prefill_lookahead:
+            raise ConfigError(
+                f"num_prefill_lookahead={num_prefill_lookahead} (multi-module MTP) with "
+                f"prefix caching needs a scheduler block size of at least that many "
+                f"tokens, got {self.scheduler_block_size}"
+            )
+
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         """Hit blocks per group, the hit length and the longest prefix some group had."""
+        if self.drop_eagle_group_ids:
+            return self._find_with_eagle_drop(block_hashes, max_length)
         lists: list[list[int]] = [[] for _ in self.managers]
         if len(self._searches) == 1:  # one kind: its search is the answer
             cls, group_ids, where = self._searches[0]
@@ -156,13 +209,71 @@ class KVCacheCoordinator:
                 del lists[gid][keep:]
         return lists, candidate, longest
 
+    def _eagle_margin(self, sg: SpecGroup) -> int:
+        # What an EAGLE lookup drops: a hash block where hits end inside blocks, else a block.
+        block_size = sg.spec.block_size
+        if sg.manager_cls.supports_fine_grained_hits and self.alignment_tokens < block_size:
+            return self.hash_block_size
+        return block_size
+
+    def _find_with_eagle_drop(
+        self, block_hashes: list[Any], max_length: int
+    ) -> tuple[list[list[int]], int, int]:
+        # The fixed point above, where an EAGLE spec group looks one block past the bound
+        # (several groups only) and drops the block its hit ends on, once per bound.
+        lists: list[list[int] | None] = [None] * len(self.managers)
+        lengths = [0] * len(self.managers)
+        num_hashed = len(block_hashes) * self.hash_block_size
+        candidate = max_length
+        longest = 0
+        verified: set[int] = set()  # EAGLE spec groups whose drop holds at this bound
+        while True:
+            current = candidate
+            for index, sg in enumerate(self.spec_groups):
+                cls, first = sg.manager_cls, sg.group_ids[0]
+                if cls.downward_closed_hits and lists[first] is not None:
+                    current = min(current, lengths[first])
+                    continue
+                drop = sg.use_eagle and index not in verified
+                bound = current
+                if drop and cls.looks_past_eagle_block and self.eagle_margin:
+                    bound = min(current + self._eagle_margin(sg), num_hashed)
+                _, group_ids, where = self._searches[index]
+                found, hit = cls.find_longest_cache_hit(
+                    HitQuery(block_hashes, bound, group_ids, *where, drop_eagle_block=drop)
+                )
+                if drop:
+                    verified.add(index)
+                elif hit < current:
+                    verified.clear()
+                current = hit
+                for gid, blocks in zip(group_ids, found):
+                    lists[gid] = blocks
+                    lengths[gid] = hit
+                longest = max(longest, hit)
+            if current >= candidate:
+                break
+            candidate = current
+            if self._one_pass:
+                break
+        found_lists = [blocks or [] for blocks in lists]
+        for sg in self.spec_groups:
+            if sg.manager_cls.downward_closed_hits:
+                keep = cdiv(candidate, sg.spec.block_size)
+                for gid in sg.group_ids:
+                    del found_lists[gid][keep:]
+        return found_lists, candidate, longest
+
 
 class NoPrefixCacheCoordinator(KVCacheCoordinator):
     """Prefix caching off: never a hit. Any number of groups, including none."""
 
 
 class UnitaryCoordinator(KVCacheCoordinator):
-    """One group: its manager's search is the answer."""
+    """One group: its manager's search is the answer (under EAGLE it drops its last block
+    without looking past the bound first, as vLLM's unitary coordinator does)."""
+
+    eagle_margin = False
 
 
 class HybridCoordinator(KVCacheCoordinator):

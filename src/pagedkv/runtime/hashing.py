@@ -144,27 +144,64 @@ def block_extra_keys(
     return (tuple(keys) if keys else None), next_index
 
 
+def event_extra_keys(
+    request: HashedRequest, start: int, end: int, num_lookahead_tokens: int = 0
+) -> tuple[Any, ...] | None:
+    """The block's extra keys as KV events publish them (vLLM's untagged form): the LoRA
+    name, ``(mm identifier, offset)`` pairs, the cache salt and prompt-embedding digests.
+    With lookahead hashes they cover the block and its lookahead tokens, as the hash does;
+    the lookahead tokens themselves go out in ``lookahead_token_ids``."""
+    if request.plain:
+        return None
+    keys, _ = block_extra_keys(request, start, end + num_lookahead_tokens, 0)
+    if keys is None:
+        return None
+    return tuple(key[1:] if key[0] == "mm" else key[1] for key in keys)
+
+
 class BlockHasher:
-    """Computes a request's new full-block hashes from the tokens it has so far."""
+    """Computes a request's new full-block hashes from the tokens it has so far.
 
-    __slots__ = ("block_size", "hash_algo", "hash_fn", "none_hash")
+    ``num_lookahead_tokens`` (L > 0, vLLM's lookahead block hashes for EAGLE): block
+    ``i`` is hashed only once the L tokens after it exist, and its extra keys become
+    ``(E, *those tokens)`` (``E`` the plain extra keys, over the block and those tokens)."""
 
-    def __init__(self, block_size: int, hash_algo: str = "sha256", seed: str | None = None) -> None:
+    __slots__ = ("block_size", "hash_algo", "hash_fn", "none_hash", "num_lookahead_tokens")
+
+    def __init__(
+        self,
+        block_size: int,
+        hash_algo: str = "sha256",
+        seed: str | None = None,
+        num_lookahead_tokens: int = 0,
+    ) -> None:
         if not isinstance(block_size, int) or block_size <= 0:
             raise ConfigError(f"hash block_size must be a positive integer, got {block_size!r}")
+        if (
+            not isinstance(num_lookahead_tokens, int)
+            or isinstance(num_lookahead_tokens, bool)
+            or num_lookahead_tokens < 0
+        ):
+            raise ConfigError(
+                "BlockHasher.num_lookahead_tokens must be a non-negative integer, "
+                f"got {num_lookahead_tokens!r}"
+            )
         self.block_size = block_size
         self.hash_algo = hash_algo
         self.hash_fn = get_hash_fn(hash_algo)
         self.none_hash = self.hash_fn(none_hash_seed(hash_algo) if seed is None else seed)
+        self.num_lookahead_tokens = num_lookahead_tokens
 
     def __call__(self, request: HashedRequest) -> list[Any]:
         """Hashes of the full blocks after ``len(request.block_hashes)``."""
         hashes = request.block_hashes
         start = len(hashes) * self.block_size
         tokens = request.all_token_ids
-        if start + self.block_size > len(tokens):
+        if start + self.block_size + self.num_lookahead_tokens > len(tokens):
             return []
         parent = hashes[-1] if hashes else self.none_hash
+        if self.num_lookahead_tokens:
+            return self._chain_lookahead(tokens, start, parent, request)
         return self._chain(tokens, start, parent, None if request.plain else request)
 
     def _chain(
@@ -180,6 +217,25 @@ class BlockHasher:
             parent = fn((parent, tuple(tokens[start : start + bs]), extra))
             new.append(parent)
             start += bs
+        return new
+
+    def _chain_lookahead(
+        self, tokens: Sequence[int], start: int, parent: Any, request: HashedRequest
+    ) -> list[Any]:
+        fn, bs, ahead = self.hash_fn, self.block_size, self.num_lookahead_tokens
+        last = len(tokens) - ahead  # a block must end by here to be hashed
+        plain = request.plain
+        extra = None
+        mm_index = 0
+        new: list[Any] = []
+        while start + bs <= last:
+            end = start + bs
+            if not plain:
+                extra, mm_index = block_extra_keys(request, start, end + ahead, mm_index)
+            keys = (extra, tokens[end]) if ahead == 1 else (extra, *tokens[end : end + ahead])
+            parent = fn((parent, tuple(tokens[start:end]), keys))
+            new.append(parent)
+            start = end
         return new
 
 

@@ -11,8 +11,13 @@ from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.runtime.block_sizes import resolve_block_sizes
 from pagedkv.runtime.blocks import KVCacheBlocks
-from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator, resolve_caching
-from pagedkv.runtime.events import BlockStored, KVCacheEvent
+from pagedkv.runtime.coordinators import make_coordinator, resolve_caching
+from pagedkv.runtime.events import (
+    BlockStored,
+    KVCacheEvent,
+    event_sliding_window,
+    event_spec_kind,
+)
 from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import BlockHasher
 from pagedkv.runtime.managers.base import Retention, SingleTypeKVCacheManager
@@ -46,7 +51,12 @@ class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
     ``retention``: a name in ``config.PREFIX_CACHE_RETENTIONS``; ``free_queue``: default LRU.
     ``hash_block_size`` and ``prefix_cache_retention_interval`` (vLLM's names) override
-    ``CacheConfig.prefix_match_unit`` and ``CacheConfig.prefix_cache_retention_interval``."""
+    ``CacheConfig.prefix_match_unit`` and ``CacheConfig.prefix_cache_retention_interval``.
+
+    Speculative decoding (vLLM's scheduler passes these): ``use_eagle`` drops the last
+    matched block of the EAGLE groups' hits; ``num_hash_lookahead_tokens`` makes each
+    block hash cover that many tokens after the block instead; ``num_prefill_lookahead``
+    tokens past the computed ones are read by the drafter (all but one are not final)."""
 
     def __init__(
         self,
@@ -63,6 +73,9 @@ class KVCacheManager:
         event_token_ids: bool = True,
         hash_block_size: int | None = None,
         prefix_cache_retention_interval: int | _FromConfig | None = FROM_CONFIG,
+        use_eagle: bool = False,
+        num_hash_lookahead_tokens: int = 0,
+        num_prefill_lookahead: int = 0,
     ) -> None:
         if hash_block_size is not None:
             config = config.replace(prefix_match_unit=hash_block_size)
@@ -70,6 +83,14 @@ class KVCacheManager:
             config = config.replace(prefix_cache_retention_interval=prefix_cache_retention_interval)
         if not 0.0 <= watermark < 1.0:
             raise ConfigError(f"KVCacheManager watermark must be in [0, 1), got {watermark!r}")
+        for name, value in (
+            ("num_hash_lookahead_tokens", num_hash_lookahead_tokens),
+            ("num_prefill_lookahead", num_prefill_lookahead),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(
+                    f"KVCacheManager {name} must be a non-negative integer, got {value!r}"
+                )
         self.retention = retention = retention or config.cache.prefix_cache_retention
         groups = kv_cache_config.kv_cache_groups
         planned_len = kv_cache_config.max_model_len
@@ -86,8 +107,12 @@ class KVCacheManager:
         self.hash_block_size = sizes.hash_block_size
         self.cache_hit_alignment_tokens = sizes.cache_hit_alignment_tokens
         self.enable_partial_hash_hits = sizes.partial_hash_hits
+        self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         self.hasher = BlockHasher(
-            self.hash_block_size, hash_algo or config.cache.hash_algo, hash_seed
+            self.hash_block_size,
+            hash_algo or config.cache.hash_algo,
+            hash_seed,
+            num_hash_lookahead_tokens,
         )
         policy = config.cache.eviction_policy
         if free_queue is None and policy != "lru":
@@ -106,10 +131,21 @@ class KVCacheManager:
             retention=retention_class(retention),
             retention_interval=config.cache.prefix_cache_retention_interval,
             free_queue=free_queue,
+            use_eagle=use_eagle,
+            num_prefill_lookahead=num_prefill_lookahead,
+            scheduler_block_size=self.scheduler_block_size,
         )
+        self.use_eagle = use_eagle
+        self.enable_events = enable_events
         self.block_pool = self.coordinator.block_pool
         self.block_pool.event_token_ids = event_token_ids
+        self.block_pool.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         self.managers = managers = self.coordinator.managers
+        for m in managers:
+            if isinstance(m, MambaManager):
+                # Checkpoints land where an EAGLE lookup (or a lookahead hash) can resume.
+                m.drop_eagle_checkpoint_block = use_eagle
+                m.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         check_retention_interval(
             config.cache.prefix_cache_retention_interval, self.scheduler_block_size, managers
         )
@@ -137,17 +173,31 @@ class KVCacheManager:
                 (m.block_size, m.req_to_blocks, m.num_cached_block, cross)
                 for m, cross in zip(managers, self._cross)
             ]
+        # Mamba groups with speculative blocks hold them past their positions ("align"
+        # mode: those of the main model's tokens, lookahead slots excluded).
+        self._speculative_growth = [
+            (m.block_size, m.req_to_blocks, m.num_speculative_blocks, m.align)
+            for m in managers
+            if isinstance(m, MambaManager) and m.num_speculative_blocks
+        ]
         self._first_tables: dict[str, list[int]] = managers[0].req_to_blocks if managers else {}
         # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule),
-        # or of nothing with partial hits (rounding would re-key a copied partial state).
+        # or of nothing with partial hits (rounding would re-key a copied partial state);
+        # their EAGLE groups up to one of their blocks past it. One group: all but the
+        # tokens multi-module MTP may re-prefill.
         self._cache_step = 1
         if self.num_groups > 1 and not self.enable_partial_hash_hits:
             self._cache_step = self.scheduler_block_size
+        self._reprefill = self.coordinator.num_reprefillable_tokens if self.num_groups == 1 else 0
+        self._eagle_cache = self.num_groups > 1 and any(m.use_eagle for m in self._caching)
+        # The fast path's test for blocks to cache must never undercount: it rounds only
+        # when every group rounds.
+        self._fast_cache_step = 1 if self._eagle_cache else self._cache_step
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
         self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
-            (spec.vllm_kind, getattr(spec, "sliding_window", None))
-            for spec in map(group_behaviour_spec, groups)
+            (event_spec_kind(g.kv_cache_spec), event_sliding_window(g.kv_cache_spec))
+            for g in groups
         ]
         self._stats = PrefixCacheStatsCounter()
         # vLLM reserves Mamba prefill checkpoints on the prompt's last chunk only under
@@ -195,6 +245,8 @@ class KVCacheManager:
         lists, num_hit, longest = self.coordinator.find_longest_cache_hit(
             request.block_hashes, request.num_tokens - 1
         )
+        if num_hit and self.enable_events and request.kv_cache_report_mode == "full":
+            self._announce_hits(request, lists)
         # A longer prefix some group had: the request keeps the blocks a hit there needs.
         request.shared_prefix_boundary = longest if longest > num_hit else 0
         self._stats.record(request.num_tokens, num_hit, request.num_preemptions > 0)
@@ -203,17 +255,28 @@ class KVCacheManager:
             return self._empty, 0
         return KVCacheBlocks(tuple(lists)), num_hit
 
+    def _announce_hits(self, request: Request, lists: list[list[int]]) -> None:
+        # kv_cache_report_mode="full": the hit is re-announced per group, nulls included.
+        for gid, blocks in enumerate(lists):
+            if blocks:
+                block_size = self.managers[gid].block_size
+                self.block_pool.emit_cached_block_events(request, len(blocks), block_size, gid)
+
     def _attach_hasher(self, request: Request) -> None:
         hasher = request.hasher
+        mine = self.hasher
         if hasher is not None and (
-            hasher.block_size != self.hash_block_size or hasher.hash_algo != self.hasher.hash_algo
+            hasher.block_size != mine.block_size
+            or hasher.hash_algo != mine.hash_algo
+            or hasher.num_lookahead_tokens != mine.num_lookahead_tokens
         ):
             raise KVCacheRuntimeError(
-                f"request {request.request_id!r} was hashed with block size {hasher.block_size} "
-                f"and {hasher.hash_algo!r}; this manager needs {self.hash_block_size} and "
-                f"{self.hasher.hash_algo!r}"
+                f"request {request.request_id!r} was hashed with block size {hasher.block_size}, "
+                f"{hasher.hash_algo!r} and {hasher.num_lookahead_tokens} lookahead tokens; this "
+                f"manager needs {mine.block_size}, {mine.hash_algo!r} and "
+                f"{mine.num_lookahead_tokens}"
             )
-        request.set_hasher(self.hasher)
+        request.set_hasher(mine)
 
     def allocate_slots(
         self,
@@ -298,8 +361,8 @@ class KVCacheManager:
             cache_tokens = len(request.all_token_ids) if cache else 0
             if cache_tokens > num_main:
                 cache_tokens = num_main
-            if self._cache_step > 1:
-                cache_tokens -= cache_tokens % self._cache_step
+            if self._fast_cache_step > 1:
+                cache_tokens -= cache_tokens % self._fast_cache_step
             needed = 0
             work = False
             for block_size, tables, num_cached, cross in growth:
@@ -309,6 +372,10 @@ class KVCacheManager:
                     needed += num_new
                     work = True
                 elif cache_tokens // block_size > num_cached[request_id]:
+                    work = True
+            for block_size, tables, spec_blocks, align in self._speculative_growth:
+                tokens = num_main if align else num_slots
+                if -(-tokens // block_size) + spec_blocks > len(tables[request_id]):
                     work = True
             if not work and self._tail_keyers:
                 work = any(m.tail_key_pending(request, cache_tokens) for m in self._tail_keyers)
@@ -438,13 +505,15 @@ class KVCacheManager:
             m.new_step_starts()
 
     def take_events(self) -> list[KVCacheEvent]:
-        """KV cache events since the last call, BlockStored annotated with the group kind."""
+        """KV cache events since the last call, BlockStored annotated with its group's spec
+        kind and window (an event naming no group of this model passes through as is)."""
         events = self.block_pool.take_events()
+        meta = self._group_meta
         for event in events:
-            if isinstance(event, BlockStored) and event.group_idx is not None:
-                kind, window = self._group_meta[event.group_idx]
-                event.kv_cache_spec_kind = kind
-                event.kv_cache_spec_sliding_window = window
+            if isinstance(event, BlockStored):
+                gid = event.group_idx
+                if gid is not None and 0 <= gid < len(meta):
+                    event.kv_cache_spec_kind, event.kv_cache_spec_sliding_window = meta[gid]
         return events
 
     def take_kv_cache_block_copies(self) -> BlockCopies:
@@ -464,9 +533,29 @@ class KVCacheManager:
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Cache the request's full blocks up to ``num_computed_tokens`` (hybrid models: up
-        to a multiple of the scheduler block size)."""
+        to a multiple of the scheduler block size; their EAGLE groups up to one of their
+        blocks past it). Speculative decoding calls it after verification, with the
+        computed tokens rolled back by the rejected drafts."""
+        if not self.enable_caching:
+            return
+        if self._eagle_cache:
+            self._cache_hybrid_eagle(request, num_computed_tokens)
+            return
         num_tokens = num_computed_tokens - num_computed_tokens % self._cache_step
+        if self._reprefill:
+            num_tokens = max(0, num_tokens - self._reprefill)
         for m in self._caching:
+            m.cache_blocks(request, num_tokens)
+
+    def _cache_hybrid_eagle(self, request: Request, num_computed_tokens: int) -> None:
+        step = self._cache_step
+        aligned = num_computed_tokens - num_computed_tokens % step
+        final = max(0, num_computed_tokens - self.coordinator.num_reprefillable_tokens)
+        for m in self._caching:
+            num_tokens = aligned
+            if m.use_eagle and aligned:
+                # The EAGLE lookup matches one block past an aligned hit before dropping it.
+                num_tokens = min(final, final - final % step + m.block_size)
             m.cache_blocks(request, num_tokens)
 
     def __repr__(self) -> str:

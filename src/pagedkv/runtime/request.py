@@ -8,17 +8,21 @@ from typing import Any
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime.hashing import BlockHasher, LoRA, MultiModalFeature
 
+KV_CACHE_REPORT_MODES = ("incremental", "full")
+
 
 class Request:
     """Token ids (prompt then outputs), hash keys (LoRA, cache salt, multimodal items,
     prompt embeddings) and the chained block hashes, extended as tokens are appended.
-    ``lora``: a ``LoRA`` or any object with vLLM's ``LoRARequest`` fields."""
+    ``lora``: a ``LoRA`` or any object with vLLM's ``LoRARequest`` fields;
+    ``kv_cache_report_mode`` and ``session_id``: what its KV events report."""
 
     __slots__ = (
         "all_token_ids",
         "block_hashes",
         "cache_salt",
         "hasher",
+        "kv_cache_report_mode",
         "lora",
         "mm_features",
         "num_cached_tokens",
@@ -29,6 +33,7 @@ class Request:
         "priority",
         "prompt_embeds",
         "request_id",
+        "session_id",
         "shared_prefix_boundary",
     )
 
@@ -44,9 +49,16 @@ class Request:
         prompt_embeds: Any = None,
         hasher: BlockHasher | None = None,
         priority: int = 0,
+        kv_cache_report_mode: str = "incremental",
+        session_id: str | None = None,
     ) -> None:
         if not prompt_token_ids:
             raise KVCacheRuntimeError(f"request {request_id!r}: prompt_token_ids is empty")
+        if kv_cache_report_mode not in KV_CACHE_REPORT_MODES:
+            raise KVCacheRuntimeError(
+                f"request {request_id!r}: kv_cache_report_mode must be one of "
+                f"{', '.join(KV_CACHE_REPORT_MODES)}, got {kv_cache_report_mode!r}"
+            )
         self.request_id = request_id
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.all_token_ids)
@@ -56,6 +68,9 @@ class Request:
         self.prompt_embeds = prompt_embeds
         self.cache_salt = cache_salt
         self.priority = priority  # vLLM's: lower is more important
+        # "full": KV events re-announce this request's prefix-cache hits as BlockStored.
+        self.kv_cache_report_mode = kv_cache_report_mode
+        self.session_id = session_id  # reported in its BlockStored events
         self.mm_features: tuple[MultiModalFeature, ...] = tuple(
             sorted((MultiModalFeature(*f) for f in mm_features), key=lambda f: f.offset)
         )

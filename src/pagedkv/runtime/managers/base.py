@@ -25,6 +25,9 @@ class HitQuery(NamedTuple):
     spec: KVCacheSpec
     alignment_tokens: int
     hash_block_size: int
+    # EAGLE: the hit must not end on the last matched block (its draft KV read the token
+    # after it); kinds that can, drop it (vLLM's ``drop_eagle_block``).
+    drop_eagle_block: bool = False
 
     def hashes(self) -> list[Any]:
         scale = self.spec.block_size // self.hash_block_size
@@ -40,6 +43,9 @@ class SingleTypeKVCacheManager(ABC):
     sparse_retention: ClassVar[bool] = False
     # Hits may end on a hash boundary inside a block (vLLM's partial hash hits).
     supports_fine_grained_hits: ClassVar[bool] = False
+    # Under EAGLE the coordinator looks one block past the hit for kinds that drop it.
+    looks_past_eagle_block: ClassVar[bool] = True
+    supports_eagle_block_drop: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -72,6 +78,11 @@ class SingleTypeKVCacheManager(ABC):
         # next allocation, and the (source, copy) pairs the engine has yet to copy.
         self._partial_hits: dict[str, tuple[int, int]] = {}
         self._cow_copies: list[tuple[int, int]] = []
+        # Set by the coordinator: this group's hits drop the EAGLE block; every group
+        # keeps the positions an EAGLE lookup resumes at (``replay_boundaries``).
+        self.use_eagle = False
+        self.eagle_replay = False
+        self.scheduler_block_size = self.alignment_tokens
 
     @classmethod
     @abstractmethod
@@ -93,6 +104,11 @@ class SingleTypeKVCacheManager(ABC):
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         """Block indices a cache hit of ``num_tokens`` (aligned) tokens needs (default: none)."""
         return 0, 0
+
+    def eagle_hit_block_range(self, num_tokens: int) -> tuple[int, int]:
+        """``hit_block_range`` for a group whose hits drop the EAGLE block: kinds that
+        match one block past the hit keep that block too."""
+        return self.hit_block_range(num_tokens)
 
     def get_num_blocks_to_allocate(
         self,
@@ -234,20 +250,31 @@ class SingleTypeKVCacheManager(ABC):
 
     def replay_boundaries(self, request: Request) -> tuple[int, ...]:
         """Token positions a later request can resume at: a resend of the prompt (its last
-        token recomputed) and the shared-prefix junction, if any."""
+        token recomputed) and the shared-prefix junction, if any. Under EAGLE a lookup
+        drops the block it ends on: a resend and a longer sibling each land one aligned
+        block lower, and (in an EAGLE group) a sibling diverging right after the junction
+        one block below it."""
+        if self.eagle_replay:
+            block = self.scheduler_block_size  # hits land on these, not on hash blocks
+            boundaries = eagle_replay_boundaries(request.num_prompt_tokens, block)
+        else:
+            boundaries = (request.num_prompt_tokens - 1,)
         junction = request.shared_prefix_boundary
-        resend = request.num_prompt_tokens - 1
-        return (resend, junction) if junction else (resend,)
+        if junction:
+            extra = (junction, junction - self.block_size) if self.use_eagle else (junction,)
+            boundaries = (*boundaries, *extra)
+        return boundaries
 
     def boundary_blocks(
         self, request: Request, start: int, end: int, *more_boundaries: int
     ) -> set[int]:
-        """Table positions in ``[start, end)`` a hit at the prompt's replay boundary, the
+        """Table positions in ``[start, end)`` a hit at the prompt's replay boundaries, the
         shared-prefix junction or ``more_boundaries`` (in tokens) needs."""
         keep: set[int] = set()
+        block_range = self.eagle_hit_block_range if self.use_eagle else self.hit_block_range
         for boundary in (*self.replay_boundaries(request), *more_boundaries):
-            if boundary > 0:
-                lo, hi = self.hit_block_range(boundary - boundary % self.alignment_tokens)
+            if boundary >= 0:
+                lo, hi = block_range(boundary - boundary % self.alignment_tokens)
                 keep.update(range(max(lo, start), min(hi, end)))
         return keep
 
@@ -300,6 +327,16 @@ class SingleTypeKVCacheManager(ABC):
     @staticmethod
     def _truncate(table: list[int], length: int) -> None:
         del table[length:]
+
+
+def eagle_replay_boundaries(num_prompt_tokens: int, alignment_tokens: int) -> tuple[int, ...]:
+    """Where a resend of the prompt (hit at most ``num_prompt_tokens - 1``) and a longer
+    sibling (matching the prompt's last aligned block) resume under the EAGLE drop: one
+    aligned block lower each."""
+    resend = (num_prompt_tokens - 1) // alignment_tokens * alignment_tokens
+    extension = num_prompt_tokens // alignment_tokens * alignment_tokens
+    lower = {max(resend - alignment_tokens, 0), max(extension - alignment_tokens, 0)}
+    return tuple(sorted(lower))
 
 
 class Retention:

@@ -20,6 +20,7 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
     """Blocks of earlier chunks are null; hits are searched from the last chunk's start."""
 
     skips_tokens = True
+    supports_eagle_block_drop = False  # as in vLLM 0.33
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:

@@ -42,6 +42,10 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         alignment = query.alignment_tokens
         if alignment < block_size and block_size % alignment == 0:
             num_tokens = _extend_into_block(query, lists, num_tokens)
+        if query.drop_eagle_block and num_tokens:
+            num_tokens -= min(alignment, block_size)
+            for out in lists:
+                del out[-(-num_tokens // block_size) :]
         if alignment != block_size and num_tokens % alignment:
             num_tokens -= num_tokens % alignment
             for out in lists:

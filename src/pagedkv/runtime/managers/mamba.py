@@ -26,6 +26,7 @@ class MambaManager(SingleTypeKVCacheManager):
     skips_tokens = True
     sparse_retention = True
     supports_fine_grained_hits = True
+    looks_past_eagle_block = False  # no draft model has Mamba layers: hits never drop
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -307,7 +308,10 @@ class MambaManager(SingleTypeKVCacheManager):
         last = self.num_cached_block[request_id]
         hashes = self.block_pool.block_hash
         added = {hashes[b] for b in self.req_to_blocks[request_id][first:last] if b}
-        if self.exports_tail_states:
+        if self.align:
+            # Also a plain step ending on the prompt's boundary: vLLM keys that state
+            # again if it has no key (``evict_blocks`` dropped it, or two or more
+            # lookahead hash tokens moved the boundary off the replay boundary).
             tail = self._cache_tail_state(request, num_tokens)
             if tail is not None:
                 added.add(tail)
@@ -342,7 +346,7 @@ class MambaManager(SingleTypeKVCacheManager):
             return None
         source = table[index]
         pool = self.block_pool
-        if pool.keyed_at(source, num_tokens, self.block_size):
+        if self._keyed_at(request, source, num_tokens):
             return None  # keyed by a hit or an earlier step: re-keying would defer siblings
         h = pool.cache_partial_block(
             request, source, num_tokens, self.kv_cache_group_id, self.block_size
@@ -375,11 +379,22 @@ class MambaManager(SingleTypeKVCacheManager):
             # A transient state: the next chunk overwrites it, so it must not hit.
             pool.uncache_block(block)
             return None
-        if pool.keyed_at(block, position, self.block_size):
+        if self._keyed_at(request, block, position):
             return None
         group_id = self.kv_cache_group_id
         return pool.cache_partial_block(
             request, block, position, group_id, self.block_size, replace=True
+        )
+
+    def _keyed_at(self, request: Request, block: int, num_tokens: int) -> bool:
+        # Keyed by the hash of exactly ``num_tokens`` of the request's tokens (a full key
+        # may sit at another position: a checkpoint exported into the block, then the
+        # block's own full key once cached).
+        pool = self.block_pool
+        if not pool.keyed_at(block, num_tokens, self.block_size):
+            return False
+        return (
+            pool.block_hash[block] == request.block_hashes[num_tokens // self.hash_block_size - 1]
         )
 
     def free(self, request_id: str, priority: int = 0) -> None:

@@ -30,34 +30,47 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
         block_size = query.spec.block_size
         alignment_tokens = query.alignment_tokens
-        need = _window_blocks(query.spec)
+        drop = query.drop_eagle_block
+        # EAGLE: one block more is matched, then dropped from the hit.
+        need = _window_blocks(query.spec) + drop
         hashes = query.hashes()
         limit = min(query.max_length // block_size, len(hashes))
         maps = [query.block_pool.hash_map(g) for g in query.group_ids]
         first = maps[0]
         aligned = alignment_tokens == block_size
+        end_shift = 0 if drop else 1  # the hit ends this many blocks after the run's last
         # Right to left over the first group; a candidate window is checked in all groups.
         run = 0
         i = limit - 1
+        tables: list[list[int]] | None = None
         while i >= 0:
             if hashes[i] not in first:
                 run = 0
-            elif run or aligned or not ((i + 1) * block_size) % alignment_tokens:
+            elif run or aligned or not ((i + end_shift) * block_size) % alignment_tokens:
                 run += 1  # a hit must end on an alignment boundary
                 if run >= need:
                     tables, miss = _blocks(maps, hashes[i : i + run], i, last=True)
                     if miss < 0:
-                        return tables, (i + run) * block_size
+                        break
+                    tables = None
                     run = 0
                     i += miss  # continue left of the miss
             i -= 1
-        # No full window found: a run that starts at block 0 still covers a whole prefix.
-        tables, miss = _blocks(maps, hashes[:run], 0, last=False)
-        num_blocks = run if miss < 0 else miss
-        if not aligned:
-            num_blocks -= num_blocks % (alignment_tokens // block_size)
-        for table in tables:
-            del table[num_blocks:]
+        if tables is None:
+            # No full window found: a run that starts at block 0 still covers a prefix.
+            tables, miss = _blocks(maps, hashes[:run], 0, last=False)
+            num_blocks = run if miss < 0 else miss
+            if not aligned:
+                num_blocks -= num_blocks % (alignment_tokens // block_size)
+            for table in tables:
+                del table[num_blocks:]
+        num_blocks = len(tables[0]) if tables else 0
+        if drop and num_blocks:
+            num_blocks -= 1
+            if not aligned:
+                num_blocks -= num_blocks % (alignment_tokens // block_size)
+            for table in tables:
+                del table[num_blocks:]
         return tables, num_blocks * block_size
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -72,11 +85,17 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         end = num_tokens // self.block_size
         return max(end - _window_blocks(self.kv_cache_spec), 0), end
 
+    def eagle_hit_block_range(self, num_tokens: int) -> tuple[int, int]:
+        # The run an EAGLE lookup matches ends one block past the hit.
+        end = num_tokens // self.block_size
+        return max(end - _window_blocks(self.kv_cache_spec), 0), end + 1
+
     def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
         """A hit ending at an aligned boundary needs the window's blocks before it: with
         interval ``n`` the last window of every ``n``-token segment, the windows before the
         replay boundaries (all intervals but None) and, with None, every aligned boundary's
-        window (every block once a window spans a segment)."""
+        window (every block once a window spans a segment). An EAGLE group also keeps the
+        block past each window (the one its lookups match and drop)."""
         block_size = self.block_size
         alignment = self.alignment_tokens
         if alignment % block_size:
@@ -85,11 +104,14 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         keep: set[int] = set()
         if interval != 0:
             per_segment = (alignment if interval is None else interval) // block_size
-            need = _window_blocks(self.kv_cache_spec)
+            shift = 1 if self.use_eagle else 0
+            need = _window_blocks(self.kv_cache_spec) + shift
             if need >= per_segment:
                 return None
             tail = per_segment - need
-            keep.update(i for i in range(start, end) if i % per_segment >= tail)
+            keep.update(
+                i for i in range(start, end) if i >= shift and (i - shift) % per_segment >= tail
+            )
         if interval is not None:
             keep |= self.boundary_blocks(request, start, end)
         return keep
