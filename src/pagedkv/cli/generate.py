@@ -23,14 +23,24 @@ PROMPT_OPTION = typer.Option([], "--prompt", help="A prompt (repeatable).")
 PROMPTS_FILE_OPTION = typer.Option(None, "--prompts-file", help="A file with one prompt per line.")
 
 
+def prompt_lines(text: str) -> list[str]:
+    """One prompt per line: lines end at ``\n`` (or ``\r\n``) only, so a prompt may hold
+    any other separator (U+2028, U+0085, form feed, vertical tab); blank lines are skipped."""
+    lines = (line.removesuffix("\r") for line in text.split("\n"))
+    return [line for line in lines if line.strip()]
+
+
 def _read_prompts(prompts: list[str], prompts_file: Path | None) -> list[str]:
+    for position, text in enumerate(prompts, start=1):
+        if not text:
+            raise ConfigError(f"--prompt number {position} is empty; give it some text")
     texts = list(prompts)
     if prompts_file is not None:
         try:
-            lines = prompts_file.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
+            content = prompts_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"--prompts-file: cannot read {prompts_file}: {exc}") from None
-        texts += [line for line in lines if line.strip()]
+        texts += prompt_lines(content)
     if not texts:
         raise ConfigError("give at least one --prompt or a --prompts-file with prompts")
     return texts
@@ -83,7 +93,10 @@ def generate_command(
     texts = _read_prompts(prompt, prompts_file)
     hf_model = _load(model, tiny, seed)
     codec = text_codec(model, int(hf_model.config.vocab_size))
-    prompt_ids = [codec.encode(text) or [0] for text in texts]
+    prompt_ids = [codec.encode(text) for text in texts]
+    for text, ids in zip(texts, prompt_ids):
+        if not ids:
+            raise ConfigError(f"prompt {text!r} encodes to no tokens with the {codec.name} codec")
     engine = PagedGenerator(
         hf_model,
         kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes, "--kv-cache-memory-bytes"),

@@ -10,7 +10,8 @@ its next one greedily.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,18 @@ def eos_token_ids(model: Any) -> frozenset[int]:
     return frozenset([value] if isinstance(value, int) else value)
 
 
+@contextlib.contextmanager
+def paged_attention_implementation(model: Any) -> Iterator[None]:
+    """Run ``model``'s attention through pagedkv, then give it back the implementation it
+    had, so the user's own ``model.generate()`` afterwards works as before."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(ATTENTION_NAME)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+
+
 class PagedGenerator:
     """Plan, allocate and run ``model`` on a pagedkv cache.
 
@@ -106,6 +119,12 @@ class PagedGenerator:
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             cache_dtype=dtype,
         )
+        self.model_max_len = layout.max_model_len
+        if self.model_max_len and max_model_len > self.model_max_len:
+            raise ConfigError(
+                f"max_model_len={max_model_len} is longer than {layout.name}'s "
+                f"{self.model_max_len} positions (max_position_embeddings)"
+            )
         self.specs = kv_cache_specs_for(model, self.config)
         budget = kv_cache_memory_bytes or (1 << 40)
         self.plan: KVCachePlan = plan_kv_cache(self.config, [self.specs], [budget])
@@ -134,6 +153,13 @@ class PagedGenerator:
     def new_manager(self) -> KVCacheManager:
         return KVCacheManager(self.kv_cache_config, self.config)
 
+    def max_sequence_len(self, manager: KVCacheManager) -> int:
+        """The longest prompt plus output: the plan's length, at most the model's positions
+        (a cache sized to fit more tokens than the model has positions does not lift that)."""
+        if self.model_max_len:
+            return min(manager.max_model_len, self.model_max_len)
+        return manager.max_model_len
+
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
@@ -147,11 +173,13 @@ class PagedGenerator:
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         manager = self.new_manager()
+        limit = self.max_sequence_len(manager)
         for i, prompt in enumerate(prompts):
-            if not prompt or len(prompt) + max_new_tokens > manager.max_model_len:
+            if not prompt or len(prompt) + max_new_tokens > limit:
                 raise ConfigError(
                     f"prompt {i}: {len(prompt)} tokens + max_new_tokens={max_new_tokens} must "
-                    f"be between 1 and max_model_len={manager.max_model_len} (the plan's)"
+                    f"be between 1 and {limit} tokens (the plan's max_model_len "
+                    f"{manager.max_model_len}, the model's {self.model_max_len} positions)"
                 )
         if self.state_views:
             total = sum(len(p) + max_new_tokens for p in prompts)
@@ -171,15 +199,15 @@ class PagedGenerator:
             eos_token_ids=eos_token_ids(self.model),
         )
         counter = FigureCounter(manager, self.kv_cache_config, prompts)
-        self.model.set_attn_implementation(ATTENTION_NAME)
-        for _ in range(max_steps):
-            if scheduler.done:
-                break
-            chunks = scheduler.step()
-            sampled = self.run_step(chunks, manager, counter)
-            scheduler.finish_with_tokens(chunks, sampled)
-        else:
-            raise HFIntegrationError(f"generation did not finish in {max_steps} steps")
+        with paged_attention_implementation(self.model):
+            for _ in range(max_steps):
+                if scheduler.done:
+                    break
+                chunks = scheduler.step()
+                sampled = self.run_step(chunks, manager, counter)
+                scheduler.finish_with_tokens(chunks, sampled)
+            else:
+                raise HFIntegrationError(f"generation did not finish in {max_steps} steps")
         outputs = tuple(tuple(scheduler.generated[w.request_id]) for w in workload)
         return GenerationOutput(outputs, counter.figures(scheduler))
 
