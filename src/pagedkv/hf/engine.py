@@ -29,6 +29,7 @@ from pagedkv.hf.attention import (
 )
 from pagedkv.hf.cache import PagedCache
 from pagedkv.hf.figures import CacheFigures, FigureCounter
+from pagedkv.hf.sampling import GreedySampler
 from pagedkv.hf.scheduler import GenerationScheduler, reaches_end
 from pagedkv.hf.specs import dtype_name, kv_cache_specs_for, model_layout
 from pagedkv.hf.state import StateIO, check_state_support, state_blocks, state_pieces
@@ -149,6 +150,7 @@ class PagedGenerator:
         self.checkpoint_tokens = min(aligned) if aligned else None
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
+        self.sampler = GreedySampler.for_model(model, sorted(eos_token_ids(model)))
 
     def new_manager(self) -> KVCacheManager:
         return KVCacheManager(self.kv_cache_config, self.config)
@@ -238,20 +240,28 @@ class PagedGenerator:
             return {}
         if not self.state_views:
             cache = PagedCache() if self.has_latent else None
-            tokens = self.forward(chunks, manager, cache)
-            sampling = [c.request.request_id for c in chunks if reaches_end(c)]
-            return dict(zip(sampling, tokens, strict=True))
+            ending = [c for c in chunks if reaches_end(c)]
+            return self.sample(ending, self.forward(chunks, manager, cache))
         sampled = {}
         for chunk in chunks:
             ids = manager.get_block_ids(chunk.request.request_id)
             tables = [ids[g] for g in self.state_groups]
             for piece in state_pieces(chunk, self.checkpoint_tokens, tables):
                 states = StateIO(self.state_views, state_blocks(piece, ids, self.state_sizes))
-                (token,) = self.forward([piece], manager, PagedCache(states), every_row=True)
+                logits = self.forward([piece], manager, PagedCache(states), every_row=True)
                 states.save()
             if reaches_end(chunk):
-                sampled[chunk.request.request_id] = token
+                sampled.update(self.sample([chunk], logits))
         return sampled
+
+    def sample(self, ending: list[ScheduledChunk], logits: torch.Tensor) -> dict[str, int]:
+        """The next token of each request whose chunk reached its end (one logits row each)."""
+        tokens = self.sampler.choose(
+            logits,
+            [c.request.all_token_ids for c in ending],
+            [c.request.num_prompt_tokens for c in ending],
+        )
+        return {c.request.request_id: t for c, t in zip(ending, tokens, strict=True)}
 
     def forward(
         self,
@@ -259,9 +269,9 @@ class PagedGenerator:
         manager: KVCacheManager,
         cache: PagedCache | None,
         every_row: bool = False,
-    ) -> list[int]:
-        """One forward pass over the packed chunks: the greedy token after the last token
-        of each chunk that reaches its request's end (of every chunk with ``every_row``)."""
+    ) -> torch.Tensor:
+        """One forward pass over the packed chunks: the logits after the last token of each
+        chunk that reaches its request's end (of every chunk with ``every_row``)."""
         metadata = self.metadata(chunks, manager)
         tokens = [
             t
@@ -286,4 +296,4 @@ class PagedGenerator:
                 use_cache=cache is not None,
                 logits_to_keep=ends[keep],
             ).logits[0]
-        return [int(t) for t in logits.argmax(dim=-1)]
+        return logits
