@@ -29,10 +29,11 @@ from pagedkv.hf.attention import (
 )
 from pagedkv.hf.cache import PagedCache
 from pagedkv.hf.figures import CacheFigures, FigureCounter
+from pagedkv.hf.mamba1 import mamba1_initial_states
 from pagedkv.hf.sampling import GreedySampler
 from pagedkv.hf.scheduler import GenerationScheduler, reaches_end
 from pagedkv.hf.specs import dtype_name, kv_cache_specs_for, model_layout
-from pagedkv.hf.state import StateIO, check_state_support, state_blocks, state_pieces
+from pagedkv.hf.state import StateIO, state_blocks, state_pieces
 from pagedkv.models import engine_config_for
 from pagedkv.runtime import KVCacheManager
 from pagedkv.specs import MambaSpec
@@ -183,11 +184,6 @@ class PagedGenerator:
                     f"be between 1 and {limit} tokens (the plan's max_model_len "
                     f"{manager.max_model_len}, the model's {self.model_max_len} positions)"
                 )
-        if self.state_views:
-            total = sum(len(p) + max_new_tokens for p in prompts)
-            check_state_support(
-                self.model, self.checkpoint_tokens, total, self.max_num_batched_tokens
-            )
         workload = [
             WorkloadRequest(f"prompt-{i}", tuple(p), (0,) * max_new_tokens)
             for i, p in enumerate(prompts)
@@ -201,7 +197,7 @@ class PagedGenerator:
             eos_token_ids=eos_token_ids(self.model),
         )
         counter = FigureCounter(manager, self.kv_cache_config, prompts)
-        with paged_attention_implementation(self.model):
+        with paged_attention_implementation(self.model), mamba1_initial_states(self.model):
             for _ in range(max_steps):
                 if scheduler.done:
                     break
