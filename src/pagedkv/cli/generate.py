@@ -106,8 +106,12 @@ def generate_command(
         enable_prefix_caching=prefix_caching is not False,
     )
     output = engine.generate(prompt_ids, max_new_tokens)
+    rope = engine.rope_rule()
+    reference = "transformers' generate()" + (f" with {rope.describe()}" if rope else "")
     mismatch = (
-        first_mismatch(hf_model, prompt_ids, output.token_ids, max_new_tokens) if verify else None
+        first_mismatch(hf_model, prompt_ids, output.token_ids, max_new_tokens, rope)
+        if verify
+        else None
     )
     if json_output:
         report = {
@@ -125,6 +129,7 @@ def generate_command(
             ],
             "cache": output.figures.as_dict(),
             "verified": None if not verify else mismatch is None,
+            "reference": reference if verify else None,
         }
         typer.echo(json.dumps(report, indent=2))
     else:
@@ -133,8 +138,10 @@ def generate_command(
             console.print(f"{text!r} -> {codec.decode(list(tokens))!r}", markup=False)
         console.print(f"cache: {output.figures.line()}", markup=False)
         if verify and mismatch is None:
-            console.print("verify: every token matches transformers' generate()", markup=False)
+            console.print(f"verify: every token matches {reference}", markup=False)
     if mismatch is not None:
-        stderr_console().print(f"verify failed: {mismatch.describe()}", markup=False)
+        stderr_console().print(
+            f"verify failed against {reference}: {mismatch.describe()}", markup=False
+        )
         return 1
     return 0

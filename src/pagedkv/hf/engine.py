@@ -30,6 +30,7 @@ from pagedkv.hf.attention import (
 from pagedkv.hf.cache import PagedCache
 from pagedkv.hf.figures import CacheFigures, FigureCounter
 from pagedkv.hf.mamba1 import mamba1_initial_states
+from pagedkv.hf.rope import RopeRule, fixed_rope, rope_rule
 from pagedkv.hf.sampling import GreedySampler
 from pagedkv.hf.scheduler import GenerationScheduler, reaches_end
 from pagedkv.hf.specs import dtype_name, kv_cache_specs_for, model_layout
@@ -163,6 +164,11 @@ class PagedGenerator:
             return min(manager.max_model_len, self.model_max_len)
         return manager.max_model_len
 
+    def rope_rule(self) -> RopeRule | None:
+        """How a batch-dependent RoPE (long-RoPE, dynamic NTK) is fixed in this engine's
+        runs (vLLM's rule for its max_model_len); None for any other RoPE."""
+        return rope_rule(self.model, self.max_sequence_len(self.new_manager()))
+
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
@@ -197,7 +203,11 @@ class PagedGenerator:
             eos_token_ids=eos_token_ids(self.model),
         )
         counter = FigureCounter(manager, self.kv_cache_config, prompts)
-        with paged_attention_implementation(self.model), mamba1_initial_states(self.model):
+        with (
+            paged_attention_implementation(self.model),
+            mamba1_initial_states(self.model),
+            fixed_rope(self.model, rope_rule(self.model, limit)),
+        ):
             for _ in range(max_steps):
                 if scheduler.done:
                     break
