@@ -41,11 +41,13 @@ class PagedStep(NamedTuple):
 
     ``gathered``: for layers whose cache returned the requests' contexts concatenated
     (MLA latents), each request's ``(start, end)`` in the keys attention receives.
+    ``attended``: the decoder layers whose attention called pagedkv in this pass.
     """
 
     layers: Mapping[int, LayerView]
     metadata: Mapping[int, AttentionMetadata]
     gathered: dict[int, list[tuple[int, int]]]
+    attended: set[int]
 
 
 _STEP: ContextVar[PagedStep | None] = ContextVar("pagedkv_hf_step", default=None)
@@ -97,6 +99,7 @@ def current_view(module: torch.nn.Module) -> tuple[LayerView, AttentionMetadata]
     view = step.layers.get(index)
     if view is None:
         raise HFIntegrationError(f"decoder layer {index} has no KV cache layer in the plan")
+    step.attended.add(index)
     return view, step.metadata[view.group_id]
 
 

@@ -141,6 +141,7 @@ class PagedGenerator:
         self.block_sizes = [groups[g].kv_cache_spec.block_size for g in self.attention_groups]
         self.has_latent = any(v.layout == "latent" for v in self.memory.layers.values())
         self.state_views = {i: v for i, v in self.layers.items() if v.layout == "state"}
+        self.attention_layers = [i for i, v in self.layers.items() if v.layout != "state"]
         self.state_groups = sorted({v.group_id for v in self.state_views.values()})
         self.state_sizes = {g: groups[g].kv_cache_spec.block_size for g in self.state_groups}
         # align mode: block boundaries are checkpoints, so passes are cut there
@@ -294,7 +295,8 @@ class PagedGenerator:
         )
         ends = torch.tensor([c.num_new_tokens for c in chunks]).cumsum(0) - 1
         keep = [i for i, c in enumerate(chunks) if every_row or reaches_end(c)]
-        with running_step(PagedStep(self.layers, metadata, {})):
+        step = PagedStep(self.layers, metadata, {}, set())
+        with running_step(step):
             logits = self.model(
                 input_ids=torch.tensor([tokens]),
                 position_ids=positions[None],
@@ -302,4 +304,17 @@ class PagedGenerator:
                 use_cache=cache is not None,
                 logits_to_keep=ends[keep],
             ).logits[0]
+        self.check_attended(step)
         return logits
+
+    def check_attended(self, step: PagedStep) -> None:
+        """Every attention layer of the plan must have read its context from pagedkv's
+        cache: a model whose attention bypasses transformers' ``AttentionInterface``
+        would otherwise compute tokens from its own cache, silently."""
+        missing = sorted(set(self.attention_layers) - step.attended)
+        if missing:
+            raise HFIntegrationError(
+                f"{type(self.model).__name__}: decoder layers {missing} did not call "
+                f"attn_implementation={ATTENTION_NAME!r} (their attention does not go "
+                "through transformers' AttentionInterface), so pagedkv cannot run them"
+            )
