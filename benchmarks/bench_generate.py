@@ -1,12 +1,22 @@
-"""Greedy generation through pagedkv (``pagedkv.hf``) on a tiny model, with and without
-prefix caching: tokens per second and the share of prefill tokens the cache skipped.
+"""Greedy generation on a tiny model: pagedkv (``pagedkv.hf``) against transformers'
+``generate()`` (one batch, and one prompt at a time) and transformers' own continuous
+batching (``generate_batch``), alternated run by run in one process; medians over
+``--repeat`` runs. JSON on stdout.
 
-Prompts share a long prefix (a system prompt) and differ in a short suffix; one arrives
-per step. Both runs use the same model, cache and scheduler settings, alternating, in
-one process; medians over ``--repeat`` runs. JSON on stdout.
+The workload: ``--prompts`` prompts that share a ``--prefix-tokens`` prefix (a system
+prompt) and differ in a ``--suffix-tokens`` suffix, ``--new-tokens`` greedy tokens each, all
+given at once. Batched ``generate()`` runs them as one batch (equal lengths, no padding);
+continuous batching and pagedkv schedule them (pagedkv: ``--max-num-seqs`` at a time under a
+``--max-num-batched-tokens`` budget, prefix caching on, so it computes the shared prefix
+once). Every engine's tokens are checked equal to batched ``generate()``'s.
+
+Times are process CPU seconds (every thread of the process, torch at one thread): on a
+shared machine they move far less with other load than wall-clock seconds, which are
+reported beside them.
 
     python benchmarks/bench_generate.py [--model NAME] [--repeat R] [--prompts N]
-        [--prefix-tokens P] [--suffix-tokens S] [--new-tokens T]
+        [--prefix-tokens P] [--suffix-tokens S] [--new-tokens T] [--max-num-seqs M]
+        [--max-num-batched-tokens B] [--engines a,b,...]
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,67 +34,108 @@ import torch
 from pagedkv.hf import PagedGenerator
 from pagedkv.hf.load import load_tiny_model
 
+Batch = list[list[int]]
+Outputs = list[tuple[int, ...]]
 
-def prompts(num: int, prefix_tokens: int, suffix_tokens: int, vocab: int) -> list[list[int]]:
+
+def prompts(num: int, prefix_tokens: int, suffix_tokens: int, vocab: int) -> Batch:
     rng = random.Random(0)
     prefix = [rng.randrange(1, vocab) for _ in range(prefix_tokens)]
     return [prefix + [rng.randrange(1, vocab) for _ in range(suffix_tokens)] for _ in range(num)]
 
 
-def run(model: Any, batch: list[list[int]], new_tokens: int, caching: bool) -> dict[str, Any]:
+def run_pagedkv(model: Any, batch: Batch, new_tokens: int, args: argparse.Namespace) -> Outputs:
     engine = PagedGenerator(
         model,
-        num_blocks=1024,
-        max_num_batched_tokens=256,
-        max_num_seqs=8,
-        enable_prefix_caching=caching,
+        num_blocks=2048,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        enable_prefix_caching=True,
     )
-    start = time.perf_counter()
-    output = engine.generate(batch, new_tokens, arrivals_per_step=1)
-    seconds = time.perf_counter() - start
-    figures = output.figures
-    generated = sum(len(t) for t in output.token_ids)
-    return {
-        "seconds": seconds,
-        "tokens_per_s": generated / seconds,
-        "generated_tokens": generated,
-        "prompt_tokens": figures.num_prompt_tokens,
-        "hit_tokens": figures.num_hit_tokens,
-        "computed_tokens": figures.num_computed_tokens,
-        "prefill_skipped_fraction": figures.num_hit_tokens / figures.num_prompt_tokens,
-        "steps": figures.num_steps,
-        "outputs": output.token_ids,
-    }
+    output = engine.generate(batch, new_tokens, arrivals_per_step=len(batch))
+    run_pagedkv.figures = output.figures  # type: ignore[attr-defined]
+    return list(output.token_ids)
+
+
+@torch.no_grad()
+def run_generate(model: Any, batch: Batch, new_tokens: int, args: argparse.Namespace) -> Outputs:
+    model.set_attn_implementation("sdpa")
+    ids = torch.tensor(batch)
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        pad_token_id=0,
+    )
+    return [tuple(int(t) for t in row[len(batch[0]) :]) for row in out]
+
+
+def run_generate_per_prompt(
+    model: Any, batch: Batch, new_tokens: int, args: argparse.Namespace
+) -> Outputs:
+    return [run_generate(model, [prompt], new_tokens, args)[0] for prompt in batch]
+
+
+def run_continuous(model: Any, batch: Batch, new_tokens: int, args: argparse.Namespace) -> Outputs:
+    from transformers import GenerationConfig
+
+    model.set_attn_implementation("paged|sdpa")
+    config = GenerationConfig(
+        max_new_tokens=new_tokens,
+        do_sample=False,
+        eos_token_id=-1,
+        pad_token_id=0,
+        max_batch_tokens=args.max_num_batched_tokens,
+    )
+    results = model.generate_batch(inputs=batch, generation_config=config, warmup=False)
+    ordered = sorted(results.values(), key=lambda r: int(r.request_id.rsplit("_", 1)[-1]))
+    return [tuple(r.generated_tokens) for r in ordered]
+
+
+ENGINES: dict[str, Callable[[Any, Batch, int, argparse.Namespace], Outputs]] = {
+    "pagedkv": run_pagedkv,
+    "generate": run_generate,
+    "generate_per_prompt": run_generate_per_prompt,
+    "continuous_batching": run_continuous,
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="Qwen3-8B")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--prefix-tokens", type=int, default=512)
     parser.add_argument("--suffix-tokens", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--max-num-seqs", type=int, default=32)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--engines", default=",".join(ENGINES))
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = load_tiny_model(args.model, seed=0, vocab_size=512)
+    model.generation_config.eos_token_id = None  # every prompt runs its full length
     batch = prompts(args.prompts, args.prefix_tokens, args.suffix_tokens, 512)
-    runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+    names = args.engines.split(",")
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    outputs: dict[str, Outputs] = {}
     for _ in range(args.repeat):
-        for caching in (False, True):
-            runs[caching].append(run(model, batch, args.new_tokens, caching))
-    if runs[True][0]["outputs"] != runs[False][0]["outputs"]:
-        raise SystemExit("outputs differ with and without prefix caching")
-    summary = {}
-    for caching, name in ((True, "prefix_caching"), (False, "no_prefix_caching")):
-        rows = runs[caching]
-        summary[name] = {
-            "tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in rows),
-            "seconds_median": statistics.median(r["seconds"] for r in rows),
-            **{k: rows[0][k] for k in ("prompt_tokens", "hit_tokens", "computed_tokens")},
-            "prefill_skipped_fraction": rows[0]["prefill_skipped_fraction"],
-        }
-    report = {
+        for name in names:
+            start, start_wall = time.process_time(), time.perf_counter()
+            outputs[name] = ENGINES[name](model, batch, args.new_tokens, args)
+            seconds[name].append(time.process_time() - start)
+            wall[name].append(time.perf_counter() - start_wall)
+    reference = outputs.get("generate")
+    for name, got in outputs.items():
+        if reference is not None and got != reference:
+            raise SystemExit(f"{name}: tokens differ from generate()")
+    generated = args.prompts * args.new_tokens
+    medians = {name: statistics.median(s) for name, s in seconds.items()}
+    figures = getattr(run_pagedkv, "figures", None)
+    report: dict[str, Any] = {
         "benchmark": "generate",
         "model": f"{args.model} --tiny (vocab 512, float32, 1 thread)",
         "prompts": args.prompts,
@@ -91,10 +143,27 @@ def main() -> None:
         "suffix_tokens": args.suffix_tokens,
         "new_tokens": args.new_tokens,
         "repeat": args.repeat,
-        **summary,
-        "speedup_with_prefix_caching": summary["prefix_caching"]["tokens_per_s_median"]
-        / summary["no_prefix_caching"]["tokens_per_s_median"],
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "engines": {
+            name: {
+                "cpu_seconds_median": medians[name],
+                "wall_seconds_median": statistics.median(wall[name]),
+                "tokens_per_cpu_s": generated / medians[name],
+            }
+            for name in names
+        },
     }
+    if figures is not None:
+        report["pagedkv_prompt_tokens"] = figures.num_prompt_tokens
+        report["pagedkv_computed_tokens"] = figures.num_computed_tokens
+        report["pagedkv_hit_tokens"] = figures.num_hit_tokens
+    if "pagedkv" in medians:
+        report["speedup"] = {
+            f"pagedkv_vs_{name}": medians[name] / medians["pagedkv"]
+            for name in names
+            if name != "pagedkv"
+        }
     print(json.dumps(report, indent=2))
 
 

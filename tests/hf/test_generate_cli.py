@@ -106,3 +106,30 @@ def test_a_local_model_directory_with_weights_and_tokenizer(
     (prompt,) = report["prompts"]
     assert len(prompt["prompt_token_ids"]) == 3  # three words, not 17 bytes
     assert len(prompt["token_ids"]) == 3
+
+
+def test_prompts_file_lines_end_only_at_newlines(
+    capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    """U+2028, U+0085, form feed and vertical tab are text inside a prompt, not line ends."""
+    from pagedkv.cli.generate import prompt_lines
+
+    inside = "a\u2028b\x85c\x0cd\x0be"
+    assert prompt_lines(f"{inside}\r\nsecond\n\n  \nthird") == [inside, "second", "third"]
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(f"{inside}\nsecond\n", encoding="utf-8")
+    code = main(
+        [
+            *("generate", "Llama-3.1-8B", "--tiny", "--prompts-file", str(prompts)),
+            *("--max-new-tokens", "2", "--json"),
+        ]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [p["prompt"] for p in report["prompts"]] == [inside, "second"]
+    assert report["prompts"][0]["prompt_token_ids"] == list(inside.encode("utf-8"))
+
+
+def test_an_empty_prompt_is_an_error_not_token_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", "Llama-3.1-8B", "--tiny", "--prompt", "hi", "--prompt", ""]) == 1
+    assert "--prompt number 2 is empty" in capsys.readouterr().err

@@ -9,9 +9,10 @@ state, and preempted requests recompute.
 - Nemotron-H: Mamba-2, attention and MLP-only layers (``ssm_state_size`` 8, real 256).
 - Qwen3-Next: gated DeltaNet and full attention (3:1). Key/value head sizes shrunk from
   128 to 16 for the same reason.
-- Jamba: Mamba-1 and attention (4:1). transformers' Mamba-1 scan takes no initial state,
-  so a prefill cannot resume from a checkpoint or an earlier chunk: it runs with prefix
-  caching off ("none" mode) and whole-prompt prefills; the engine refuses other settings.
+- Jamba: Mamba-1 and attention (4:1). transformers' Mamba-1 scan takes no initial state;
+  pagedkv's scan (``pagedkv.hf.mamba1``) starts from the cached one, so Jamba resumes
+  from checkpoints and earlier chunks like the others (``mamba_d_state`` 8: 48-token
+  aligned blocks).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ pytest.importorskip("transformers")
 
 from tests.hf.harness import Case, assert_continuous_batching, generator, prompts_for, run, tiny
 
-from pagedkv.errors import ConfigError
 from pagedkv.hf import PagedGenerator
 from pagedkv.specs import MambaSpec
 
@@ -40,6 +40,7 @@ NEMOTRON_H = Case(
     "Nemotron-H-56B-Base-8K", (("ssm_state_size", 8),), prefix_tokens=136, num_blocks=28
 )
 JAMBA = Case("Jamba-v0.1", num_blocks=12)
+JAMBA_CACHED = Case("Jamba-v0.1", (("mamba_d_state", 8),), prefix_tokens=136, num_blocks=28)
 
 
 # Chunks longer than a checkpoint block: the runtime may leave the blocks a chunk spans
@@ -49,14 +50,14 @@ GRANITE_LONG_CHUNKS = dataclasses.replace(GRANITE, num_blocks=60, max_num_batche
 
 @pytest.mark.parametrize(
     "case",
-    [GRANITE, GRANITE_LONG_CHUNKS, QWEN3_NEXT, NEMOTRON_H],
-    ids=["granite-4.0-h", "granite-4.0-h-128-token-chunks", "qwen3-next", "nemotron-h"],
+    [GRANITE, GRANITE_LONG_CHUNKS, QWEN3_NEXT, NEMOTRON_H, JAMBA_CACHED],
+    ids=["granite-4.0-h", "granite-4.0-h-128-token-chunks", "qwen3-next", "nemotron-h", "jamba"],
 )
 def test_token_identical_with_state_checkpoint_hits_and_preemption(case: Case) -> None:
     assert_continuous_batching(case, run(case), min_hit_tokens=48)  # one checkpoint
 
 
-def test_jamba_token_identical_with_whole_prefills_and_preemption() -> None:
+def test_jamba_whole_prefills_without_prefix_caching() -> None:
     gen = PagedGenerator(
         tiny(JAMBA),
         num_blocks=JAMBA.num_blocks,
@@ -65,8 +66,31 @@ def test_jamba_token_identical_with_whole_prefills_and_preemption() -> None:
     )
     output = gen.generate(prompts_for(JAMBA), JAMBA.max_new_tokens, arrivals_per_step=1)
     assert_continuous_batching(JAMBA, output, min_hit_tokens=0)  # prefix caching off
-    with pytest.raises(ConfigError, match="no initial state"):
-        generator(JAMBA).generate(prompts_for(JAMBA), JAMBA.max_new_tokens)
+
+
+def test_mamba1_scan_from_a_state_continues_the_whole_scan() -> None:
+    import torch
+
+    from pagedkv.hf.mamba1 import selective_scan_from
+
+    gen = torch.Generator().manual_seed(0)
+    channels, size, length = 6, 4, 10
+    u, dt = (
+        torch.randn(1, channels, length, generator=gen),
+        torch.randn(1, channels, length, generator=gen),
+    )
+    a = -torch.rand(channels, size, generator=gen)
+    b, c = torch.randn(1, size, length, generator=gen), torch.randn(1, size, length, generator=gen)
+    zero = torch.zeros(1, channels, size)
+    whole, end = selective_scan_from(zero, u, dt, a, b, c, delta_softplus=True)
+    first, middle = selective_scan_from(
+        zero, u[..., :4], dt[..., :4], a, b[..., :4], c[..., :4], delta_softplus=True
+    )
+    rest, end2 = selective_scan_from(
+        middle, u[..., 4:], dt[..., 4:], a, b[..., 4:], c[..., 4:], delta_softplus=True
+    )
+    torch.testing.assert_close(torch.cat([first, rest], -1), whole)
+    torch.testing.assert_close(end2, end)
 
 
 def test_states_live_in_their_blocks() -> None:

@@ -10,6 +10,11 @@ from hypothesis import strategies as st
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import torch
+
+from pagedkv.errors import ConfigError
+from pagedkv.hf import PagedGenerator
+from pagedkv.hf.load import load_tiny_model
 from pagedkv.hf.state import state_pieces
 from pagedkv.hf.text import ByteCodec
 from pagedkv.hf.tiny import tiny_num_layers
@@ -104,3 +109,24 @@ def test_an_older_transformers_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(transformers, "__version__", "5.2.0")
     with pytest.raises(HFIntegrationError, match=r"needs transformers >= 5\.24"):
         register_attention()
+
+
+def test_generation_gives_the_model_back_its_attention_implementation() -> None:
+    """After pagedkv's run the user's own generate() works as before (attention restored)."""
+    model = load_tiny_model("Llama-3.1-8B", seed=1)
+    before = model.config._attn_implementation
+    PagedGenerator(model, num_blocks=64).generate([[3, 4, 5]], 2)
+    assert model.config._attn_implementation == before
+    model.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=2, do_sample=False)
+
+
+def test_a_prompt_past_the_models_positions_is_refused() -> None:
+    """The cache may fit more tokens than the model has positions; the model's limit holds."""
+    model = load_tiny_model("Llama-3.1-8B", seed=1, max_position_embeddings=64)
+    engine = PagedGenerator(model, num_blocks=64)
+    assert engine.new_manager().max_model_len > 64
+    engine.generate([[5] * 60], 4)  # 64 tokens: exactly the limit
+    with pytest.raises(ConfigError, match="the model's 64 positions"):
+        engine.generate([[5] * 61], 4)
+    with pytest.raises(ConfigError, match=r"longer than .* 64 positions"):
+        PagedGenerator(model, num_blocks=64, max_model_len=128)

@@ -23,14 +23,24 @@ PROMPT_OPTION = typer.Option([], "--prompt", help="A prompt (repeatable).")
 PROMPTS_FILE_OPTION = typer.Option(None, "--prompts-file", help="A file with one prompt per line.")
 
 
+def prompt_lines(text: str) -> list[str]:
+    """One prompt per line: lines end at ``\n`` (or ``\r\n``) only, so a prompt may hold
+    any other separator (U+2028, U+0085, form feed, vertical tab); blank lines are skipped."""
+    lines = (line.removesuffix("\r") for line in text.split("\n"))
+    return [line for line in lines if line.strip()]
+
+
 def _read_prompts(prompts: list[str], prompts_file: Path | None) -> list[str]:
+    for position, text in enumerate(prompts, start=1):
+        if not text:
+            raise ConfigError(f"--prompt number {position} is empty; give it some text")
     texts = list(prompts)
     if prompts_file is not None:
         try:
-            lines = prompts_file.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
+            content = prompts_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"--prompts-file: cannot read {prompts_file}: {exc}") from None
-        texts += [line for line in lines if line.strip()]
+        texts += prompt_lines(content)
     if not texts:
         raise ConfigError("give at least one --prompt or a --prompts-file with prompts")
     return texts
@@ -83,7 +93,10 @@ def generate_command(
     texts = _read_prompts(prompt, prompts_file)
     hf_model = _load(model, tiny, seed)
     codec = text_codec(model, int(hf_model.config.vocab_size))
-    prompt_ids = [codec.encode(text) or [0] for text in texts]
+    prompt_ids = [codec.encode(text) for text in texts]
+    for text, ids in zip(texts, prompt_ids):
+        if not ids:
+            raise ConfigError(f"prompt {text!r} encodes to no tokens with the {codec.name} codec")
     engine = PagedGenerator(
         hf_model,
         kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes, "--kv-cache-memory-bytes"),
@@ -93,8 +106,12 @@ def generate_command(
         enable_prefix_caching=prefix_caching is not False,
     )
     output = engine.generate(prompt_ids, max_new_tokens)
+    rope = engine.rope_rule()
+    reference = "transformers' generate()" + (f" with {rope.describe()}" if rope else "")
     mismatch = (
-        first_mismatch(hf_model, prompt_ids, output.token_ids, max_new_tokens) if verify else None
+        first_mismatch(hf_model, prompt_ids, output.token_ids, max_new_tokens, rope)
+        if verify
+        else None
     )
     if json_output:
         report = {
@@ -112,6 +129,7 @@ def generate_command(
             ],
             "cache": output.figures.as_dict(),
             "verified": None if not verify else mismatch is None,
+            "reference": reference if verify else None,
         }
         typer.echo(json.dumps(report, indent=2))
     else:
@@ -120,8 +138,10 @@ def generate_command(
             console.print(f"{text!r} -> {codec.decode(list(tokens))!r}", markup=False)
         console.print(f"cache: {output.figures.line()}", markup=False)
         if verify and mismatch is None:
-            console.print("verify: every token matches transformers' generate()", markup=False)
+            console.print(f"verify: every token matches {reference}", markup=False)
     if mismatch is not None:
-        stderr_console().print(f"verify failed: {mismatch.describe()}", markup=False)
+        stderr_console().print(
+            f"verify failed against {reference}: {mismatch.describe()}", markup=False
+        )
         return 1
     return 0

@@ -23,6 +23,7 @@ from pagedkv.tensors import (
     AttentionWindow,
     LayerView,
     gather_kv,
+    gather_kv_rows,
     window_for_spec,
     write_kv,
 )
@@ -40,11 +41,13 @@ class PagedStep(NamedTuple):
 
     ``gathered``: for layers whose cache returned the requests' contexts concatenated
     (MLA latents), each request's ``(start, end)`` in the keys attention receives.
+    ``attended``: the decoder layers whose attention called pagedkv in this pass.
     """
 
     layers: Mapping[int, LayerView]
     metadata: Mapping[int, AttentionMetadata]
     gathered: dict[int, list[tuple[int, int]]]
+    attended: set[int]
 
 
 _STEP: ContextVar[PagedStep | None] = ContextVar("pagedkv_hf_step", default=None)
@@ -96,32 +99,90 @@ def current_view(module: torch.nn.Module) -> tuple[LayerView, AttentionMetadata]
     view = step.layers.get(index)
     if view is None:
         raise HFIntegrationError(f"decoder layer {index} has no KV cache layer in the plan")
+    step.attended.add(index)
     return view, step.metadata[view.group_id]
 
 
-def masked_attention(
+class AttentionOptions(NamedTuple):
+    """What a layer adds to plain softmax attention (transformers' eager arithmetic)."""
+
+    scaling: float
+    softcap: float | None = None
+    sinks: torch.Tensor | None = None
+
+
+def grouped_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     visible: torch.Tensor,
-    scaling: float,
-    softcap: float | None = None,
-    sinks: torch.Tensor | None = None,
+    options: AttentionOptions,
 ) -> torch.Tensor:
-    """Query ``[H, T, D]``, key/value ``[H, S, D]`` (heads already repeated), ``visible``
-    ``[T, S]`` -> ``[T, H, Dv]``; the arithmetic of transformers' eager attention."""
-    scores = torch.matmul(query, key.transpose(1, 2)) * scaling
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)
-    if sinks is not None:
-        column = sinks.reshape(-1, 1, 1).expand(-1, scores.shape[1], 1).to(scores.dtype)
+    """Query ``[N, T, H, D]`` over key/value ``[N, S, Hk, D]`` where ``visible`` ``[N, T, S]``
+    -> ``[N, T, H, Dv]``: query head ``h`` reads key head ``h // (H / Hk)``, as transformers'
+    ``repeat_kv`` arranges them, without repeating the keys."""
+    n, t, heads, dim = query.shape
+    kv_heads = key.shape[2]
+    rep = heads // kv_heads
+    # rows of one key head: (repeat, token), so a row's head is kv_head * rep + repeat
+    q = query.reshape(n, t, kv_heads, rep, dim).permute(0, 2, 3, 1, 4).reshape(n, kv_heads, -1, dim)
+    k = key.to(query.dtype).transpose(1, 2)
+    v = value.to(query.dtype).transpose(1, 2)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * options.scaling
+    if options.softcap is not None:
+        scores = torch.tanh(scores / options.softcap) * options.softcap
+    mask = visible[:, None, None].expand(n, 1, rep, t, visible.shape[-1]).reshape(n, 1, rep * t, -1)
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    if options.sinks is not None:
+        column = options.sinks.reshape(kv_heads, rep, 1, 1).expand(kv_heads, rep, t, 1)
+        column = column.reshape(1, kv_heads, rep * t, 1).expand(n, -1, -1, -1).to(scores.dtype)
         scores = torch.cat([scores, column], dim=-1)
         scores = scores - scores.max(dim=-1, keepdim=True).values
         probs = scores.softmax(dim=-1, dtype=torch.float32).to(query.dtype)[..., :-1]
     else:
         probs = scores.softmax(dim=-1, dtype=torch.float32).to(query.dtype)
-    return torch.matmul(probs, value).transpose(0, 1)
+    out = torch.matmul(probs, v)  # [N, Hk, rep * T, Dv]
+    return out.reshape(n, kv_heads, rep, t, -1).permute(0, 3, 1, 2, 4).reshape(n, t, heads, -1)
+
+
+# Chunks of at most this many new tokens (decodes, and prefills after a prefix hit) run
+# together, padded to the longest; longer prefill chunks run one by one.
+SHORT_CHUNK_TOKENS = 64
+
+
+def attend_short_chunks(
+    query: torch.Tensor,
+    view: LayerView,
+    meta: AttentionMetadata,
+    requests: list[int],
+    window: AttentionWindow,
+    options: AttentionOptions,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Short chunks of several requests at once: every request's keys gathered through its
+    block-table row in one indexing operation, padded to the longest, one attention call.
+
+    Returns the outputs ``[N, T, H, Dv]`` and, for each, the row of ``query`` it belongs to
+    (``-1`` for padding)."""
+    picked = torch.tensor(requests)
+    first = meta.query_start_loc[picked].to(torch.int64)
+    counts = meta.query_start_loc[picked + 1].to(torch.int64) - first
+    steps = torch.arange(int(counts.max()))
+    real = steps[None, :] < counts[:, None]
+    rows = torch.minimum(first[:, None] + steps[None, :], (first + counts - 1)[:, None])
+    q_pos = meta.positions[rows]
+    seq_lens = meta.seq_lens[picked].to(torch.int64)
+    key_start = window.key_start(q_pos[:, 0])
+    num_keys = seq_lens - key_start
+    key_steps = torch.arange(int(num_keys.max()))
+    k_pos = torch.minimum(key_start[:, None] + key_steps[None, :], (seq_lens - 1)[:, None])
+    visible = (
+        (key_steps[None, None, :] < num_keys[:, None, None])
+        & (k_pos[:, None, :] <= q_pos[:, :, None])
+        & (k_pos[:, None, :] >= window.key_start(q_pos)[:, :, None])
+    )
+    key, value = gather_kv_rows(view, meta.block_table[picked], k_pos)
+    out = grouped_attention(query[rows], key, value, visible, options)
+    return out, torch.where(real, rows, -1)
 
 
 def attend_request(
@@ -131,16 +192,13 @@ def attend_request(
     q_pos: torch.Tensor,
     k_pos: torch.Tensor,
     window: AttentionWindow,
-    **options: Any,
+    options: AttentionOptions,
 ) -> torch.Tensor:
     """One request's queries ``[T, H, D]`` over its keys/values ``[S, Hk, D]`` at ``k_pos``."""
-    repeat = query.shape[1] // key.shape[1]
-    key = key.repeat_interleave(repeat, dim=1).transpose(0, 1).to(query.dtype)
-    value = value.repeat_interleave(repeat, dim=1).transpose(0, 1).to(query.dtype)
     visible = (k_pos[None, :] <= q_pos[:, None]) & (
         k_pos[None, :] >= window.key_start(q_pos)[:, None]
     )
-    return masked_attention(query.transpose(0, 1), key, value, visible, **options)
+    return grouped_attention(query[None], key[None], value[None], visible[None], options)[0]
 
 
 def paged_attention_forward(
@@ -156,34 +214,44 @@ def paged_attention_forward(
     """transformers' attention signature: ``query [1, H, T, D]`` for the step's packed new
     tokens, ``key/value [1, Hk, T, D]`` for the same tokens -> ``[1, T, H, Dv]``.
 
-    The new K/V is written through the slot mapping and each request's context is read
-    back through its block table; for layers whose cache already returned the requests'
-    contexts (MLA), ``key/value`` hold them and each request takes its own slice.
+    The new K/V is written through the slot mapping. Requests with short chunks (decodes,
+    prefills after a prefix hit) read their contexts through their block-table rows
+    together, in one gather and one attention call; each longer prefill chunk reads its
+    own. For layers whose cache already returned the requests' contexts (MLA),
+    ``key/value`` hold them and each request takes its own slice.
     """
     view, meta = current_view(module)
     spans = current_step().gathered.get(int(getattr(module, "layer_idx", -1)))
     q = query[0].transpose(0, 1)
     if spans is None:
         write_kv(view, meta.slot_mapping, key[0].transpose(0, 1), value[0].transpose(0, 1))
-    options = {
-        "scaling": query.shape[-1] ** -0.5 if scaling is None else scaling,
-        "softcap": kwargs.get("softcap"),
-        "sinks": getattr(module, "sinks", None),
-    }
+    options = AttentionOptions(
+        query.shape[-1] ** -0.5 if scaling is None else scaling,
+        kwargs.get("softcap"),
+        getattr(module, "sinks", None),
+    )
     window = window_for_spec(view.spec)
     out = q.new_empty((q.shape[0], q.shape[1], value.shape[-1]))
     starts = meta.query_start_loc.tolist()
-    for i, seq_len in enumerate(meta.seq_lens.tolist()):
-        rows = slice(starts[i], starts[i + 1])
-        q_pos = meta.positions[rows]
+    seq_lens = meta.seq_lens.tolist()
+    sizes = [starts[i + 1] - starts[i] for i in range(len(seq_lens))]
+    short = [i for i, n in enumerate(sizes) if n <= SHORT_CHUNK_TOKENS and spans is None]
+    if short:
+        batched, rows = attend_short_chunks(q, view, meta, short, window, options)
+        real = rows >= 0
+        out[rows[real]] = batched[real]
+    batched_requests = set(short)
+    for i in (i for i in range(len(seq_lens)) if i not in batched_requests):
+        rows_i = slice(starts[i], starts[i + 1])
+        q_pos = meta.positions[rows_i]
         if spans is None:
-            k_pos = torch.arange(int(window.key_start(q_pos[:1])[0]), seq_len)
+            k_pos = torch.arange(int(window.key_start(q_pos[:1])[0]), seq_lens[i])
             k, v = gather_kv(view, meta.block_table[i], k_pos)
         else:
-            k_pos = torch.arange(seq_len)
+            k_pos = torch.arange(seq_lens[i])
             k = key[0, :, spans[i][0] : spans[i][1]].transpose(0, 1)
             v = value[0, :, spans[i][0] : spans[i][1]].transpose(0, 1)
-        out[rows] = attend_request(q[rows], k, v, q_pos, k_pos, window, **options)
+        out[rows_i] = attend_request(q[rows_i], k, v, q_pos, k_pos, window, options)
     return out[None], None
 
 

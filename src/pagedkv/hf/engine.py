@@ -10,7 +10,8 @@ its next one greedily.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +29,12 @@ from pagedkv.hf.attention import (
 )
 from pagedkv.hf.cache import PagedCache
 from pagedkv.hf.figures import CacheFigures, FigureCounter
+from pagedkv.hf.mamba1 import mamba1_initial_states
+from pagedkv.hf.rope import RopeRule, fixed_rope, rope_rule
+from pagedkv.hf.sampling import GreedySampler
 from pagedkv.hf.scheduler import GenerationScheduler, reaches_end
 from pagedkv.hf.specs import dtype_name, kv_cache_specs_for, model_layout
-from pagedkv.hf.state import StateIO, check_state_support, state_blocks, state_pieces
+from pagedkv.hf.state import StateIO, state_blocks, state_pieces
 from pagedkv.models import engine_config_for
 from pagedkv.runtime import KVCacheManager
 from pagedkv.specs import MambaSpec
@@ -59,6 +63,18 @@ def eos_token_ids(model: Any) -> frozenset[int]:
     if value is None:
         return frozenset()
     return frozenset([value] if isinstance(value, int) else value)
+
+
+@contextlib.contextmanager
+def paged_attention_implementation(model: Any) -> Iterator[None]:
+    """Run ``model``'s attention through pagedkv, then give it back the implementation it
+    had, so the user's own ``model.generate()`` afterwards works as before."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(ATTENTION_NAME)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
 
 
 class PagedGenerator:
@@ -106,6 +122,12 @@ class PagedGenerator:
             kv_cache_memory_bytes=kv_cache_memory_bytes,
             cache_dtype=dtype,
         )
+        self.model_max_len = layout.max_model_len
+        if self.model_max_len and max_model_len > self.model_max_len:
+            raise ConfigError(
+                f"max_model_len={max_model_len} is longer than {layout.name}'s "
+                f"{self.model_max_len} positions (max_position_embeddings)"
+            )
         self.specs = kv_cache_specs_for(model, self.config)
         budget = kv_cache_memory_bytes or (1 << 40)
         self.plan: KVCachePlan = plan_kv_cache(self.config, [self.specs], [budget])
@@ -119,6 +141,7 @@ class PagedGenerator:
         self.block_sizes = [groups[g].kv_cache_spec.block_size for g in self.attention_groups]
         self.has_latent = any(v.layout == "latent" for v in self.memory.layers.values())
         self.state_views = {i: v for i, v in self.layers.items() if v.layout == "state"}
+        self.attention_layers = [i for i, v in self.layers.items() if v.layout != "state"]
         self.state_groups = sorted({v.group_id for v in self.state_views.values()})
         self.state_sizes = {g: groups[g].kv_cache_spec.block_size for g in self.state_groups}
         # align mode: block boundaries are checkpoints, so passes are cut there
@@ -130,9 +153,22 @@ class PagedGenerator:
         self.checkpoint_tokens = min(aligned) if aligned else None
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
+        self.sampler = GreedySampler.for_model(model, sorted(eos_token_ids(model)))
 
     def new_manager(self) -> KVCacheManager:
         return KVCacheManager(self.kv_cache_config, self.config)
+
+    def max_sequence_len(self, manager: KVCacheManager) -> int:
+        """The longest prompt plus output: the plan's length, at most the model's positions
+        (a cache sized to fit more tokens than the model has positions does not lift that)."""
+        if self.model_max_len:
+            return min(manager.max_model_len, self.model_max_len)
+        return manager.max_model_len
+
+    def rope_rule(self) -> RopeRule | None:
+        """How a batch-dependent RoPE (long-RoPE, dynamic NTK) is fixed in this engine's
+        runs (vLLM's rule for its max_model_len); None for any other RoPE."""
+        return rope_rule(self.model, self.max_sequence_len(self.new_manager()))
 
     def generate(
         self,
@@ -147,17 +183,14 @@ class PagedGenerator:
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         manager = self.new_manager()
+        limit = self.max_sequence_len(manager)
         for i, prompt in enumerate(prompts):
-            if not prompt or len(prompt) + max_new_tokens > manager.max_model_len:
+            if not prompt or len(prompt) + max_new_tokens > limit:
                 raise ConfigError(
                     f"prompt {i}: {len(prompt)} tokens + max_new_tokens={max_new_tokens} must "
-                    f"be between 1 and max_model_len={manager.max_model_len} (the plan's)"
+                    f"be between 1 and {limit} tokens (the plan's max_model_len "
+                    f"{manager.max_model_len}, the model's {self.model_max_len} positions)"
                 )
-        if self.state_views:
-            total = sum(len(p) + max_new_tokens for p in prompts)
-            check_state_support(
-                self.model, self.checkpoint_tokens, total, self.max_num_batched_tokens
-            )
         workload = [
             WorkloadRequest(f"prompt-{i}", tuple(p), (0,) * max_new_tokens)
             for i, p in enumerate(prompts)
@@ -171,15 +204,19 @@ class PagedGenerator:
             eos_token_ids=eos_token_ids(self.model),
         )
         counter = FigureCounter(manager, self.kv_cache_config, prompts)
-        self.model.set_attn_implementation(ATTENTION_NAME)
-        for _ in range(max_steps):
-            if scheduler.done:
-                break
-            chunks = scheduler.step()
-            sampled = self.run_step(chunks, manager, counter)
-            scheduler.finish_with_tokens(chunks, sampled)
-        else:
-            raise HFIntegrationError(f"generation did not finish in {max_steps} steps")
+        with (
+            paged_attention_implementation(self.model),
+            mamba1_initial_states(self.model),
+            fixed_rope(self.model, rope_rule(self.model, limit)),
+        ):
+            for _ in range(max_steps):
+                if scheduler.done:
+                    break
+                chunks = scheduler.step()
+                sampled = self.run_step(chunks, manager, counter)
+                scheduler.finish_with_tokens(chunks, sampled)
+            else:
+                raise HFIntegrationError(f"generation did not finish in {max_steps} steps")
         outputs = tuple(tuple(scheduler.generated[w.request_id]) for w in workload)
         return GenerationOutput(outputs, counter.figures(scheduler))
 
@@ -210,20 +247,28 @@ class PagedGenerator:
             return {}
         if not self.state_views:
             cache = PagedCache() if self.has_latent else None
-            tokens = self.forward(chunks, manager, cache)
-            sampling = [c.request.request_id for c in chunks if reaches_end(c)]
-            return dict(zip(sampling, tokens, strict=True))
+            ending = [c for c in chunks if reaches_end(c)]
+            return self.sample(ending, self.forward(chunks, manager, cache))
         sampled = {}
         for chunk in chunks:
             ids = manager.get_block_ids(chunk.request.request_id)
             tables = [ids[g] for g in self.state_groups]
             for piece in state_pieces(chunk, self.checkpoint_tokens, tables):
                 states = StateIO(self.state_views, state_blocks(piece, ids, self.state_sizes))
-                (token,) = self.forward([piece], manager, PagedCache(states), every_row=True)
+                logits = self.forward([piece], manager, PagedCache(states), every_row=True)
                 states.save()
             if reaches_end(chunk):
-                sampled[chunk.request.request_id] = token
+                sampled.update(self.sample([chunk], logits))
         return sampled
+
+    def sample(self, ending: list[ScheduledChunk], logits: torch.Tensor) -> dict[str, int]:
+        """The next token of each request whose chunk reached its end (one logits row each)."""
+        tokens = self.sampler.choose(
+            logits,
+            [c.request.all_token_ids for c in ending],
+            [c.request.num_prompt_tokens for c in ending],
+        )
+        return {c.request.request_id: t for c, t in zip(ending, tokens, strict=True)}
 
     def forward(
         self,
@@ -231,9 +276,9 @@ class PagedGenerator:
         manager: KVCacheManager,
         cache: PagedCache | None,
         every_row: bool = False,
-    ) -> list[int]:
-        """One forward pass over the packed chunks: the greedy token after the last token
-        of each chunk that reaches its request's end (of every chunk with ``every_row``)."""
+    ) -> torch.Tensor:
+        """One forward pass over the packed chunks: the logits after the last token of each
+        chunk that reaches its request's end (of every chunk with ``every_row``)."""
         metadata = self.metadata(chunks, manager)
         tokens = [
             t
@@ -250,7 +295,8 @@ class PagedGenerator:
         )
         ends = torch.tensor([c.num_new_tokens for c in chunks]).cumsum(0) - 1
         keep = [i for i, c in enumerate(chunks) if every_row or reaches_end(c)]
-        with running_step(PagedStep(self.layers, metadata, {})):
+        step = PagedStep(self.layers, metadata, {}, set())
+        with running_step(step):
             logits = self.model(
                 input_ids=torch.tensor([tokens]),
                 position_ids=positions[None],
@@ -258,4 +304,17 @@ class PagedGenerator:
                 use_cache=cache is not None,
                 logits_to_keep=ends[keep],
             ).logits[0]
-        return [int(t) for t in logits.argmax(dim=-1)]
+        self.check_attended(step)
+        return logits
+
+    def check_attended(self, step: PagedStep) -> None:
+        """Every attention layer of the plan must have read its context from pagedkv's
+        cache: a model whose attention bypasses transformers' ``AttentionInterface``
+        would otherwise compute tokens from its own cache, silently."""
+        missing = sorted(set(self.attention_layers) - step.attended)
+        if missing:
+            raise HFIntegrationError(
+                f"{type(self.model).__name__}: decoder layers {missing} did not call "
+                f"attn_implementation={ATTENTION_NAME!r} (their attention does not go "
+                "through transformers' AttentionInterface), so pagedkv cannot run them"
+            )

@@ -8,6 +8,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from pagedkv.hf.rope import RopeRule, fixed_rope
+
 
 class Mismatch(NamedTuple):
     """The first token where the paged engine and ``generate()`` disagree."""
@@ -52,10 +54,14 @@ def first_mismatch(
     prompts: Sequence[Sequence[int]],
     outputs: Sequence[Sequence[int]],
     max_new_tokens: int,
+    rope: RopeRule | None = None,
 ) -> Mismatch | None:
-    """Compare each prompt's paged output with ``generate()``; the first difference."""
+    """Compare each prompt's paged output with ``generate()``; the first difference.
+    ``rope`` (the engine's :meth:`~pagedkv.hf.PagedGenerator.rope_rule`) fixes a
+    batch-dependent RoPE in the reference the same way as in the engine."""
     for index, (prompt, got) in enumerate(zip(prompts, outputs, strict=True)):
-        expected = reference_tokens(model, prompt, max_new_tokens)
+        with fixed_rope(model, rope):
+            expected = reference_tokens(model, prompt, max_new_tokens)
         got = tuple(got)
         if expected != got:
             position = next(

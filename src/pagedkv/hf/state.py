@@ -15,40 +15,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 
-from pagedkv.errors import ConfigError
 from pagedkv.hf.attention import HFIntegrationError
 from pagedkv.hf.scheduler import end_of
 from pagedkv.tensors import LayerView
 from pagedkv.tensors.workload import ScheduledChunk
-
-# transformers mixers whose prefill scan takes no initial state: a pass cannot continue
-# an earlier or cached state, only start from zeros.
-NO_INITIAL_STATE = {"jamba": "Jamba's Mamba-1 scan (mamba_selective_scan)"}
-
-
-def check_state_support(
-    model: Any, checkpoint_tokens: int | None, num_tokens: int, budget_tokens: int
-) -> None:
-    """Refuse settings a model's Mamba mixers cannot compute exactly: with no initial
-    state, no checkpoint hits, and every request's tokens (``num_tokens`` in all, prompts
-    plus new tokens) must fit one step's budget so no prefill is ever split."""
-    reason = NO_INITIAL_STATE.get(str(getattr(model.config, "model_type", "")))
-    if reason is None:
-        return
-    if checkpoint_tokens is not None:
-        raise ConfigError(
-            f"{reason} takes no initial state, so prefix caching (Mamba checkpoints) "
-            "cannot resume from one; pass enable_prefix_caching=False (--no-enable-prefix-caching)"
-        )
-    if budget_tokens < num_tokens:
-        raise ConfigError(
-            f"{reason} takes no initial state, so no prefill may be split into chunks; "
-            f"raise max_num_batched_tokens to {num_tokens} (got {budget_tokens})"
-        )
 
 
 class StateBlocks(NamedTuple):

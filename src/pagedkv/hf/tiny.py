@@ -109,15 +109,17 @@ def _shrink_mamba_heads(fields: dict[str, Any], changes: dict[str, Any]) -> None
     """Mamba-2 head count follows the (shrunk) inner size; head size, state size, conv
     width and groups, which set the state's shape per head, are kept."""
     expand = fields.get("mamba_expand") or fields.get("expand")
-    for heads, head_dim in (
-        ("mamba_n_heads", "mamba_d_head"),
-        ("mamba_num_heads", "mamba_head_dim"),
-    ):
+    pairs = [("mamba_n_heads", "mamba_d_head"), ("mamba_num_heads", "mamba_head_dim")]
+    if not fields.get("num_attention_heads"):  # transformers' Mamba-2: num_heads, head_dim
+        pairs.append(("num_heads", "head_dim"))
+    for heads, head_dim in pairs:
         if isinstance(fields.get(heads), int) and isinstance(fields.get(head_dim), int) and expand:
             changes[heads] = max(1, int(expand * TINY_HIDDEN) // fields[head_dim])
             for groups in ("n_groups", "mamba_n_groups"):  # groups must divide the heads
                 if isinstance(fields.get(groups), int):
                     changes[groups] = math.gcd(fields[groups], changes[heads])
+            if isinstance(fields.get("mamba_d_ssm"), int):  # Falcon-H1's explicit inner size
+                changes["mamba_d_ssm"] = changes[heads] * fields[head_dim]
     value_heads = fields.get("linear_num_value_heads")
     key_heads = fields.get("linear_num_key_heads")
     if isinstance(value_heads, int) and isinstance(key_heads, int):  # gated DeltaNet
@@ -153,7 +155,13 @@ def tiny_config(config: Any, *, num_layers: int | None = None, **overrides: Any)
     smaller ``sliding_window`` or ``vocab_size`` for fast tests)."""
     changes = tiny_changes(config, num_layers=num_layers) | overrides
     fields = config.to_dict() | changes
-    tiny = config.__class__.from_dict(fields | _special_tokens_in_vocab(fields))
+    try:
+        tiny = config.__class__.from_dict(fields | _special_tokens_in_vocab(fields))
+    except Exception as exc:  # validators raise huggingface_hub's own error classes too
+        raise ModelConfigError(
+            f"--tiny: the shrunk {getattr(config, 'model_type', '?')!r} config is invalid "
+            f"({_first_line(exc)}); shrunk fields: {', '.join(sorted(changes))}"
+        ) from None
     tiny.dtype = torch.float32
     tiny.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
     return tiny
@@ -180,22 +188,33 @@ def seeded_model(config: Any, seed: int = 0, init_std: float = 0.5) -> Any:
     """
     from transformers import AutoModelForCausalLM
 
+    model_type = getattr(config, "model_type", "?")
+    if type(config) not in AutoModelForCausalLM._model_mapping:
+        raise ModelConfigError(
+            f"transformers has no causal LM for model_type {model_type!r} "
+            "(pagedkv.hf runs decoder-only models)"
+        )
     try:
         # transformers draws some weights it does not expose as plain init (Mamba's
         # dt_bias, ...) from the global generator: seed it too, without disturbing it
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    except (ValueError, KeyError):
+    except Exception as exc:  # validators raise huggingface_hub's own error classes too
         raise ModelConfigError(
-            f"transformers has no causal LM for model_type "
-            f"{getattr(config, 'model_type', '?')!r} (pagedkv.hf runs decoder-only models)"
+            f"transformers cannot build a {model_type!r} causal LM from this config: "
+            f"{_first_line(exc)}"
         ) from None
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
             _redraw(name, param, generator, init_std)
     return model.eval()
+
+
+def _first_line(exc: BaseException) -> str:
+    """The exception's message on one line (transformers' validation errors span several)."""
+    return " ".join(str(exc).split())
 
 
 def _redraw(name: str, param: torch.Tensor, generator: torch.Generator, std: float) -> None:

@@ -120,6 +120,23 @@ def gather_kv(
     return cache[blocks, 0, :, offsets], cache[blocks, 1, :, offsets]
 
 
+def gather_kv_rows(
+    view: LayerView, block_table: torch.Tensor, positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key ``[N, S, H, D]`` and value of ``positions`` (``[N, S]``) through the block-table
+    rows ``[N, W]``, one request per row, in one indexing operation (MLA: the latent)."""
+    bs = block_size_of(view)
+    blocks = block_table.to(torch.int64).gather(1, positions // bs)
+    offsets = positions % bs
+    cache = view.tensor
+    if view.layout == "latent":
+        latent = cache[blocks, offsets][:, :, None, :]
+        return latent, latent
+    if view.layout == "NHD":
+        return cache[blocks, 0, offsets], cache[blocks, 1, offsets]
+    return cache[blocks, 0, :, offsets], cache[blocks, 1, :, offsets]
+
+
 def paged_attention(
     view: LayerView,
     query: torch.Tensor,

@@ -48,12 +48,14 @@ def block_table_tensor(
 ) -> torch.Tensor:
     """``rows`` as one ``[len(rows), width]`` int32 tensor padded with the null block."""
     width = max((len(r) for r in rows), default=0) if width is None else width
-    table = torch.full((len(rows), max(width, 1)), PAD_BLOCK_ID, dtype=torch.int32)
+    padded: list[list[int]] = []
     for i, row in enumerate(rows):
         if len(row) > width:
             raise BlockTableError(f"block-table row {i} has {len(row)} blocks, wider than {width}")
-        table[i, : len(row)] = torch.as_tensor(list(row), dtype=torch.int32)
-    return table.to(device)
+        padded.append([*row, *([PAD_BLOCK_ID] * (max(width, 1) - len(row)))])
+    if not padded:
+        return torch.full((0, max(width, 1)), PAD_BLOCK_ID, dtype=torch.int32, device=device)
+    return torch.tensor(padded, dtype=torch.int32).to(device)
 
 
 def slot_mapping(
@@ -76,27 +78,47 @@ def build_attention_metadata(
     device: str | torch.device = "cpu",
 ) -> tuple[AttentionMetadata, ...]:
     """Per-group metadata for one step, requests in order, tokens concatenated."""
-    request_positions = [
-        torch.arange(r.num_computed_tokens, r.seq_len, dtype=torch.int64) for r in requests
-    ]
-    positions = torch.cat(request_positions or [torch.zeros(0, dtype=torch.int64)])
-    counts = torch.tensor([0] + [r.num_new_tokens for r in requests], dtype=torch.int32)
-    query_start_loc = torch.cumsum(counts, 0, dtype=torch.int32)
-    seq_lens = torch.tensor([r.seq_len for r in requests], dtype=torch.int32)
+    counts = torch.tensor([r.num_new_tokens for r in requests], dtype=torch.int64)
+    starts = torch.tensor([r.num_computed_tokens for r in requests], dtype=torch.int64)
+    query_start_loc = torch.cumsum(
+        torch.cat([torch.zeros(1, dtype=torch.int64), counts]), 0, dtype=torch.int32
+    )
+    # token t of the step belongs to request_of[t], at position starts + its index in the chunk
+    request_of = torch.repeat_interleave(torch.arange(len(requests)), counts)
+    positions = torch.arange(int(counts.sum())) - query_start_loc[request_of] + starts[request_of]
+    seq_lens = (starts + counts).to(torch.int32)
     groups = []
     for gid, block_size in enumerate(block_sizes):
-        slots = [
-            slot_mapping(r.block_ids[gid], pos, block_size)
-            for r, pos in zip(requests, request_positions, strict=True)
-        ]
+        rows = [r.block_ids[gid] for r in requests]
+        table = block_table_tensor(rows)
         groups.append(
             AttentionMetadata(
                 block_size,
-                block_table_tensor([r.block_ids[gid] for r in requests], device),
-                torch.cat(slots or [torch.zeros(0, dtype=torch.int64)]).to(device),
+                table.to(device),
+                _slots(table, rows, request_of, positions, block_size).to(device),
                 query_start_loc.to(device),
                 seq_lens.to(device),
                 positions.to(device),
             )
         )
     return tuple(groups)
+
+
+def _slots(
+    table: torch.Tensor,
+    rows: Sequence[Sequence[int]],
+    request_of: torch.Tensor,
+    positions: torch.Tensor,
+    block_size: int,
+) -> torch.Tensor:
+    """Every scheduled token's slot, read from its request's row of ``table``."""
+    block_index = positions // block_size
+    widths = torch.tensor([len(row) for row in rows], dtype=torch.int64)
+    past = block_index >= widths[request_of]
+    if bool(past.any()):
+        token = int(past.nonzero()[0, 0])
+        raise BlockTableError(
+            f"position {int(positions[token])} is past the {int(widths[request_of[token]])} "
+            f"allocated blocks of {block_size} tokens"
+        )
+    return table.to(torch.int64)[request_of, block_index] * block_size + positions % block_size

@@ -213,6 +213,10 @@ def find_adapter(source: ModelSource) -> ModelAdapter:
         cls = _adapter_class(key) if isinstance(key, str) else None
         if cls is not None:
             return cls()
+    if source.model_type or source.text_config.get("model_type"):
+        # no family adapter: the generic attention-decoder reading, which refuses what it
+        # cannot size by name
+        return _import_builtin("generic.GenericDecoderAdapter")()
     label = source.architecture or source.model_type or "none given"
     raise ModelConfigError(
         f"{source.name}: unknown architecture {label!r} (field 'architectures' / 'model_type'); "
