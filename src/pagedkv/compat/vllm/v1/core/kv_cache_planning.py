@@ -1,0 +1,65 @@
+"""vLLM's ``vllm.v1.core.kv_cache_planning``: its planning entry points, answered by
+pagedkv's grouping, placement and planner (``pagedkv.planning``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pagedkv.planning import builder as _builder
+from pagedkv.planning import placement as _placement
+from pagedkv.planning.grouping import try_merge
+from pagedkv.specs import KVCacheSpec
+
+from pagedkv.compat.vllm._outside import outside_function
+from pagedkv.compat.vllm.v1.core.kv_cache_config_builder import KVCacheConfigBuilder
+
+__all__ = [
+    "DefaultKVCacheConfigBuilder",
+    "get_kv_cache_config_from_groups",
+    "get_kv_cache_groups",
+    "is_kv_cache_spec_uniform",
+]
+
+
+def _engine_config(vllm_config: Any) -> Any:
+    return vllm_config.to_engine_config() if hasattr(vllm_config, "to_engine_config") else vllm_config
+
+
+def is_kv_cache_spec_uniform(kv_cache_spec: Mapping[str, KVCacheSpec]) -> bool:
+    """Whether every layer's spec merges into one (one group, no uniform-type wrapper)."""
+    if not kv_cache_spec:
+        return True
+    return try_merge(list(kv_cache_spec.values())) is not None
+
+
+def get_kv_cache_groups(vllm_config: Any, kv_cache_spec: Mapping[str, KVCacheSpec]) -> list[Any]:
+    """pagedkv's groups for the layers (vLLM's grouping rule, the default)."""
+    builder = _builder.DefaultKVCacheConfigBuilder()
+    return builder.get_kv_cache_groups(_engine_config(vllm_config), kv_cache_spec)
+
+
+def get_kv_cache_config_from_groups(
+    vllm_config: Any, kv_cache_groups: Sequence[Any], num_blocks: int, *args: Any
+) -> Any:
+    return _placement.place_groups(_engine_config(vllm_config), kv_cache_groups, num_blocks)
+
+
+class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
+    """pagedkv's default builder under vLLM's name."""
+
+
+_PENDING = "a vLLM planning helper pagedkv.compat.vllm does not translate yet"
+for _name in (
+    "_get_kv_cache_bytes_per_block",
+    "_get_packed_kv_cache_groups",
+    "_pool_bytes_per_block",
+    "_pool_bytes_per_block_from_builder",
+    "_project_kv_cache_groups_to_worker",
+    "check_enough_kv_cache_memory",
+    "estimate_max_model_len",
+    "get_kv_cache_groups_from_builder",
+    "kv_cache_groups_tp_replicas",
+    "get_kv_cache_configs",
+):
+    globals()[_name] = outside_function(_name, _PENDING, __name__)

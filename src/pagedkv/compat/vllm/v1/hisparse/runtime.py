@@ -1,0 +1,7 @@
+"""vLLM's ``vllm.v1.hisparse.runtime``: vLLM's HiSparse host tier, outside the KV cache layer (importable;
+using a name raises ``OutsideKVCacheLayerError``)."""
+
+from pagedkv.compat.vllm._outside import outside_function
+
+__all__ = []
+
