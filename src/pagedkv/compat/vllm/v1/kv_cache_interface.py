@@ -11,21 +11,11 @@ from typing import Any
 from pagedkv import specs as _specs
 from pagedkv.errors import RegistryError
 from pagedkv.planning import types as _types
-from pagedkv.specs import (
-    AttentionSpec,
-    ChunkedLocalAttentionSpec,
-    CrossAttentionSpec,
-    EncoderOnlyAttentionSpec,
-    FullAttentionSpec,
-    KVCacheSpec,
-    MambaSpec,
-    MLAAttentionSpec,
-    SinkFullAttentionSpec,
-    SlidingWindowMLASpec,
-    SlidingWindowSpec,
-)
+from pagedkv.specs import KVCacheSpec
 
 from pagedkv.compat.vllm._outside import outside_class
+from pagedkv.compat.vllm.v1 import _spec_fields as _f
+from pagedkv.compat.vllm.v1._spec_fields import vllm_spec_class
 from pagedkv.compat.vllm.v1.kv_cache_layout import KVCacheLayout
 
 __all__ = [
@@ -72,11 +62,51 @@ def _core_spec(name: str) -> type:
     return outside_class(name, f"{name} (a spec kind this pagedkv build does not have)", _MODULE)
 
 
-CircularBufferSpec = _core_spec("CircularBufferSpec")
-RSWASpec = _core_spec("RSWASpec")
-HiddenStateCacheSpec = _core_spec("HiddenStateCacheSpec")
-HiSparseHotSpec = _core_spec("HiSparseHotSpec")
-HiSparseResidentSpec = _core_spec("HiSparseResidentSpec")
+_ATTN = {**_f.BASE_FIELDS, **_f.ATTENTION_FIELDS}
+_FULL = {**_ATTN, **_f.FULL_FIELDS}
+
+AttentionSpec = _specs.AttentionSpec
+FullAttentionSpec = vllm_spec_class("FullAttentionSpec", (_specs.FullAttentionSpec,), _FULL)
+MLAAttentionSpec = vllm_spec_class(
+    "MLAAttentionSpec",
+    (FullAttentionSpec, _specs.MLAAttentionSpec),
+    _f.MLA_FIELDS,
+    {"head_size_v": 0},
+)
+SinkFullAttentionSpec = vllm_spec_class(
+    "SinkFullAttentionSpec", (FullAttentionSpec, _specs.SinkFullAttentionSpec), {}
+)
+SlidingWindowSpec = vllm_spec_class("SlidingWindowSpec", (_specs.SlidingWindowSpec,), _ATTN)
+SlidingWindowMLASpec = vllm_spec_class(
+    "SlidingWindowMLASpec",
+    (SlidingWindowSpec, _specs.SlidingWindowMLASpec),
+    _f.SWA_MLA_FIELDS,
+    {"head_size_v": 0},
+)
+ChunkedLocalAttentionSpec = vllm_spec_class(
+    "ChunkedLocalAttentionSpec", (_specs.ChunkedLocalAttentionSpec,), _ATTN
+)
+CrossAttentionSpec = vllm_spec_class("CrossAttentionSpec", (_specs.CrossAttentionSpec,), _ATTN)
+EncoderOnlyAttentionSpec = vllm_spec_class(
+    "EncoderOnlyAttentionSpec", (_specs.EncoderOnlyAttentionSpec,), _ATTN
+)
+MambaSpec = vllm_spec_class(
+    "MambaSpec", (_specs.MambaSpec,), {**_f.BASE_FIELDS, **_f.MAMBA_FIELDS}
+)
+
+
+def _core_kind(name: str, bases: tuple[type, ...], extra: dict[str, Any]) -> type:
+    core = getattr(_specs, name, None)
+    if not isinstance(core, type):
+        return _core_spec(name)
+    return vllm_spec_class(name, (*bases, core), extra)
+
+
+CircularBufferSpec = _core_kind("CircularBufferSpec", (), _ATTN)
+RSWASpec = _core_kind("RSWASpec", (FullAttentionSpec,), {})
+HiddenStateCacheSpec = _core_kind("HiddenStateCacheSpec", (MLAAttentionSpec,), {})
+HiSparseHotSpec = _core_kind("HiSparseHotSpec", (), _f.BASE_FIELDS)
+HiSparseResidentSpec = _core_kind("HiSparseResidentSpec", (), _f.BASE_FIELDS)
 
 
 class KVQuantMode(IntEnum):
@@ -163,6 +193,8 @@ class KVCacheGroupSpec(_types.KVCacheGroupSpec):
 
 
 _ROLES = {r.value for r in KVCacheGroupRole}
+# vLLM's groups and configs are mutable dataclasses (callers rebind their fields).
+KVCacheGroupSpec.__setattr__ = object.__setattr__  # type: ignore[method-assign,assignment]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -184,6 +216,9 @@ class KVCacheConfig(_types.KVCacheConfig):
             for i, g in enumerate(self.kv_cache_groups)
             if getattr(g, "enable_kv_transfer", True)
         )
+
+
+KVCacheConfig.__setattr__ = object.__setattr__  # type: ignore[method-assign,assignment]
 
 
 def iter_layer_specs(kv_cache_spec: KVCacheSpec) -> Collection[KVCacheSpec]:

@@ -3,6 +3,7 @@ using a name raises ``OutsideKVCacheLayerError``)."""
 
 from pagedkv.compat.vllm._outside import outside_class
 
-__all__ = ['Scheduler']
+__all__ = ["Scheduler", "SchedulerOutput"]
 
 Scheduler = outside_class("Scheduler", "scheduler", __name__)
+from pagedkv.compat.vllm.v1.core.sched.output import SchedulerOutput  # noqa: E402
