@@ -83,6 +83,9 @@ def vllm_spec_class(
     core_post_init: Callable[[Any], None] = bases[0].__post_init__
 
     def __post_init__(self: Any) -> None:
+        shapes = getattr(self, "shapes", None)
+        if isinstance(shapes, tuple) and shapes and all(type(d) is int for d in shapes):
+            object.__setattr__(self, "shapes", (shapes,))  # a flat tuple is one state shape
         core_post_init(self)
         _check_translatable(self, added_names)
 

@@ -58,6 +58,8 @@ def get_group_id(key: BlockHashWithGroupId) -> int:
 
 def algo_name(hash_fn: Callable[[Any], Any]) -> str:
     """pagedkv's name for one of its hash functions (vLLM passes the function)."""
+    if hash_fn is hash:
+        return "builtin"
     for name, fn in _hashing.HASH_FUNCTIONS.items():
         if fn is hash_fn:
             return name
@@ -69,12 +71,20 @@ def init_none_hash(hash_fn: Callable[[Any], Any]) -> None:
     """Set ``NONE_HASH``, the parent of every first block, for ``hash_fn`` (pagedkv's seed
     rule: ``PYTHONHASHSEED``, else the fixed seed, a per-process one for xxhash)."""
     global NONE_HASH, _none_hash_seed
-    algo = algo_name(hash_fn)
-    seed = os.environ.get("PYTHONHASHSEED")
-    if seed is None:
-        seed = _hashing.none_hash_seed(algo) if algo != "sha256" else DEFAULT_NONE_HASH_SEED
+    seed = resolve_none_hash_seed(hash_fn)
     _none_hash_seed = seed
     NONE_HASH = hash_fn(seed)
+
+
+def resolve_none_hash_seed(hash_fn: Callable[[Any], Any]) -> str:
+    """The seed ``NONE_HASH`` derives from: ``PYTHONHASHSEED``, else pagedkv's seed for the
+    algorithm (fixed for cryptographic ones, random per call for xxhash)."""
+    seed = os.environ.get("PYTHONHASHSEED")
+    if seed is not None:
+        return seed
+    if algo_name(hash_fn) in ("xxhash", "xxhash_cbor", "xxhash128"):
+        return os.urandom(32).hex()
+    return DEFAULT_NONE_HASH_SEED
 
 
 def get_none_hash_seed() -> str:
