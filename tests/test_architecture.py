@@ -424,24 +424,3 @@ def test_checker_accepts_one_way_imports(tmp_path: Path) -> None:
         "specs/base.py": "",
     }
     assert import_circles(_fake_tree(tmp_path, files)) == []
-
-
-# --- the core's size (issue 14): what an engine embeds stays small ---
-
-CORE_PATHS = ("dtypes.py", "config.py", "errors.py", "registry.py", "platforms.py")
-CORE_PACKAGES = ("specs", "planning", "runtime")
-CORE_MAX_LINES = 5000
-
-
-def core_lines(package: Path) -> dict[str, int]:
-    """Lines (as ``wc -l`` counts them) of every core file, by path."""
-    files = [package / name for name in CORE_PATHS]
-    files += [p for name in CORE_PACKAGES for p in sorted((package / name).rglob("*.py"))]
-    return {str(p.relative_to(package)): p.read_bytes().count(b"\n") for p in files}
-
-
-def test_core_stays_within_its_line_budget() -> None:
-    lines = core_lines(PACKAGE)
-    total = sum(lines.values())
-    largest = sorted(lines.items(), key=lambda item: -item[1])[:5]
-    assert total <= CORE_MAX_LINES, f"core is {total} lines (limit {CORE_MAX_LINES}): {largest}"

@@ -13,8 +13,8 @@ from pagedkv.errors import ConfigError  # noqa: E402
 from pagedkv.events import EventSubscriber, KVEventsConfig, ZmqEventPublisher  # noqa: E402
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored  # noqa: E402
 
-from . import kv_events_subscriber as checker  # noqa: E402
 from .helpers import LOOPBACK, cached_hashes, drive, small_manager  # noqa: E402
+from .shared_tool import checker  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
