@@ -62,7 +62,7 @@ class KVCacheManager:
         free_queue: FreeQueue | None = None,
         event_token_ids: bool = True,
         hash_block_size: int | None = None,
-        prefix_cache_retention_interval: int | None | _FromConfig = FROM_CONFIG,
+        prefix_cache_retention_interval: int | _FromConfig | None = FROM_CONFIG,
     ) -> None:
         if hash_block_size is not None:
             config = config.replace(prefix_match_unit=hash_block_size)
@@ -146,7 +146,7 @@ class KVCacheManager:
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
         self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
-            (spec.kind, getattr(spec, "sliding_window", None))
+            (spec.vllm_kind, getattr(spec, "sliding_window", None))
             for spec in map(group_behaviour_spec, groups)
         ]
         self._stats = PrefixCacheStatsCounter()
@@ -292,8 +292,9 @@ class KVCacheManager:
                 return None
         cache = self.enable_caching and not delay_cache_blocks
         if running and self._skipping:
+            num_prompt = request.num_prompt_tokens
             for m, peers in self._skipping:
-                m.remove_skipped_blocks(request_id, total_computed, peers)
+                m.remove_skipped_blocks(request_id, total_computed, peers, num_prompt)
         growth = self._growth if running else None
         if growth is not None:
             # Fast path (bench_hot_path: most decode steps change nothing).
@@ -407,11 +408,14 @@ class KVCacheManager:
         for m in self.managers:
             m.free(request_id, priority)
 
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Free blocks that fell out of the request's window (nulls in its table)."""
+    def remove_skipped_blocks(
+        self, request_id: str, num_computed_tokens: int, num_prompt_tokens: int | None = None
+    ) -> None:
+        """Free blocks that fell out of the request's window (nulls in its table); R-SWA
+        groups free their decode gap only when given the prompt length."""
         if request_id in self._first_tables:
             for m, peers in self._skipping:
-                m.remove_skipped_blocks(request_id, num_computed_tokens, peers)
+                m.remove_skipped_blocks(request_id, num_computed_tokens, peers, num_prompt_tokens)
 
     def evict_blocks(self, block_ids: list[int]) -> None:
         """Drop the cached hashes of the given blocks (they stay allocated if in use)."""

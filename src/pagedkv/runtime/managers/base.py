@@ -264,10 +264,15 @@ class SingleTypeKVCacheManager(ABC):
         self.retention.forget(request_id)
 
     def remove_skipped_blocks(
-        self, request_id: str, num_computed_tokens: int, peers: Sequence[Any] = ()
+        self,
+        request_id: str,
+        num_computed_tokens: int,
+        peers: Sequence[Any] = (),
+        num_prompt_tokens: int | None = None,
     ) -> None:
         """Null and free the blocks this kind no longer needs (a prefix), highest first;
-        then the same for ``peers`` (managers of this class and spec), in order."""
+        then the same for ``peers`` (managers of this class and spec), in order. Kinds
+        that free a middle range (R-SWA) also read ``num_prompt_tokens``."""
         skipped = self.get_num_skipped_tokens(num_computed_tokens)
         if skipped <= 0:
             return

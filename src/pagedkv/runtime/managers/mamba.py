@@ -263,7 +263,11 @@ class MambaManager(SingleTypeKVCacheManager):
         self.block_pool.record(self._allocated.discard, request_id)
 
     def remove_skipped_blocks(
-        self, request_id: str, num_computed_tokens: int, peers: Sequence[Any] = ()
+        self,
+        request_id: str,
+        num_computed_tokens: int,
+        peers: Sequence[Any] = (),
+        num_prompt_tokens: int | None = None,
     ) -> None:
         if not self.align:
             super().remove_skipped_blocks(request_id, num_computed_tokens, peers)
