@@ -272,7 +272,7 @@ def get_mamba_prefill_checkpoint_position(
     num_hash_lookahead_tokens: int = 0,
 ) -> int:
     """The prefill checkpoint boundary, from pagedkv's Mamba spec module when it has one."""
-    core = getattr(_specs.mamba, "get_mamba_prefill_checkpoint_position", None)
+    core = getattr(_specs.mamba, "prefill_checkpoint_position", None)
     if core is None:
         raise NotImplementedError("Mamba prefill checkpoints need pagedkv's checkpoint support")
     return int(core(num_tokens, hash_block_size, drop_eagle_block, num_hash_lookahead_tokens))

@@ -4,11 +4,14 @@ manager the vLLM-named one wraps), which is what grouping and the runtime consul
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pagedkv.registry import KVCacheSpecRegistry as _CoreRegistry
+
+_BUILTINS_MODULE = "pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager"
 
 __all__ = [
     "_REGISTRY_KVCACHESPEC_LIST",
@@ -38,11 +41,9 @@ class KVCacheSpecRegistry:
     def _ensure_registered(cls, vllm_config: Any = None) -> None:
         if _REGISTRY_KVCACHESPEC_LIST:
             return
-        from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import (
-            register_all_kvcache_specs,
-        )
-
-        register_all_kvcache_specs(vllm_config)
+        # By name: the managers' module imports this one.
+        managers = importlib.import_module(_BUILTINS_MODULE)
+        managers.register_all_kvcache_specs(vllm_config)
 
     @classmethod
     def register(

@@ -3,6 +3,7 @@ manager, called with vLLM's arguments and answering in vLLM's block objects."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,18 +55,6 @@ class KVCacheBlocks:
         return KVCacheBlocks(tuple(() for _ in self.blocks))
 
 
-def retention_name(interval: int | None) -> str:
-    """pagedkv's retention for vLLM's ``prefix_cache_retention_interval``: 0 is vLLM's
-    default (``"vllm"``); None is dense."""
-    if interval == 0:
-        return "vllm"
-    if interval is None:
-        return "dense"
-    raise NotImplementedError(
-        f"prefix_cache_retention_interval={interval} needs pagedkv's retention intervals"
-    )
-
-
 class KVCacheManager:
     """vLLM's KVCacheManager API; ``impl`` is the pagedkv manager doing the work."""
 
@@ -88,10 +77,14 @@ class KVCacheManager:
         watermark: float = 0.0,
         enable_mamba_shared_prefix_checkpoint: bool = False,
     ) -> None:
-        if use_eagle or num_hash_lookahead_tokens or dcp_world_size > 1 or pcp_world_size > 1:
-            raise NotImplementedError(
-                "use_eagle, hash lookahead and context parallelism need pagedkv support"
-            )
+        if dcp_world_size > 1 or pcp_world_size > 1:
+            raise NotImplementedError("context parallelism (dcp/pcp) needs pagedkv support")
+        options = _optional_options(
+            use_eagle=use_eagle,
+            num_hash_lookahead_tokens=num_hash_lookahead_tokens,
+            num_prefill_lookahead=num_prefill_lookahead,
+            enable_mamba_shared_prefix_checkpoint=enable_mamba_shared_prefix_checkpoint,
+        )
         self.max_model_len = max_model_len
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         config = EngineConfig.create(
@@ -105,7 +98,9 @@ class KVCacheManager:
             enable_caching=enable_caching,
             enable_events=enable_kv_cache_events,
             watermark=watermark,
-            retention=retention_name(interval),
+            hash_block_size=hash_block_size if len(kv_cache_config.kv_cache_groups) > 1 else None,
+            prefix_cache_retention_interval=interval,
+            **options,
         )
         self.kv_cache_config = kv_cache_config
         self.enable_caching = self.impl.enable_caching
@@ -241,6 +236,18 @@ class KVCacheManager:
 
     def new_step_starts(self) -> None:
         self.impl.new_step_starts()
+
+
+def _optional_options(**options: Any) -> dict[str, Any]:
+    """vLLM options pagedkv's manager takes under the same name; set ones it lacks raise."""
+    accepted = inspect.signature(_kvm.KVCacheManager).parameters
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        if name in accepted:
+            out[name] = value
+        elif value:
+            raise NotImplementedError(f"KVCacheManager({name}=...) needs pagedkv support")
+    return out
 
 
 def _ids(blocks: Sequence[KVCacheBlock]) -> list[int]:

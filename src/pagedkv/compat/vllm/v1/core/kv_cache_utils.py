@@ -6,13 +6,10 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, NewType
+from typing import Any, NamedTuple, NewType
 
 from pagedkv.runtime import hashing as _hashing
 from pagedkv.runtime.hashing import DEFAULT_NONE_HASH_SEED, BlockHasher
-
-if TYPE_CHECKING:
-    from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 
 __all__ = [
     "NONE_HASH",
@@ -151,7 +148,7 @@ class KVCacheBlock:
         block_id: int,
         ref_cnt: int = 0,
         *,
-        pool: BlockPool | None = None,
+        pool: Any = None,
         _block_hash: Any = None,
         is_null: bool = False,
     ) -> None:
@@ -263,7 +260,7 @@ class BlockHashListWithBlockSize:
 
 def tensor_data(tensor: Any) -> memoryview:
     """A tensor's bytes (what prompt-embedding hash keys hash)."""
-    return memoryview(tensor.detach().cpu().contiguous().view(-1).view(__import__("torch").uint8).numpy())
+    return memoryview(_hashing._embeds_bytes(tensor))
 
 
 from pagedkv.compat.vllm._outside import outside_function as _outside  # noqa: E402
