@@ -15,6 +15,7 @@ from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
     KVCacheBlock,
     get_block_hash,
     get_group_id,
+    make_block_hash_with_group_id,
 )
 
 __all__ = ["BlockHashToBlockMap", "BlockPool", "FreeBlockQueueView"]
@@ -187,6 +188,44 @@ class BlockPool:
         self.impl.cache_full_blocks(
             request, ids, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, keep
         )
+
+    def cache_partial_block(
+        self,
+        request: Any,
+        block: KVCacheBlock,
+        num_tokens: int,
+        kv_cache_group_id: int,
+        block_size: int,
+        replace_existing_hashes: bool = False,
+    ) -> BlockHashWithGroupId | None:
+        """Make ``block`` reachable from the hash boundary ``num_tokens`` (pagedkv's
+        ``cache_partial_block``); None for the null block."""
+        if block.is_null:
+            return None
+        unit = self.hash_block_size
+        if block_size % unit or num_tokens <= 0 or num_tokens % unit:
+            raise AssertionError(
+                f"num_tokens {num_tokens} and block_size {block_size} must be positive "
+                f"multiples of the hash block size {unit}"
+            )
+        if num_tokens > len(request.block_hashes) * unit:
+            raise AssertionError(f"the request has no block hash at {num_tokens} tokens")
+        block_hash = self.impl.cache_partial_block(
+            request, block.block_id, num_tokens, kv_cache_group_id, block_size,
+            replace_existing_hashes,
+        )
+        return make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+
+    @property
+    def cached_block_hashes_by_block(self) -> dict[int, set[BlockHashWithGroupId]]:
+        """Blocks with keys beyond their primary one: block id -> every key."""
+        impl = self.impl
+        out: dict[int, set[BlockHashWithGroupId]] = {}
+        for block_id, extra in impl._extra_keys.items():
+            if extra:
+                keys = [impl.key_of(block_id), *extra]
+                out[block_id] = {make_block_hash_with_group_id(*k) for k in keys if k}
+        return out
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         try:

@@ -179,7 +179,8 @@ class KVCacheBlock:
 
     @property
     def block_hash_num_tokens(self) -> int | None:
-        return None
+        """Tokens a sub-block primary key covers (None for a whole-block key)."""
+        return None if self._pool is None else self._pool._key_tokens.get(self.block_id)
 
     def set_block_hash(self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None) -> None:
         if self._pool is not None:
@@ -275,3 +276,12 @@ for _name in (
     "resolve_kv_cache_block_sizes",
 ):
     globals()[_name] = _outside(_name, _PENDING, __name__)
+
+
+def maybe_convert_block_hash(hash_bytes: Any) -> ExternalBlockHash:
+    """A block hash as KV events publish it (an int only with
+    ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``): pagedkv's ``external_block_hash``."""
+    from pagedkv.compat.vllm import envs
+    from pagedkv.events.wire import external_block_hash
+
+    return external_block_hash(hash_bytes, envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)
