@@ -9,7 +9,8 @@ from typing import Any
 from pagedkv.planning import builder as _builder
 from pagedkv.planning import placement as _placement
 from pagedkv.planning.grouping import try_merge
-from pagedkv.specs import KVCacheSpec
+from pagedkv.planning import sizing as _sizing
+from pagedkv.specs import AttentionSpec, KVCacheSpec, UniformTypeKVCacheSpecs
 
 from pagedkv.compat.vllm._outside import outside_function
 from pagedkv.compat.vllm.v1.core.kv_cache_config_builder import KVCacheConfigBuilder
@@ -19,6 +20,7 @@ __all__ = [
     "get_kv_cache_config_from_groups",
     "get_kv_cache_groups",
     "is_kv_cache_spec_uniform",
+    "kv_cache_groups_tp_replicas",
 ]
 
 
@@ -45,6 +47,28 @@ def get_kv_cache_config_from_groups(
     return _placement.place_groups(_engine_config(vllm_config), kv_cache_groups, num_blocks)
 
 
+def kv_cache_groups_tp_replicas(
+    groups: Sequence[Any], tp_size: int, dcp_size: int = 1
+) -> int:
+    """Consecutive TP ranks holding identical KV (pagedkv's ``kv_tp_replicas``). vLLM
+    counts a layer without ``max_tp_shards``, or one decode-context-parallel sharded, as
+    not replicated, which makes the whole answer 1."""
+    for group in groups:
+        for spec in _layer_specs(group):
+            if not isinstance(spec, AttentionSpec):
+                continue
+            if spec.max_tp_shards is None or (getattr(spec, "dcp_sharded", False) and dcp_size > 1):
+                return 1
+    return _sizing.kv_tp_replicas(groups, tp_size)
+
+
+def _layer_specs(group: Any) -> list[KVCacheSpec]:
+    spec = group.kv_cache_spec
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return list(spec.kv_cache_specs.values())
+    return [spec]
+
+
 class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
     """pagedkv's default builder under vLLM's name."""
 
@@ -59,7 +83,6 @@ for _name in (
     "check_enough_kv_cache_memory",
     "estimate_max_model_len",
     "get_kv_cache_groups_from_builder",
-    "kv_cache_groups_tp_replicas",
     "get_kv_cache_configs",
 ):
     globals()[_name] = outside_function(_name, _PENDING, __name__)
