@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
-from pagedkv.runtime.hashing import block_extra_keys
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
+from pagedkv.runtime.hashing import block_extra_keys
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request

@@ -232,7 +232,7 @@ class MambaManager(SingleTypeKVCacheManager):
         new = pool.get_new_blocks(num_new)
         returned = table[start:]
         if partial is not None:
-            copy = new.pop(0)
+            copy, new = new[0], new[1:]  # (the pool's journal holds the list it returned)
             self._pop_partial(request_id)
             if allocated:
                 self._preserve_partial_tail(*partial, copy)
