@@ -79,6 +79,8 @@ class PlanRequest:
     num_gpu_blocks_override: int | None = None
     prefix_caching_hash_algo: str = "sha256"
     revision: str | None = None
+    # None: the platform's layout (layer-outermost NHD on the generic platform).
+    kv_cache_layout: str | None = None
 
 
 CONTEXT_LEN_OPTION = typer.Option(
@@ -96,6 +98,12 @@ GROUPING_OPTION = typer.Option(
     "--grouping",
     help="How layers form KV cache groups: vllm (vLLM 0.33's rule) or least-waste "
     "(pagedkv's search for the fewest bytes per request).",
+)
+KV_CACHE_LAYOUT_OPTION = typer.Option(
+    None,
+    "--kv-cache-layout",
+    help="Physical KV cache layout, as vLLM's VLLM_KV_CACHE_LAYOUT (LBNHC, BLNHC, ...); "
+    "block-outermost ones (B first) pack groups of different page sizes.",
 )
 PLOT_OPTION = typer.Option(
     None, "--plot", help="Write max concurrency vs context length (PNG, needs matplotlib)."
@@ -149,6 +157,7 @@ def plan_command(
     context_len: list[int] = CONTEXT_LEN_OPTION,
     max_groups: int | None = MAX_GROUPS_OPTION,
     grouping: str = GROUPING_OPTION,
+    kv_cache_layout: str | None = KV_CACHE_LAYOUT_OPTION,
     json_output: bool = JSON_OPTION,
     plot: Path | None = PLOT_OPTION,
 ) -> None:
@@ -180,6 +189,7 @@ def plan_command(
         num_gpu_blocks_override=num_gpu_blocks_override,
         prefix_caching_hash_algo=prefix_caching_hash_algo,
         revision=revision,
+        kv_cache_layout=kv_cache_layout,
     )
     result = make_plan(request)
     if plot is not None:
@@ -240,6 +250,8 @@ def _options(request: PlanRequest, gpu: GPU | None, device_bytes: int | None) ->
     if request.max_groups is not None:
         options["max_kv_cache_groups"] = request.max_groups
     options["kv_cache_grouping_rule"] = request.grouping
+    if request.kv_cache_layout is not None:
+        options["kv_cache_layout"] = request.kv_cache_layout
     return options
 
 

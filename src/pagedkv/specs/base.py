@@ -176,6 +176,11 @@ class AttentionSpec(KVCacheSpec):
         optional = ("max_tp_shards", "state_content_bytes", "page_size_padded")
         check_fields(self, *optional, allow_none=True)
         check_fields(self, "tokens_per_state")
+        if self.block_size % self.tokens_per_state:
+            raise KVCacheSpecError(
+                f"{type(self).__name__}.block_size ({self.block_size}) must be a multiple of "
+                f"tokens_per_state ({self.tokens_per_state})"
+            )
         object.__setattr__(self, "dtype", spec_dtype_name(self, "dtype", self.dtype))
         if self.head_size_v is None:
             object.__setattr__(self, "head_size_v", self.head_size)
