@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,9 @@ def _feature(spec: Any) -> MultiModalFeature:
     return MultiModalFeature(spec.identifier, position.offset, position.length)
 
 
+_CORE_OPTIONS = frozenset(inspect.signature(_request.Request).parameters)
+
+
 class Request(_request.Request):
     """pagedkv's request; ``block_hasher`` is the ``BlockHasher`` from
     ``kv_cache_utils.get_request_block_hasher``."""
@@ -65,6 +69,14 @@ class Request(_request.Request):
     ) -> None:
         if block_hasher is not None and not isinstance(block_hasher, BlockHasher):
             raise TypeError("block_hasher must come from get_request_block_hasher")
+        core_options = {
+            name: value
+            for name, value in (
+                ("session_id", session_id),
+                ("kv_cache_report_mode", kwargs.get("kv_cache_report_mode")),
+            )
+            if value is not None and name in _CORE_OPTIONS
+        }
         tokens = list(prompt_token_ids or [])
         if prompt_embeds is not None and not tokens:
             tokens = [0] * len(prompt_embeds)
@@ -77,6 +89,7 @@ class Request(_request.Request):
             prompt_embeds=prompt_embeds,
             hasher=block_hasher,
             priority=priority,
+            **core_options,
         )
         self.mm_feature_specs = list(mm_features or ())
         self.sampling_params = sampling_params
@@ -84,7 +97,8 @@ class Request(_request.Request):
         self.lora_request = lora_request
         self.client_index = client_index
         self.arrival_time = arrival_time
-        self.session_id = session_id
+        if "session_id" not in _CORE_OPTIONS:
+            self.session_id = session_id
         self.status = RequestStatus.WAITING
         self.spec_token_ids: list[int] = []
         self.num_output_placeholders = 0

@@ -52,9 +52,7 @@ class KVCacheCoordinator:
             for m, g in zip(impl.managers, kv_cache_config.kv_cache_groups, strict=True)
         )
 
-    @property
-    def enable_partial_hash_hits(self) -> bool:
-        return bool(getattr(self.impl, "enable_partial_hash_hits", False))
+    enable_partial_hash_hits = False  # the KVCacheManager sets the runtime's answer
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         return tuple(m.req_to_blocks.get(request_id, []) for m in self.single_type_managers)

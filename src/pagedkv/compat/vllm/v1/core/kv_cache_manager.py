@@ -3,6 +3,7 @@ manager, called with vLLM's arguments and answering in vLLM's block objects."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Sequence
@@ -14,10 +15,15 @@ from pagedkv.runtime import kv_cache_manager as _kvm
 from pagedkv.runtime.blocks import KVCacheBlocks as _IdBlocks
 from pagedkv.runtime.events import KVCacheEvent
 from pagedkv.runtime.stats import PrefixCacheStats
+from pagedkv.specs import AttentionSpec, UniformTypeKVCacheSpecs
 
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
-from pagedkv.compat.vllm.v1.core.kv_cache_utils import KVCacheBlock, trim_null_head
+from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
+    KVCacheBlock,
+    KVCacheBlockCopy,
+    trim_null_head,
+)
 from pagedkv.compat.vllm.v1.request import Request
 
 __all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
@@ -77,8 +83,10 @@ class KVCacheManager:
         watermark: float = 0.0,
         enable_mamba_shared_prefix_checkpoint: bool = False,
     ) -> None:
-        if dcp_world_size > 1 or pcp_world_size > 1:
-            raise NotImplementedError("context parallelism (dcp/pcp) needs pagedkv support")
+        if pcp_world_size > 1:
+            raise NotImplementedError("prefill context parallelism (pcp) needs pagedkv support")
+        self.dcp_world_size = dcp_world_size
+        runtime_config = dcp_kv_cache_config(kv_cache_config, dcp_world_size)
         options = _optional_options(
             use_eagle=use_eagle,
             num_hash_lookahead_tokens=num_hash_lookahead_tokens,
@@ -93,12 +101,12 @@ class KVCacheManager:
         interval = getattr(kv_cache_config, "prefix_cache_retention_interval", 0)
         validate_retention_interval(interval, scheduler_block_size, kv_cache_config)
         self.impl = _kvm.KVCacheManager(
-            kv_cache_config,
+            runtime_config,
             config,
             enable_caching=enable_caching,
             enable_events=enable_kv_cache_events,
             watermark=watermark,
-            hash_block_size=hash_block_size if len(kv_cache_config.kv_cache_groups) > 1 else None,
+            hash_block_size=hash_block_size if len(runtime_config.kv_cache_groups) > 1 else None,
             prefix_cache_retention_interval=interval,
             **options,
         )
@@ -121,6 +129,9 @@ class KVCacheManager:
             self.scheduler_block_size,
             interval,
             use_eagle,
+        )
+        self.coordinator.enable_partial_hash_hits = bool(
+            getattr(self.impl, "enable_partial_hash_hits", False)
         )
         self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
         self._stats_base = self.impl.make_prefix_cache_stats()
@@ -230,12 +241,61 @@ class KVCacheManager:
         if self.enable_caching:
             self.impl.cache_blocks(request, num_computed_tokens)
 
-    def take_kv_cache_block_copies(self) -> list[Any]:
-        take = getattr(self.impl, "take_kv_cache_block_copies", None)
-        return [] if take is None else list(take())
+    def truncate_computed_blocks(
+        self, blocks: KVCacheBlocks, num_computed_tokens: int
+    ) -> KVCacheBlocks:
+        """A lookup result cut at ``num_computed_tokens`` (aligned); a Mamba group keeps
+        what it has up to there; groups that cache nothing stay empty."""
+        cut: list[list[KVCacheBlock]] = []
+        for group_blocks, manager in zip(
+            blocks.blocks, self.coordinator.single_type_managers, strict=True
+        ):
+            if not manager.kv_cache_spec.prefix_cacheable:
+                cut.append([])
+                continue
+            if num_computed_tokens % manager.block_size:
+                raise AssertionError(
+                    f"{num_computed_tokens} tokens is not a multiple of block size "
+                    f"{manager.block_size}"
+                )
+            cut.append(list(group_blocks[: num_computed_tokens // manager.block_size]))
+        return self.create_kv_cache_blocks(tuple(cut))
+
+    def take_kv_cache_block_copies(self) -> tuple[list[KVCacheBlockCopy], list[KVCacheBlock]]:
+        """Copy-on-write copies queued by partial prefix hits and the blocks they keep
+        referenced (release those with ``block_pool.free_blocks`` after copying)."""
+        copies, retained = self.impl.take_kv_cache_block_copies()
+        return (
+            [KVCacheBlockCopy(c.src_block_id, c.dst_block_id) for c in copies],
+            self.block_pool.ids_to_blocks(retained),
+        )
 
     def new_step_starts(self) -> None:
         self.impl.new_step_starts()
+
+
+def dcp_kv_cache_config(kv_cache_config: Any, dcp_world_size: int) -> Any:
+    """The config the runtime manages under decode context parallelism: a block of a
+    DCP-sharded group spans ``block_size * dcp_world_size`` tokens across the ranks (vLLM's
+    rule), so its spec gets that block size."""
+    if dcp_world_size <= 1:
+        return kv_cache_config
+    groups = [
+        dataclasses.replace(g, kv_cache_spec=_dcp_spec(g.kv_cache_spec, dcp_world_size))
+        for g in kv_cache_config.kv_cache_groups
+    ]
+    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)
+
+
+def _dcp_spec(spec: Any, dcp_world_size: int) -> Any:
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        layers = {n: _dcp_spec(s, dcp_world_size) for n, s in spec.kv_cache_specs.items()}
+        sizes = {s.block_size for s in layers.values()}
+        return dataclasses.replace(spec, block_size=sizes.pop(), kv_cache_specs=layers)
+    sharded = getattr(spec, "dcp_sharded", isinstance(spec, AttentionSpec))
+    if not sharded:
+        return spec
+    return spec.copy_with_new_block_size(spec.block_size * dcp_world_size)
 
 
 def _optional_options(**options: Any) -> dict[str, Any]:

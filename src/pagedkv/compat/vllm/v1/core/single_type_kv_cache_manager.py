@@ -110,6 +110,11 @@ class SingleTypeKVCacheManager:
         self._null_block = block_pool.null_block
 
     @property
+    def cache_hit_alignment_tokens(self) -> int:
+        """Token granularity of this group's cache hits (pagedkv's ``alignment_tokens``)."""
+        return self.impl.alignment_tokens
+
+    @property
     def num_cached_block(self) -> dict[str, int]:
         return self.impl.num_cached_block
 
@@ -247,6 +252,11 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
 
 class MambaManager(SingleTypeKVCacheManager):
     impl_class = _m.MambaManager
+
+    @property
+    def _checkpoints(self) -> dict[str, Any]:
+        """Requests with a prefill checkpoint reserved: pagedkv's record of them."""
+        return getattr(self.impl, "_checkpoints", {})
 
 
 class CrossAttentionManager(SingleTypeKVCacheManager):
