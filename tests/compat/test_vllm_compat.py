@@ -41,7 +41,9 @@ BLOCK = 4
 
 
 def full_spec(**fields: object) -> FullAttentionSpec:
-    return FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype="float32", **fields)
+    return FullAttentionSpec(
+        block_size=BLOCK, num_kv_heads=1, head_size=1, dtype="float32", **fields
+    )
 
 
 def manager(num_blocks: int = 10) -> KVCacheManager:
@@ -50,7 +52,9 @@ def manager(num_blocks: int = 10) -> KVCacheManager:
         kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["layer"], full_spec())],
     )
-    return KVCacheManager(config, max_model_len=64, scheduler_block_size=BLOCK, hash_block_size=BLOCK)
+    return KVCacheManager(
+        config, max_model_len=64, scheduler_block_size=BLOCK, hash_block_size=BLOCK
+    )
 
 
 def request(request_id: str, tokens: list[int]) -> Request:
@@ -80,7 +84,7 @@ def test_hits_allocations_and_frees_come_from_pagedkv_in_block_objects() -> None
     assert kv_cache_utils.get_block_hash(key) == first.block_hashes[0]
     assert pool.blocks[3].block_hash is None
 
-    second = request("b", list(range(8)) + [99, 98])
+    second = request("b", [*list(range(8)), 99, 98])
     hit_blocks, num_hit, _ = kv.get_computed_blocks(second)
     assert num_hit == 8 and hit_blocks.get_block_ids() == ([1, 2],)
     assert kv.allocate_slots(second, 2, num_hit, hit_blocks) is not None
@@ -109,7 +113,9 @@ def test_block_pool_wraps_pagedkv_pool() -> None:
 
 def test_standalone_manager_wraps_pagedkv_manager_of_its_kind() -> None:
     pool = BlockPool(num_gpu_blocks=8, enable_caching=False, hash_block_size=BLOCK)
-    swa = SlidingWindowSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype="float32", sliding_window=4)
+    swa = SlidingWindowSpec(
+        block_size=BLOCK, num_kv_heads=1, head_size=1, dtype="float32", sliding_window=4
+    )
     m = SlidingWindowManager(swa, block_pool=pool, enable_caching=False, kv_cache_group_id=0)
     assert isinstance(m.impl, core_managers.SlidingWindowManager)
     assert [b.block_id for b in m.allocate_new_blocks("r", 12, 12)] == [1, 2, 3]

@@ -3,6 +3,7 @@ eviction (vLLM 0.33's ``kv_cache_metrics``). Times come from ``time.monotonic_ns
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections import deque
@@ -50,7 +51,7 @@ class BlockMetricsState:
 
     def get_reuse_gaps_seconds(self) -> list[float]:
         times = list(self.access_history)
-        return [(later - earlier) / 1e9 for earlier, later in zip(times, times[1:])]
+        return [(later - earlier) / 1e9 for earlier, later in itertools.pairwise(times)]
 
 
 class KVCacheMetricsCollector:

@@ -52,6 +52,7 @@ class HiSparseHotManager(_HiSparseGPUManager):
         total_computed_tokens: int,
         num_tokens_main_model: int,
         apply_admission_cap: bool = False,
+        prefill_end: int = 0,
     ) -> int:
         resumes = total_computed_tokens > 0 and request_id not in self.num_cached_block
         if resumes or request_id in self.hot_required:
@@ -95,6 +96,7 @@ class HiSparseResidentManager(_HiSparseGPUManager):
         total_computed_tokens: int,
         num_tokens_main_model: int,
         apply_admission_cap: bool = False,
+        prefill_end: int = 0,
     ) -> int:
         required = cdiv(num_tokens, self.block_size)
         if apply_admission_cap:

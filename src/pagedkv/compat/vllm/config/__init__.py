@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pagedkv.config import EngineConfig
-
 from pagedkv.compat.vllm._outside import outside_class
 from pagedkv.compat.vllm.config._base import ConfigPart
 from pagedkv.compat.vllm.config.attention import AttentionConfig, HiSparseConfig
@@ -15,6 +13,7 @@ from pagedkv.compat.vllm.config.kv_events import KVEventsConfig
 from pagedkv.compat.vllm.config.model import ModelConfig
 from pagedkv.compat.vllm.config.scheduler import SchedulerConfig
 from pagedkv.compat.vllm.config.speculative import SpeculativeConfig
+from pagedkv.config import EngineConfig
 
 __all__ = [
     "AttentionConfig",
@@ -59,7 +58,7 @@ class LoRAConfig(ConfigPart):
 
 
 class MultiModalConfig(ConfigPart):
-    DEFAULTS: dict[str, Any] = {}
+    DEFAULTS = {}
 
 
 ECTransferConfig = outside_class("ECTransferConfig", "encoder cache transfer", __name__)
@@ -70,8 +69,12 @@ class VllmConfig(ConfigPart):
     """The parts; ``to_engine_config()`` gives pagedkv's ``EngineConfig`` for the same
     model length, block size, parallelism and batch."""
 
-    DEFAULTS: dict[str, Any] = {"speculative_config": None, "kv_transfer_config": None,
-                                "kv_events_config": None, "lora_config": None}
+    DEFAULTS = {
+        "speculative_config": None,
+        "kv_transfer_config": None,
+        "kv_events_config": None,
+        "lora_config": None,
+    }
 
     def __init__(self, **parts: Any) -> None:
         super().__init__(**parts)

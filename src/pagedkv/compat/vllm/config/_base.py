@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 
 class ConfigPart:
@@ -25,3 +25,7 @@ class ConfigPart:
         return type(other) is type(self) and vars(other) == vars(self)
 
     __hash__ = None  # type: ignore[assignment]
+
+    if TYPE_CHECKING:  # fields are set by keyword, whatever vLLM's config names
+
+        def __getattr__(self, name: str) -> Any: ...

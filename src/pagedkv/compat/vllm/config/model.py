@@ -12,5 +12,10 @@ RunnerOption = Literal["auto", "generate", "pooling", "draft"]
 
 
 class ModelConfig(ConfigPart):
-    DEFAULTS = {"model": None, "max_model_len": 8192, "dtype": "bfloat16",
-                "is_attention_free": False, "use_mla": False}
+    DEFAULTS = {
+        "model": None,
+        "max_model_len": 8192,
+        "dtype": "bfloat16",
+        "is_attention_free": False,
+        "use_mla": False,
+    }

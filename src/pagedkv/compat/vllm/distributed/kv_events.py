@@ -2,8 +2,14 @@
 
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 
-__all__ = ["MEDIUM_CPU", "MEDIUM_GPU", "AllBlocksCleared", "BlockRemoved", "BlockStored",
-           "KVCacheEvent"]
+__all__ = [
+    "MEDIUM_CPU",
+    "MEDIUM_GPU",
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "KVCacheEvent",
+]
 
 MEDIUM_GPU = "GPU"
 MEDIUM_CPU = "CPU"

@@ -52,9 +52,8 @@ def _check_translatable(spec: Any, added: frozenset[str]) -> None:
         slots = spec.num_head_slots
         if slots is not None and slots != spec.num_kv_heads:
             raise KVCacheSpecError(f"{name}.num_head_slots={slots} differs from num_kv_heads")
-    if "tokens_per_state" in added and hasattr(spec, "num_kv_heads"):
-        if spec.tokens_per_state != 1:
-            raise KVCacheSpecError(f"{name}.tokens_per_state={spec.tokens_per_state} != 1")
+    if "tokens_per_state" in added and hasattr(spec, "num_kv_heads") and spec.tokens_per_state != 1:
+        raise KVCacheSpecError(f"{name}.tokens_per_state={spec.tokens_per_state} != 1")
     if "num_prefill_checkpoint_blocks" in added and spec.num_prefill_checkpoint_blocks:
         raise KVCacheSpecError(f"{name}.num_prefill_checkpoint_blocks needs pagedkv support")
     if "alignment" in added and spec.alignment:
@@ -74,13 +73,11 @@ def vllm_spec_class(
     and ``overrides`` (field -> new default)."""
     have = {f.name for b in bases for f in dataclasses.fields(b)}
     added = {k: v for k, v in extra.items() if k not in have}
-    spec_fields: list[Any] = [
-        (k, Any, dataclasses.field(default=v)) for k, v in added.items()
-    ]
+    spec_fields: list[Any] = [(k, Any, dataclasses.field(default=v)) for k, v in added.items()]
     for k, v in (overrides or {}).items():
         spec_fields.append((k, Any, dataclasses.field(default=v)))
     added_names = frozenset(added)
-    core_post_init: Callable[[Any], None] = bases[0].__post_init__
+    core_post_init: Callable[[Any], None] = getattr(bases[0], "__post_init__")  # noqa: B009
 
     def __post_init__(self: Any) -> None:
         shapes = getattr(self, "shapes", None)
@@ -93,7 +90,10 @@ def vllm_spec_class(
         name,
         spec_fields,
         bases=bases,
-        namespace={"__post_init__": __post_init__, "__module__": "pagedkv.compat.vllm.v1.kv_cache_interface"},
+        namespace={
+            "__post_init__": __post_init__,
+            "__module__": "pagedkv.compat.vllm.v1.kv_cache_interface",
+        },
         frozen=True,
         kw_only=True,
     )

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Sequence
-from enum import Enum, IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 from pagedkv import specs as _specs
-from pagedkv.errors import RegistryError
-from pagedkv.planning import types as _types
-from pagedkv.specs import KVCacheSpec
-
 from pagedkv.compat.vllm._outside import outside_class
 from pagedkv.compat.vllm.v1 import _spec_fields as _f
 from pagedkv.compat.vllm.v1._spec_fields import vllm_spec_class
 from pagedkv.compat.vllm.v1.kv_cache_layout import KVCacheLayout
+from pagedkv.errors import RegistryError
+from pagedkv.planning import types as _types
+from pagedkv.specs import KVCacheSpec
 
 __all__ = [
     "AttentionSpec",
@@ -90,9 +89,7 @@ CrossAttentionSpec = vllm_spec_class("CrossAttentionSpec", (_specs.CrossAttentio
 EncoderOnlyAttentionSpec = vllm_spec_class(
     "EncoderOnlyAttentionSpec", (_specs.EncoderOnlyAttentionSpec,), _ATTN
 )
-MambaSpec = vllm_spec_class(
-    "MambaSpec", (_specs.MambaSpec,), {**_f.BASE_FIELDS, **_f.MAMBA_FIELDS}
-)
+MambaSpec = vllm_spec_class("MambaSpec", (_specs.MambaSpec,), {**_f.BASE_FIELDS, **_f.MAMBA_FIELDS})
 
 
 def _core_kind(name: str, bases: tuple[type, ...], extra: dict[str, Any]) -> type:
@@ -122,7 +119,7 @@ class KVQuantMode(IntEnum):
     TURBOQUANT_4BIT_NC = 7
 
 
-class KVCacheSpecKind(str, Enum):
+class KVCacheSpecKind(StrEnum):
     """A spec's kind as KV events report it; the values are pagedkv's ``spec.kind``."""
 
     FULL_ATTENTION = "full_attention"
@@ -137,12 +134,12 @@ class KVCacheSpecKind(str, Enum):
     UNKNOWN = "unknown"
 
 
-class SparseCacheRole(str, Enum):
+class SparseCacheRole(StrEnum):
     SPARSE = "sparse"
     INDEXER = "indexer"
 
 
-class KVCacheGroupRole(str, Enum):
+class KVCacheGroupRole(StrEnum):
     """A group's role; equal to pagedkv's role strings (``"default"``...)."""
 
     DEFAULT = "default"
@@ -194,7 +191,7 @@ class KVCacheGroupSpec(_types.KVCacheGroupSpec):
 
 _ROLES = {r.value for r in KVCacheGroupRole}
 # vLLM's groups and configs are mutable dataclasses (callers rebind their fields).
-KVCacheGroupSpec.__setattr__ = object.__setattr__  # type: ignore[method-assign,assignment]
+KVCacheGroupSpec.__setattr__ = object.__setattr__  # type: ignore[method-assign]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -212,13 +209,11 @@ class KVCacheConfig(_types.KVCacheConfig):
     @property
     def transfer_group_ids(self) -> tuple[int, ...]:
         return tuple(
-            i
-            for i, g in enumerate(self.kv_cache_groups)
-            if getattr(g, "enable_kv_transfer", True)
+            i for i, g in enumerate(self.kv_cache_groups) if getattr(g, "enable_kv_transfer", True)
         )
 
 
-KVCacheConfig.__setattr__ = object.__setattr__  # type: ignore[method-assign,assignment]
+KVCacheConfig.__setattr__ = object.__setattr__  # type: ignore[method-assign]
 
 
 def iter_layer_specs(kv_cache_spec: KVCacheSpec) -> Collection[KVCacheSpec]:
@@ -260,7 +255,7 @@ def get_kv_cache_spec_sliding_window(kv_cache_spec: KVCacheSpec) -> int | None:
     if isinstance(kv_cache_spec, _specs.UniformTypeKVCacheSpecs):
         windows = {get_kv_cache_spec_sliding_window(s) for s in iter_layer_specs(kv_cache_spec)}
         return windows.pop() if len(windows) == 1 else None
-    if isinstance(kv_cache_spec, SlidingWindowSpec):
+    if isinstance(kv_cache_spec, _specs.SlidingWindowSpec):
         return kv_cache_spec.sliding_window
     return None
 

@@ -56,9 +56,7 @@ class KVCacheSpecRegistry:
             raise AssertionError("manager_class is required")
         base = kvcache_spec_cls if uniform_type_base_spec is None else uniform_type_base_spec
         if not issubclass(kvcache_spec_cls, base):
-            raise AssertionError(
-                f"{kvcache_spec_cls.__name__} must inherit from {base.__name__}"
-            )
+            raise AssertionError(f"{kvcache_spec_cls.__name__} must inherit from {base.__name__}")
         meta = KVCacheSpecMetadata(kvcache_spec_cls, manager_class, base)
         old = _REGISTRY_KVCACHESPEC_LIST.get(kvcache_spec_cls)
         if old is not None and old != meta:
@@ -105,8 +103,7 @@ class KVCacheSpecRegistry:
         for layer_name, spec in kv_cache_spec.items():
             if cls._lookup(spec) is None:
                 raise ValueError(
-                    f"Unsupported KV cache spec type for layer {layer_name}: "
-                    f"{type(spec).__name__}"
+                    f"Unsupported KV cache spec type for layer {layer_name}: {type(spec).__name__}"
                 )
 
 

@@ -6,10 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from pagedkv.errors import NoFreeBlocksError
-from pagedkv.runtime import block_pool as _pool
-from pagedkv.runtime.events import KVCacheEvent
-
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
     BlockHashWithGroupId,
     KVCacheBlock,
@@ -17,6 +13,9 @@ from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
     get_group_id,
     make_block_hash_with_group_id,
 )
+from pagedkv.errors import NoFreeBlocksError
+from pagedkv.runtime import block_pool as _pool
+from pagedkv.runtime.events import KVCacheEvent
 
 __all__ = ["BlockHashToBlockMap", "BlockPool", "FreeBlockQueueView"]
 
@@ -202,7 +201,7 @@ class BlockPool:
         ``cache_partial_block``); None for the null block."""
         if block.is_null:
             return None
-        unit = self.hash_block_size
+        unit = self.hash_block_size or block_size
         if block_size % unit or num_tokens <= 0 or num_tokens % unit:
             raise AssertionError(
                 f"num_tokens {num_tokens} and block_size {block_size} must be positive "
@@ -211,7 +210,11 @@ class BlockPool:
         if num_tokens > len(request.block_hashes) * unit:
             raise AssertionError(f"the request has no block hash at {num_tokens} tokens")
         block_hash = self.impl.cache_partial_block(
-            request, block.block_id, num_tokens, kv_cache_group_id, block_size,
+            request,
+            block.block_id,
+            num_tokens,
+            kv_cache_group_id,
+            block_size,
             replace_existing_hashes,
         )
         return make_block_hash_with_group_id(block_hash, kv_cache_group_id)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pagedkv.runtime import coordinators as _coord
-
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import KVCacheBlock
 from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import (
     SingleTypeKVCacheManager,
     wrapper_class_for,
 )
+from pagedkv.runtime import coordinators as _coord
 
 __all__ = [
     "HybridKVCacheCoordinator",

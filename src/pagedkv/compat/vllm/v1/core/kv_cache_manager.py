@@ -10,13 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pagedkv.config import EngineConfig
-from pagedkv.runtime import kv_cache_manager as _kvm
-from pagedkv.runtime.blocks import KVCacheBlocks as _IdBlocks
-from pagedkv.runtime.events import KVCacheEvent
-from pagedkv.runtime.stats import PrefixCacheStats
-from pagedkv.specs import AttentionSpec, UniformTypeKVCacheSpecs
-
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
@@ -25,6 +18,12 @@ from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
     trim_null_head,
 )
 from pagedkv.compat.vllm.v1.request import Request
+from pagedkv.config import EngineConfig
+from pagedkv.runtime import kv_cache_manager as _kvm
+from pagedkv.runtime.blocks import KVCacheBlocks as _IdBlocks
+from pagedkv.runtime.events import KVCacheEvent
+from pagedkv.runtime.stats import PrefixCacheStats
+from pagedkv.specs import AttentionSpec, UniformTypeKVCacheSpecs
 
 __all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
 
@@ -133,7 +132,9 @@ class KVCacheManager:
         self.coordinator.enable_partial_hash_hits = bool(
             getattr(self.impl, "enable_partial_hash_hits", False)
         )
-        self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
+        self.empty_kv_cache_blocks = KVCacheBlocks(
+            tuple(() for _ in range(self.num_kv_cache_groups))
+        )
         self._stats_base = self.impl.make_prefix_cache_stats()
 
     @property
@@ -159,9 +160,12 @@ class KVCacheManager:
     def _adopt_hasher(self, request: Request) -> None:
         hasher = request.hasher
         impl = self.impl
-        if hasher is not None and hasher is not impl.hasher:
-            if hasher.block_size == impl.hash_block_size:
-                impl.hasher = hasher
+        if (
+            hasher is not None
+            and hasher is not impl.hasher
+            and hasher.block_size == impl.hash_block_size
+        ):
+            impl.hasher = hasher
 
     def get_computed_blocks(
         self, request: Request, max_cache_hit_length: int | None = None

@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pagedkv.planning import builder as _builder
-from pagedkv.planning import placement as _placement
-from pagedkv.planning.grouping import try_merge
-from pagedkv.planning import sizing as _sizing
-from pagedkv.specs import AttentionSpec, KVCacheSpec, UniformTypeKVCacheSpecs
-
 from pagedkv.compat.vllm._outside import outside_function
 from pagedkv.compat.vllm.v1.core.kv_cache_config_builder import KVCacheConfigBuilder
+from pagedkv.planning import builder as _builder
+from pagedkv.planning import placement as _placement
+from pagedkv.planning import sizing as _sizing
+from pagedkv.planning.grouping import try_merge
+from pagedkv.specs import AttentionSpec, KVCacheSpec, UniformTypeKVCacheSpecs
 
 __all__ = [
     "DefaultKVCacheConfigBuilder",
@@ -25,7 +24,9 @@ __all__ = [
 
 
 def _engine_config(vllm_config: Any) -> Any:
-    return vllm_config.to_engine_config() if hasattr(vllm_config, "to_engine_config") else vllm_config
+    return (
+        vllm_config.to_engine_config() if hasattr(vllm_config, "to_engine_config") else vllm_config
+    )
 
 
 def is_kv_cache_spec_uniform(kv_cache_spec: Mapping[str, KVCacheSpec]) -> bool:
@@ -47,9 +48,7 @@ def get_kv_cache_config_from_groups(
     return _placement.place_groups(_engine_config(vllm_config), kv_cache_groups, num_blocks)
 
 
-def kv_cache_groups_tp_replicas(
-    groups: Sequence[Any], tp_size: int, dcp_size: int = 1
-) -> int:
+def kv_cache_groups_tp_replicas(groups: Sequence[Any], tp_size: int, dcp_size: int = 1) -> int:
     """Consecutive TP ranks holding identical KV (pagedkv's ``kv_tp_replicas``). vLLM
     counts a layer without ``max_tp_shards``, or one decode-context-parallel sharded, as
     not replicated, which makes the whole answer 1."""

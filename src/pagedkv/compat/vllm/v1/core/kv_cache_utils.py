@@ -132,9 +132,7 @@ def get_request_block_hasher(
                 "num_hash_lookahead_tokens needs pagedkv's lookahead block hashing"
             )
         options["num_lookahead_tokens"] = num_hash_lookahead_tokens
-    return BlockHasher(
-        hash_block_size, algo_name(caching_hash_fn), seed=_none_hash_seed, **options
-    )
+    return BlockHasher(hash_block_size, algo_name(caching_hash_fn), seed=_none_hash_seed, **options)
 
 
 class KVCacheBlock:
@@ -173,7 +171,7 @@ class KVCacheBlock:
     @property
     def block_hash(self) -> BlockHashWithGroupId | None:
         if self._pool is None:
-            return self._block_hash  # type: ignore[no-any-return]
+            return self._block_hash
         key = self._pool.key_of(self.block_id)
         return None if key is None else make_block_hash_with_group_id(*key)
 
@@ -182,7 +180,9 @@ class KVCacheBlock:
         """Tokens a sub-block primary key covers (None for a whole-block key)."""
         return None if self._pool is None else self._pool._key_tokens.get(self.block_id)
 
-    def set_block_hash(self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None) -> None:
+    def set_block_hash(
+        self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None
+    ) -> None:
         if self._pool is not None:
             raise ValueError("a pool's block is hashed through its pool (cache_full_blocks)")
         if self._block_hash is not None:

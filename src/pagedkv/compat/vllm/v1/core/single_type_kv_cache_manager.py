@@ -7,14 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any, ClassVar
 
-from pagedkv.runtime import managers as _m
-from pagedkv.runtime.managers.base import HitQuery
-
 from pagedkv.compat.vllm._outside import outside_class
 from pagedkv.compat.vllm.v1 import kv_cache_interface as _ki
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import BlockHashListWithBlockSize, KVCacheBlock
 from pagedkv.compat.vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+from pagedkv.runtime import managers as _m
+from pagedkv.runtime.managers.base import HitQuery
 
 __all__ = [
     "BlockHashListWithBlockSize",
@@ -317,11 +316,19 @@ _WRAPPERS: dict[type, type[SingleTypeKVCacheManager]] = {}
 def wrapper_class_for(impl: _m.SingleTypeKVCacheManager, role: str | None) -> type:
     """The vLLM-named class for a pagedkv manager the coordinator built."""
     named = KVCacheSpecRegistry.get_manager_class(impl.kv_cache_spec, role)
-    if isinstance(named, type) and issubclass(named, SingleTypeKVCacheManager):
-        if issubclass(type(impl), named.impl_class):
-            return named
-    for cls in (FullAttentionManager, SlidingWindowManager, ChunkedLocalAttentionManager,
-                MambaManager, CrossAttentionManager):
+    if (
+        isinstance(named, type)
+        and issubclass(named, SingleTypeKVCacheManager)
+        and issubclass(type(impl), named.impl_class)
+    ):
+        return named
+    for cls in (
+        FullAttentionManager,
+        SlidingWindowManager,
+        ChunkedLocalAttentionManager,
+        MambaManager,
+        CrossAttentionManager,
+    ):
         if type(impl) is cls.impl_class:
             return cls
     return _WRAPPERS.setdefault(
@@ -340,7 +347,7 @@ def get_manager_for_kv_cache_spec(
     manager_class = KVCacheSpecRegistry.get_manager_class(kv_cache_spec, role)
     if manager_class is None:
         raise AssertionError(f"No manager registered for KVCacheSpec {type(kv_cache_spec)}")
-    return manager_class(  # type: ignore[no-any-return]
+    return manager_class(
         kv_cache_spec,
         max_model_len=max_model_len,
         max_in_flight_tokens=max_in_flight_tokens,

@@ -3,6 +3,6 @@ using a name raises ``OutsideKVCacheLayerError``)."""
 
 from pagedkv.compat.vllm._outside import outside_class
 
-__all__ = ['EngineCore']
+__all__ = ["EngineCore"]
 
 EngineCore = outside_class("EngineCore", "engine core", __name__)

@@ -1,7 +1,6 @@
-"""vLLM's ``vllm.v1.hisparse.runtime``: vLLM's HiSparse host tier, outside the KV cache layer (importable;
-using a name raises ``OutsideKVCacheLayerError``)."""
+"""Names from vLLM's ``vllm.v1.hisparse.runtime``.
 
-from pagedkv.compat.vllm._outside import outside_function
+vLLM's HiSparse host tier, outside the KV cache layer: importable; using a name raises
+``OutsideKVCacheLayerError``."""
 
 __all__ = []
-

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from enum import Enum
+from enum import StrEnum
 
 __all__ = ["CacheHitSource"]
 
 
-class CacheHitSource(str, Enum):
+class CacheHitSource(StrEnum):
     """Tiers from the accelerator outwards (the order ``outermost`` ranks them by)."""
 
     DEVICE = "device"

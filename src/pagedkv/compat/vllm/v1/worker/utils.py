@@ -3,7 +3,7 @@ using a name raises ``OutsideKVCacheLayerError``)."""
 
 from pagedkv.compat.vllm._outside import outside_function
 
-__all__ = ['allocate_kv_cache']
+__all__ = ["allocate_kv_cache"]
 
 allocate_kv_cache = outside_function("allocate_kv_cache", "GPU worker", __name__)
 add_kv_sharing_layers_to_kv_cache_groups = outside_function(

@@ -31,7 +31,11 @@ def compute_mamba_prefill_checkpoints(
             seq_len, cache_hit_alignment_tokens, drop_eagle_block, num_hash_lookahead_tokens
         )
         exported = prefill_checkpoint_exportable(
-            query_start, seq_len, position, hash_block_size, mamba_block_size,
+            query_start,
+            seq_len,
+            position,
+            hash_block_size,
+            mamba_block_size,
             checkpoint_alignment,
         )
         offsets.append(position - query_start if exported else 0)

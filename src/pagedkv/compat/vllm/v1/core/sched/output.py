@@ -3,6 +3,6 @@ using a name raises ``OutsideKVCacheLayerError``)."""
 
 from pagedkv.compat.vllm._outside import outside_class
 
-__all__ = ['SchedulerOutput']
+__all__ = ["SchedulerOutput"]
 
 SchedulerOutput = outside_class("SchedulerOutput", "scheduler", __name__)

@@ -1,5 +1,7 @@
-"""vLLM's ``vllm.v1.core.sched.scheduler``: vLLM's scheduler, outside the KV cache layer (importable;
-using a name raises ``OutsideKVCacheLayerError``)."""
+"""Names from vLLM's ``vllm.v1.core.sched.scheduler``.
+
+vLLM's scheduler, outside the KV cache layer: importable; using a name raises
+``OutsideKVCacheLayerError``."""
 
 from pagedkv.compat.vllm._outside import outside_class
 
