@@ -156,3 +156,39 @@ def test_layer_kind_counts_are_reported() -> None:
     assert layout.layer_kinds() == {"mamba": 54, "full_attention": 10}
     assert len(layout.units) == 118
     assert Counter(len(u.layers) for u in layout.units)[0] == 54  # MLP-only layers
+
+
+@pytest.mark.parametrize(
+    ("name", "mamba_type", "alignment"),
+    [
+        ("Qwen3.5-27B", "gated_delta_net", 16),  # the checkpoint grid: the block
+        ("Nemotron-H-56B-Base-8K", "mamba2", 1),
+        ("granite-4.0-h-350m", "mamba2", 1),
+        ("Jamba-v0.1", "mamba1", None),
+    ],
+)
+def test_state_specs_carry_vllms_prefill_checkpoints(
+    name: str, mamba_type: str, alignment: int | None
+) -> None:
+    """Mamba-2 and gated-DeltaNet layers export prefill checkpoints (vLLM 0.33); Mamba-1
+    layers cannot."""
+    (specs,) = get_kv_cache_specs(name, use_transformers=False)
+    states = [s for s in specs.values() if isinstance(s, MambaSpec)]
+    assert states and all(s.mamba_type == mamba_type for s in states)
+    assert {(s.num_prefill_checkpoint_blocks, s.prefill_checkpoint_alignment) for s in states} == {
+        (0 if alignment is None else 1, alignment)
+    }
+
+
+def test_planned_gated_deltanet_checkpoints_follow_the_block() -> None:
+    """The planner grows Mamba blocks to the attention page; a gated-DeltaNet checkpoint
+    grid (the block) grows with it."""
+    from pagedkv import EngineConfig, plan_kv_cache
+
+    config = EngineConfig.create(max_model_len=8192)
+    specs = get_kv_cache_specs("Qwen3.5-27B", config=config, use_transformers=False)
+    plan = plan_kv_cache(config, specs, [20 * 2**30])
+    states = [g.kv_cache_spec for g in plan.configs[0].kv_cache_groups]
+    states = [s for s in states if isinstance(s, MambaSpec)]
+    assert states and all(s.block_size > 16 for s in states)
+    assert all(s.prefill_checkpoint_alignment == s.block_size for s in states)

@@ -112,6 +112,11 @@ class StateShape(ABC):
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
         """Per-rank state tensor shapes (conv first)."""
 
+    def prefill_checkpoint_alignment(self, block_size: int) -> int | None:
+        """The token step vLLM's kernel exports a state at inside a prefill chunk (its
+        spec's ``prefill_checkpoint_alignment``), None if it cannot."""
+        return None
+
 
 @dataclass(frozen=True)
 class StateLayer:
@@ -280,12 +285,15 @@ def state_spec(
     shapes = layer.state.shapes(model, tp)
     ssm = layer.ssm_dtype or model_dtype
     dtypes = (model_dtype,) + (ssm,) * (len(shapes) - 1)
+    alignment = layer.state.prefill_checkpoint_alignment(block_size)
     return MambaSpec(
         block_size=block_size,
         shapes=shapes,
         dtypes=dtypes,
         mamba_type=layer.state.mamba_type,
         mamba_cache_mode=mode,
+        num_prefill_checkpoint_blocks=0 if alignment is None else 1,
+        prefill_checkpoint_alignment=alignment,
     )
 
 

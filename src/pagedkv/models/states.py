@@ -32,6 +32,9 @@ class Mamba2State(StateShape):
 
     mamba_type = "mamba2"
 
+    def prefill_checkpoint_alignment(self, block_size: int) -> int | None:
+        return 1  # vLLM's MambaMixer2 exports at any token
+
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
         heads = shard(model, "mamba num_heads", self.num_heads, tp)
         groups = self.n_groups
@@ -56,6 +59,10 @@ class GatedDeltaNetState(StateShape):
     conv_kernel: int
 
     mamba_type = "gated_delta_net"
+
+    def prefill_checkpoint_alignment(self, block_size: int) -> int | None:
+        # vLLM's GDN layer keeps its checkpoints on the prefix-cache grid: the block.
+        return block_size
 
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
         shard(model, "linear_num_key_heads", self.num_key_heads, tp)

@@ -58,7 +58,11 @@ def fit_page(spec: KVCacheSpec, page_bytes: int, state_block_size: int) -> KVCac
     if is_state_spec(spec):
         if spec.real_page_size_bytes > page_bytes:
             return None
-        return pad_to(dataclasses.replace(spec, block_size=state_block_size), page_bytes)
+        resized = dataclasses.replace(spec, block_size=state_block_size)
+        if getattr(spec, "prefill_checkpoint_alignment", None) == spec.block_size:
+            # A checkpoint grid that is the block (vLLM's gated DeltaNet) follows it.
+            resized = dataclasses.replace(resized, prefill_checkpoint_alignment=state_block_size)  # type: ignore[call-arg]
+        return pad_to(resized, page_bytes)
     page = spec.page_size_bytes
     if page >= page_bytes:
         return spec if page == page_bytes else None

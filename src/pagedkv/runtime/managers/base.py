@@ -147,26 +147,25 @@ class SingleTypeKVCacheManager(ABC):
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
     ) -> list[int]:
         """Extend the table to cover ``num_tokens`` tokens; returns the new block ids."""
-        copies = self._copy_partial_hit(request_id) if self._partial_hits else []
+        if self._partial_hits and request_id in self._partial_hits:
+            copy = self._copy_partial_hit(request_id)
+            return [copy, *self.allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)]
         table = self.req_to_blocks[request_id]
         num_new = cdiv(num_tokens, self.block_size) - len(table)
         if num_new <= 0:
-            return copies
+            return []
         new = self.block_pool.get_new_blocks(num_new)
         self.block_pool.record(self._truncate, table, len(table))
         table.extend(new)
-        return copies + new if copies else new
+        return new
 
-    def _copy_partial_hit(self, request_id: str) -> list[int]:
+    def _copy_partial_hit(self, request_id: str) -> int:
         """Give the request a private copy of the shared block its hit ends inside."""
-        partial = self._partial_hits.get(request_id)
-        if partial is None:
-            return []
-        index, source = partial
+        index, source = self._partial_hits[request_id]
         copy = self.block_pool.get_new_blocks(1)[0]
         self._pop_partial(request_id)
         self._apply_copy(request_id, index, source, copy)
-        return [copy]
+        return copy
 
     def _apply_copy(self, request_id: str, index: int, source: int, copy: int) -> None:
         """The table points at ``copy`` instead of ``source``; both stay referenced until the

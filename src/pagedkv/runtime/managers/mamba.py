@@ -139,14 +139,16 @@ class MambaManager(SingleTypeKVCacheManager):
         )
         if partial:
             num_new = max(num_new, 0) + 1  # the copy of a shared partial state
-        checkpoint = self._checkpoint_for(
-            request_id, total_computed_tokens, num_tokens, prefill_end, table
-        )
-        if not apply_admission_cap:
-            if checkpoint:
-                self._checkpoints[request_id] = checkpoint
-            else:
-                self._checkpoints.pop(request_id, None)
+        checkpoint = None
+        if self.has_checkpoint_blocks:
+            checkpoint = self._checkpoint_for(
+                request_id, total_computed_tokens, num_tokens, prefill_end, table
+            )
+            if not apply_admission_cap:
+                if checkpoint:
+                    self._checkpoints[request_id] = checkpoint
+                else:
+                    self._checkpoints.pop(request_id, None)
         if num_new > 0:
             # One block for the chunk's end state, one for a checkpoint, and the
             # speculative blocks the first allocation adds.
@@ -167,7 +169,7 @@ class MambaManager(SingleTypeKVCacheManager):
     ) -> tuple[int, int] | None:
         """The (position, table index) of the prefill checkpoint a chunk ``[query_start,
         query_end)`` reserves a block for, or None."""
-        if not self.has_checkpoint_blocks or query_end < prefill_end:
+        if query_end < prefill_end:
             return None
         position = prefill_checkpoint_position(
             query_end,
@@ -219,7 +221,7 @@ class MambaManager(SingleTypeKVCacheManager):
         num_skipped = required - num_spec - 1
         if start < num_skipped:
             table.extend([NULL_BLOCK] * (num_skipped - checkpoint - start))
-        if allocated:
+        if allocated and num_spec:
             # Speculative blocks this step leaves behind move to the end (one stays at
             # the checkpoint index: the kernel exports the checkpoint into it).
             for index in range(start - num_spec, start):
@@ -228,17 +230,22 @@ class MambaManager(SingleTypeKVCacheManager):
                 pool.record(table.__setitem__, index, table[index])
                 table.append(table[index])
                 table[index] = NULL_BLOCK
-        num_new = max(required - len(table), 0) + (partial is not None)
-        new = pool.get_new_blocks(num_new)
+        num_new = max(required - len(table), 0)
+        if partial is None:
+            table.extend(pool.get_new_blocks(num_new))
+            if not allocated:
+                self._mark_allocated(request_id)
+            return table[start:]
+        # A partial state to copy first (copy on write).
+        new = pool.get_new_blocks(num_new + 1)
         returned = table[start:]
-        if partial is not None:
-            copy, new = new[0], new[1:]  # (the pool's journal holds the list it returned)
-            self._pop_partial(request_id)
-            if allocated:
-                self._preserve_partial_tail(*partial, copy)
-            else:
-                self._apply_copy(request_id, partial[0], partial[1], copy)
-                returned.insert(0, copy)
+        copy, new = new[0], new[1:]  # (the pool's journal holds the list it returned)
+        self._pop_partial(request_id)
+        if allocated:
+            self._preserve_partial_tail(*partial, copy)
+        else:
+            self._apply_copy(request_id, partial[0], partial[1], copy)
+            returned.insert(0, copy)
         table.extend(new)
         if not allocated:
             self._mark_allocated(request_id)
