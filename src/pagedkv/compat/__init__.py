@@ -1,0 +1,1 @@
+"""Compatibility packages: other engines' module paths and names over pagedkv."""

@@ -1,0 +1,112 @@
+"""vLLM's ``vllm.config`` objects the KV cache layer reads: plain settings objects with
+vLLM's field names and defaults, and ``to_engine_config`` for pagedkv's planner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pagedkv.compat.vllm._outside import outside_class
+from pagedkv.compat.vllm.config._base import ConfigPart
+from pagedkv.compat.vllm.config.attention import AttentionConfig, HiSparseConfig
+from pagedkv.compat.vllm.config.cache import CacheConfig
+from pagedkv.compat.vllm.config.kv_events import KVEventsConfig
+from pagedkv.compat.vllm.config.model import ModelConfig
+from pagedkv.compat.vllm.config.scheduler import SchedulerConfig
+from pagedkv.compat.vllm.config.speculative import SpeculativeConfig
+from pagedkv.config import EngineConfig
+
+__all__ = [
+    "AttentionConfig",
+    "CacheConfig",
+    "DeviceConfig",
+    "HiSparseConfig",
+    "KVEventsConfig",
+    "KVTransferConfig",
+    "ModelConfig",
+    "ParallelConfig",
+    "SchedulerConfig",
+    "SpeculativeConfig",
+    "VllmConfig",
+]
+
+
+class DeviceConfig(ConfigPart):
+    DEFAULTS = {"device": "cpu"}
+
+
+class ParallelConfig(ConfigPart):
+    DEFAULTS = {
+        "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
+        "data_parallel_size": 1,
+        "decode_context_parallel_size": 1,
+        "prefill_context_parallel_size": 1,
+        "world_size": 1,
+    }
+
+
+class KVTransferConfig(ConfigPart):
+    DEFAULTS = {"kv_connector": None, "kv_role": None, "kv_connector_extra_config": {}}
+
+
+class ObservabilityConfig(ConfigPart):
+    DEFAULTS = {"kv_cache_metrics": False, "kv_cache_metrics_sample": 0.01}
+
+
+class LoRAConfig(ConfigPart):
+    DEFAULTS = {"max_lora_rank": 16, "max_loras": 1}
+
+
+class MultiModalConfig(ConfigPart):
+    DEFAULTS = {}
+
+
+ECTransferConfig = outside_class("ECTransferConfig", "encoder cache transfer", __name__)
+DiffusionConfig = outside_class("DiffusionConfig", "diffusion model support", __name__)
+
+
+class VllmConfig(ConfigPart):
+    """The parts; ``to_engine_config()`` gives pagedkv's ``EngineConfig`` for the same
+    model length, block size, parallelism and batch."""
+
+    DEFAULTS = {
+        "speculative_config": None,
+        "kv_transfer_config": None,
+        "kv_events_config": None,
+        "lora_config": None,
+    }
+
+    def __init__(self, **parts: Any) -> None:
+        super().__init__(**parts)
+        for name, cls in (
+            ("model_config", None),
+            ("cache_config", CacheConfig),
+            ("parallel_config", ParallelConfig),
+            ("scheduler_config", SchedulerConfig),
+            ("device_config", DeviceConfig),
+            ("attention_config", AttentionConfig),
+            ("observability_config", ObservabilityConfig),
+        ):
+            if getattr(self, name, None) is None:
+                setattr(self, name, None if cls is None else cls())
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        batches = self.parallel_config.pipeline_parallel_size
+        if getattr(self.scheduler_config, "async_scheduling", False) and batches == 1:
+            batches = 2
+        return int(batches * self.scheduler_config.max_num_batched_tokens)
+
+    def to_engine_config(self) -> EngineConfig:
+        model = self.model_config
+        max_len = getattr(model, "max_model_len", None) or 8192
+        cache = self.cache_config
+        return EngineConfig.create(
+            max_model_len=max_len,
+            block_size=cache.block_size or 16,
+            enable_prefix_caching=bool(cache.enable_prefix_caching),
+            tensor_parallel_size=self.parallel_config.tensor_parallel_size,
+            pipeline_parallel_size=self.parallel_config.pipeline_parallel_size,
+            max_num_batched_tokens=self.scheduler_config.max_num_batched_tokens,
+            max_num_seqs=self.scheduler_config.max_num_seqs,
+        )

@@ -1,0 +1,1 @@
+"""vLLM's ``vllm.distributed`` (KV events and the connector names)."""

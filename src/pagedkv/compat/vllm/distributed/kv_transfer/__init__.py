@@ -1,0 +1,1 @@
+"""vLLM's ``vllm.distributed.kv_transfer`` (names only; see ``_outside``)."""

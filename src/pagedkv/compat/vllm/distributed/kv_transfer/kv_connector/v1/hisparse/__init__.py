@@ -1,0 +1,1 @@
+"""HiSparse connector names of vLLM (see ``_outside``)."""

@@ -1,0 +1,10 @@
+"""Names from vLLM's ``vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler``.
+
+vLLM's NIXL connector, outside the KV cache layer: importable; using a name raises
+``OutsideKVCacheLayerError``."""
+
+from pagedkv.compat.vllm._outside import outside_class
+
+__all__ = ["NixlPullConnectorScheduler"]
+
+NixlPullConnectorScheduler = outside_class("NixlPullConnectorScheduler", "NIXL connector", __name__)

@@ -1,0 +1,1 @@
+"""vLLM's ``vllm.multimodal`` (the inputs the block hashes read)."""

@@ -1,0 +1,1 @@
+"""vLLM's ``vllm.utils`` helpers the KV cache layer uses."""

@@ -1,0 +1,99 @@
+"""vLLM's spec classes as subclasses of pagedkv's: each gains the vLLM fields pagedkv's
+class lacks. Fields that only describe kernels or metadata are kept as given; a value
+that would change the cache's size or lifetime in a way pagedkv cannot express raises."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from pagedkv.errors import KVCacheSpecError
+
+__all__ = ["vllm_spec_class"]
+
+# Field -> default for the vLLM fields of each family (only those pagedkv lacks are added).
+BASE_FIELDS: dict[str, Any] = {"dcp_sharded": False, "block_stride_alignment": None}
+ATTENTION_FIELDS: dict[str, Any] = {
+    "dcp_sharded": True,
+    "kv_quant_mode": 0,
+    "num_head_slots": None,
+    "tokens_per_state": 1,
+}
+FULL_FIELDS: dict[str, Any] = {"non_causal": False}
+MLA_FIELDS: dict[str, Any] = {
+    "cache_dtype_str": None,
+    "topk_buffer_width": None,
+    "alignment": None,
+    "model_version": None,
+    "cache_role": "sparse",
+    "is_index_group_leader": False,
+    "non_causal_multi_token_decode": False,
+}
+SWA_MLA_FIELDS: dict[str, Any] = {
+    "cache_dtype_str": None,
+    "alignment": None,
+    "model_version": None,
+    "bounded_replay": False,
+}
+MAMBA_FIELDS: dict[str, Any] = {
+    "num_prefill_checkpoint_blocks": 0,
+    "prefill_checkpoint_alignment": None,
+    "num_heads": 1,
+    "tokens_per_state": -1,
+    "tp_replicated": False,
+}
+
+
+def _check_translatable(spec: Any, added: frozenset[str]) -> None:
+    """Values of added fields that would change what pagedkv sizes or keeps."""
+    name = type(spec).__name__
+    if "num_head_slots" in added:
+        slots = spec.num_head_slots
+        if slots is not None and slots != spec.num_kv_heads:
+            raise KVCacheSpecError(f"{name}.num_head_slots={slots} differs from num_kv_heads")
+    if "tokens_per_state" in added and hasattr(spec, "num_kv_heads") and spec.tokens_per_state != 1:
+        raise KVCacheSpecError(f"{name}.tokens_per_state={spec.tokens_per_state} != 1")
+    if "num_prefill_checkpoint_blocks" in added and spec.num_prefill_checkpoint_blocks:
+        raise KVCacheSpecError(f"{name}.num_prefill_checkpoint_blocks needs pagedkv support")
+    if "alignment" in added and spec.alignment:
+        real = spec.real_page_size_bytes
+        padded = -(-real // spec.alignment) * spec.alignment
+        if padded != real:
+            object.__setattr__(spec, "page_size_padded", padded)
+
+
+def vllm_spec_class(
+    name: str,
+    bases: tuple[type, ...],
+    extra: dict[str, Any],
+    overrides: dict[str, Any] | None = None,
+) -> type:
+    """A frozen dataclass ``name`` over ``bases`` with the ``extra`` fields the bases lack
+    and ``overrides`` (field -> new default)."""
+    have = {f.name for b in bases for f in dataclasses.fields(b)}
+    added = {k: v for k, v in extra.items() if k not in have}
+    spec_fields: list[Any] = [(k, Any, dataclasses.field(default=v)) for k, v in added.items()]
+    for k, v in (overrides or {}).items():
+        spec_fields.append((k, Any, dataclasses.field(default=v)))
+    added_names = frozenset(added)
+    core_post_init: Callable[[Any], None] = getattr(bases[0], "__post_init__")  # noqa: B009
+
+    def __post_init__(self: Any) -> None:
+        shapes = getattr(self, "shapes", None)
+        if isinstance(shapes, tuple) and shapes and all(type(d) is int for d in shapes):
+            object.__setattr__(self, "shapes", (shapes,))  # a flat tuple is one state shape
+        core_post_init(self)
+        _check_translatable(self, added_names)
+
+    return dataclasses.make_dataclass(
+        name,
+        spec_fields,
+        bases=bases,
+        namespace={
+            "__post_init__": __post_init__,
+            "__module__": "pagedkv.compat.vllm.v1.kv_cache_interface",
+        },
+        frozen=True,
+        kw_only=True,
+    )

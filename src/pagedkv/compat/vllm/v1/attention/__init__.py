@@ -1,0 +1,1 @@
+"""vLLM's ``vllm.v1.attention`` (names only; see ``_outside``)."""

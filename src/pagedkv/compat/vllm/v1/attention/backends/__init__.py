@@ -1,0 +1,1 @@
+"""vLLM's ``vllm.v1.attention.backends`` (names only; see ``_outside``)."""

@@ -1,0 +1,79 @@
+"""vLLM's ``vllm.v1.core.kv_cache_coordinator``: a view of the pagedkv coordinator a
+``KVCacheManager`` built, with vLLM's names (``single_type_managers``, ...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
+from pagedkv.compat.vllm.v1.core.kv_cache_utils import KVCacheBlock
+from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import (
+    SingleTypeKVCacheManager,
+    wrapper_class_for,
+)
+from pagedkv.runtime import coordinators as _coord
+
+__all__ = [
+    "HybridKVCacheCoordinator",
+    "KVCacheCoordinator",
+    "KVCacheCoordinatorNoPrefixCache",
+    "UnitaryKVCacheCoordinator",
+]
+
+
+class KVCacheCoordinator:
+    """vLLM's coordinator API over ``impl`` (pagedkv's coordinator)."""
+
+    def __init__(
+        self,
+        impl: _coord.KVCacheCoordinator,
+        block_pool: BlockPool,
+        kv_cache_config: Any,
+        scheduler_block_size: int,
+        retention_interval: int | None,
+        use_eagle: bool = False,
+    ) -> None:
+        self.impl = impl
+        self.block_pool = block_pool
+        self.kv_cache_config = kv_cache_config
+        self.scheduler_block_size = scheduler_block_size
+        self.retention_interval = retention_interval
+        self.use_eagle = use_eagle
+        self.enable_caching = impl.enable_caching
+        self.hash_block_size = impl.hash_block_size
+        self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
+            wrapper_class_for(m, g.role)(
+                m.kv_cache_spec,
+                block_pool,
+                scheduler_block_size=scheduler_block_size,
+                impl=m,
+            )
+            for m, g in zip(impl.managers, kv_cache_config.kv_cache_groups, strict=True)
+        )
+
+    enable_partial_hash_hits = False  # the KVCacheManager sets the runtime's answer
+
+    def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
+        return tuple(m.req_to_blocks.get(request_id, []) for m in self.single_type_managers)
+
+    def find_longest_cache_hit(
+        self, block_hashes: list[Any], max_cache_hit_length: int
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int, int]:
+        lists, num_hit, longest = self.impl.find_longest_cache_hit(
+            block_hashes, max_cache_hit_length
+        )
+        blocks = tuple(self.block_pool.ids_to_blocks(ids) for ids in lists)
+        return blocks, num_hit, (longest - num_hit if longest > num_hit else 0)
+
+    def free(self, request_id: str) -> None:
+        for m in self.single_type_managers:
+            m.free(request_id)
+
+    def new_step_starts(self) -> None:
+        for m in self.single_type_managers:
+            m.new_step_starts()
+
+
+KVCacheCoordinatorNoPrefixCache = KVCacheCoordinator
+UnitaryKVCacheCoordinator = KVCacheCoordinator
+HybridKVCacheCoordinator = KVCacheCoordinator

@@ -1,0 +1,287 @@
+"""vLLM's ``vllm.v1.core.kv_cache_utils`` over pagedkv: block objects, hash keys, the
+request block hasher (pagedkv's ``BlockHasher``) and the capacity helpers."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, NewType
+
+from pagedkv.runtime import hashing as _hashing
+from pagedkv.runtime.hashing import DEFAULT_NONE_HASH_SEED, BlockHasher
+
+__all__ = [
+    "NONE_HASH",
+    "BlockHash",
+    "BlockHashWithGroupId",
+    "ExternalBlockHash",
+    "KVCacheBlock",
+    "KVCacheBlockCopy",
+    "algo_name",
+    "generate_block_hash_extra_keys",
+    "get_block_hash",
+    "get_group_id",
+    "get_none_hash_seed",
+    "get_request_block_hasher",
+    "hash_block_tokens",
+    "init_none_hash",
+    "make_block_hash_with_group_id",
+    "null_head_len",
+    "to_event_extra_keys",
+    "trim_null_head",
+]
+
+BlockHash = NewType("BlockHash", bytes)
+BlockHashWithGroupId = NewType("BlockHashWithGroupId", bytes)
+ExternalBlockHash = bytes | int
+
+NONE_HASH: Any = None
+_none_hash_seed: str | None = None
+
+
+def make_block_hash_with_group_id(block_hash: Any, group_id: int) -> BlockHashWithGroupId:
+    """vLLM's cache key: the hash bytes then the group id in 4 big-endian bytes."""
+    return BlockHashWithGroupId(block_hash + group_id.to_bytes(4, "big", signed=False))
+
+
+def get_block_hash(key: BlockHashWithGroupId) -> BlockHash:
+    return BlockHash(key[:-4])
+
+
+def get_group_id(key: BlockHashWithGroupId) -> int:
+    return int.from_bytes(key[-4:], "big", signed=False)
+
+
+def algo_name(hash_fn: Callable[[Any], Any]) -> str:
+    """pagedkv's name for one of its hash functions (vLLM passes the function)."""
+    if hash_fn is hash:
+        return "builtin"
+    for name, fn in _hashing.HASH_FUNCTIONS.items():
+        if fn is hash_fn:
+            return name
+    known = ", ".join(sorted(_hashing.HASH_FUNCTIONS))
+    raise ValueError(f"hash function {hash_fn!r} is not one of pagedkv's ({known})")
+
+
+def init_none_hash(hash_fn: Callable[[Any], Any]) -> None:
+    """Set ``NONE_HASH``, the parent of every first block, for ``hash_fn`` (pagedkv's seed
+    rule: ``PYTHONHASHSEED``, else the fixed seed, a per-process one for xxhash)."""
+    global NONE_HASH, _none_hash_seed
+    seed = resolve_none_hash_seed(hash_fn)
+    _none_hash_seed = seed
+    NONE_HASH = hash_fn(seed)
+
+
+def resolve_none_hash_seed(hash_fn: Callable[[Any], Any]) -> str:
+    """The seed ``NONE_HASH`` derives from: ``PYTHONHASHSEED``, else pagedkv's seed for the
+    algorithm (fixed for cryptographic ones, random per call for xxhash)."""
+    seed = os.environ.get("PYTHONHASHSEED")
+    if seed is not None:
+        return seed
+    if algo_name(hash_fn) in ("xxhash", "xxhash_cbor", "xxhash128"):
+        return os.urandom(32).hex()
+    return DEFAULT_NONE_HASH_SEED
+
+
+def get_none_hash_seed() -> str:
+    return DEFAULT_NONE_HASH_SEED if _none_hash_seed is None else _none_hash_seed
+
+
+def hash_block_tokens(
+    hash_function: Callable[[Any], Any],
+    parent_block_hash: Any,
+    curr_block_token_ids: Sequence[int],
+    extra_keys: tuple[Any, ...] | None = None,
+) -> Any:
+    """One chained block hash, as pagedkv's ``BlockHasher`` computes it."""
+    parent = parent_block_hash or NONE_HASH
+    return hash_function((parent, tuple(curr_block_token_ids), extra_keys))
+
+
+def generate_block_hash_extra_keys(
+    request: Any, start_token_idx: int, end_token_idx: int, start_mm_idx: int
+) -> tuple[tuple[Any, ...] | None, int]:
+    """The extra hash keys of one block (pagedkv's ``block_extra_keys``)."""
+    return _hashing.block_extra_keys(request, start_token_idx, end_token_idx, start_mm_idx)
+
+
+def to_event_extra_keys(
+    extra_keys: Iterable[tuple[Any, ...] | None] | None,
+) -> list[tuple[Any, ...] | None] | None:
+    """Block extra keys in the untagged form KV events publish."""
+    if not extra_keys:
+        return None
+    out = [
+        None if keys is None else tuple(k[1:] if k[0] == "mm" else k[1] for k in keys)
+        for keys in extra_keys
+    ]
+    return out or None
+
+
+def get_request_block_hasher(
+    hash_block_size: int,
+    caching_hash_fn: Callable[[Any], Any],
+    num_hash_lookahead_tokens: int = 0,
+) -> BlockHasher:
+    """pagedkv's ``BlockHasher``: called with a request, it returns its new block hashes."""
+    options: dict[str, Any] = {}
+    if num_hash_lookahead_tokens:
+        if "num_lookahead_tokens" not in inspect.signature(BlockHasher).parameters:
+            raise NotImplementedError(
+                "num_hash_lookahead_tokens needs pagedkv's lookahead block hashing"
+            )
+        options["num_lookahead_tokens"] = num_hash_lookahead_tokens
+    return BlockHasher(hash_block_size, algo_name(caching_hash_fn), seed=_none_hash_seed, **options)
+
+
+class KVCacheBlock:
+    """One block: a live view of a pagedkv pool's block (``pool`` set), or a standalone
+    record (``pool`` None) as vLLM's tests build them."""
+
+    __slots__ = ("_block_hash", "_pool", "_ref_cnt", "block_id", "is_null", "pool")
+
+    def __init__(
+        self,
+        block_id: int,
+        ref_cnt: int = 0,
+        *,
+        pool: Any = None,
+        _block_hash: Any = None,
+        is_null: bool = False,
+    ) -> None:
+        self.block_id = block_id
+        self.pool = pool
+        self._pool = None if pool is None else pool.impl
+        self._ref_cnt = ref_cnt
+        self._block_hash = _block_hash
+        self.is_null = is_null
+
+    @property
+    def ref_cnt(self) -> int:
+        return self._ref_cnt if self._pool is None else self._pool.ref_cnt[self.block_id]
+
+    @ref_cnt.setter
+    def ref_cnt(self, value: int) -> None:
+        if self._pool is None:
+            self._ref_cnt = value
+        else:
+            self._pool.ref_cnt[self.block_id] = value
+
+    @property
+    def block_hash(self) -> BlockHashWithGroupId | None:
+        if self._pool is None:
+            return self._block_hash
+        key = self._pool.key_of(self.block_id)
+        return None if key is None else make_block_hash_with_group_id(*key)
+
+    @property
+    def block_hash_num_tokens(self) -> int | None:
+        """Tokens a sub-block primary key covers (None for a whole-block key)."""
+        return None if self._pool is None else self._pool._key_tokens.get(self.block_id)
+
+    def set_block_hash(
+        self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None
+    ) -> None:
+        if self._pool is not None:
+            raise ValueError("a pool's block is hashed through its pool (cache_full_blocks)")
+        if self._block_hash is not None:
+            raise AssertionError("The block already has a hash. This should not happen.")
+        self._block_hash = block_hash
+
+    def reset_hash(self) -> None:
+        if self._pool is not None:
+            raise ValueError("a pool's block loses its hash through its pool (evict_blocks)")
+        self._block_hash = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, KVCacheBlock):
+            return NotImplemented
+        if self._pool is not None or other._pool is not None:
+            return self is other
+        return (self.block_id, self._ref_cnt, self._block_hash) == (
+            other.block_id,
+            other._ref_cnt,
+            other._block_hash,
+        )
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"KVCacheBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt}, "
+            f"_block_hash={self.block_hash!r})"
+        )
+
+
+def null_head_len(blocks: Sequence[KVCacheBlock]) -> int:
+    """Leading null blocks (a sliding window's or Mamba's skipped prefix)."""
+    for i, block in enumerate(blocks):
+        if not block.is_null:
+            return i
+    return len(blocks)
+
+
+def trim_null_head(blocks: Sequence[KVCacheBlock]) -> Sequence[KVCacheBlock]:
+    n = null_head_len(blocks)
+    return blocks[n:] if n else blocks
+
+
+class KVCacheBlockCopy(NamedTuple):
+    """A copy-on-write the worker performs: ``src_block_id``'s content into ``dst_block_id``."""
+
+    src_block_id: int
+    dst_block_id: int
+
+
+class BlockHashListWithBlockSize:
+    """Hashes computed every ``hash_block_size`` tokens, read at ``target_block_size``."""
+
+    def __init__(self, block_hashes: list[Any], hash_block_size: int, target_block_size: int):
+        if target_block_size % hash_block_size:
+            raise AssertionError("target_block_size must be a multiple of hash_block_size")
+        self.block_hashes = block_hashes
+        self.hash_block_size = hash_block_size
+        self.scale_factor = target_block_size // hash_block_size
+
+    def __len__(self) -> int:
+        return len(self.block_hashes) // self.scale_factor
+
+    def __getitem__(self, idx: Any) -> Any:
+        if isinstance(idx, slice):
+            return [self[i] for i in range(*idx.indices(len(self)))]
+        if idx < 0:
+            idx += len(self)
+        return self.block_hashes[(idx + 1) * self.scale_factor - 1]
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(len(self)))
+
+
+def tensor_data(tensor: Any) -> memoryview:
+    """A tensor's bytes (what prompt-embedding hash keys hash)."""
+    return memoryview(_hashing._embeds_bytes(tensor))
+
+
+from pagedkv.compat.vllm._outside import outside_function as _outside  # noqa: E402
+
+_PENDING = "a vLLM KV cache helper pagedkv.compat.vllm does not translate yet"
+FreeKVCacheBlockQueue = _outside("FreeKVCacheBlockQueue", "vLLM's linked-list free queue", __name__)
+for _name in (
+    "generate_scheduler_kv_cache_config",
+    "get_kv_cache_capacity",
+    "get_max_concurrency_for_kv_cache_config",
+    "resolve_cache_hit_alignment_tokens",
+    "resolve_kv_cache_block_sizes",
+):
+    globals()[_name] = _outside(_name, _PENDING, __name__)
+
+
+def maybe_convert_block_hash(hash_bytes: Any) -> ExternalBlockHash:
+    """A block hash as KV events publish it (an int only with
+    ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``): pagedkv's ``external_block_hash``."""
+    from pagedkv.compat.vllm import envs
+    from pagedkv.events.wire import external_block_hash
+
+    return external_block_hash(hash_bytes, envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)

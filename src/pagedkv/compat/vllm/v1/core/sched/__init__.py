@@ -1,0 +1,1 @@
+"""vLLM's ``vllm.v1.core.sched`` (names only; see ``_outside``)."""

@@ -1,0 +1,355 @@
+"""vLLM's ``vllm.v1.core.single_type_kv_cache_manager``: each vLLM-named manager wraps the
+pagedkv manager of its kind (``impl``) and speaks in block objects; every table, hit and
+free is pagedkv's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping, Sequence
+from typing import Any, ClassVar
+
+from pagedkv.compat.vllm._outside import outside_class
+from pagedkv.compat.vllm.v1 import kv_cache_interface as _ki
+from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
+from pagedkv.compat.vllm.v1.core.kv_cache_utils import BlockHashListWithBlockSize, KVCacheBlock
+from pagedkv.compat.vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+from pagedkv.runtime import managers as _m
+from pagedkv.runtime.managers.base import HitQuery
+
+__all__ = [
+    "BlockHashListWithBlockSize",
+    "ChunkedLocalAttentionManager",
+    "CircularBufferManager",
+    "CrossAttentionManager",
+    "FullAttentionManager",
+    "HiSparseSourceManager",
+    "MambaManager",
+    "RSWAManager",
+    "SingleTypeKVCacheManager",
+    "SinkFullAttentionManager",
+    "SlidingWindowManager",
+    "get_manager_for_kv_cache_spec",
+    "register_all_kvcache_specs",
+]
+
+
+class _Tables(MutableMapping[str, list[KVCacheBlock]]):
+    """``req_to_blocks`` in block objects over the pagedkv manager's id tables (a read
+    gives a fresh list; assign a list to change a table)."""
+
+    def __init__(self, manager: SingleTypeKVCacheManager) -> None:
+        self._impl = manager.impl
+        self._pool = manager.block_pool
+
+    def __getitem__(self, request_id: str) -> list[KVCacheBlock]:
+        return self._pool.ids_to_blocks(self._impl.req_to_blocks[request_id])
+
+    def __setitem__(self, request_id: str, blocks: list[KVCacheBlock]) -> None:
+        self._impl.req_to_blocks[request_id] = [b.block_id for b in blocks]
+        self._impl.num_cached_block.setdefault(request_id, 0)
+
+    def __delitem__(self, request_id: str) -> None:
+        del self._impl.req_to_blocks[request_id]
+        self._impl.num_cached_block.pop(request_id, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._impl.req_to_blocks)
+
+    def __len__(self) -> int:
+        return len(self._impl.req_to_blocks)
+
+
+def _ids(blocks: Sequence[KVCacheBlock]) -> list[int]:
+    return [b.block_id for b in blocks]
+
+
+class SingleTypeKVCacheManager:
+    """vLLM's per-group manager API over ``impl``, a pagedkv manager of ``impl_class``."""
+
+    impl_class: ClassVar[type[_m.SingleTypeKVCacheManager]] = _m.FullAttentionManager
+
+    def __init__(
+        self,
+        kv_cache_spec: Any,
+        block_pool: BlockPool,
+        enable_caching: bool = True,
+        kv_cache_group_id: int = 0,
+        scheduler_block_size: int | None = None,
+        dcp_world_size: int = 1,
+        pcp_world_size: int = 1,
+        needs_kv_cache_zeroing: bool = False,
+        max_admission_blocks_per_request: int | None = None,
+        *,
+        impl: _m.SingleTypeKVCacheManager | None = None,
+        max_model_len: int | None = None,
+        max_in_flight_tokens: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if impl is None:
+            impl = self.impl_class(
+                kv_cache_spec,
+                block_pool.impl,
+                kv_cache_group_id=kv_cache_group_id,
+                enable_caching=enable_caching,
+                hash_block_size=block_pool.hash_block_size,
+                alignment_tokens=scheduler_block_size,
+                max_model_len=max_model_len,
+                in_flight_tokens=max_in_flight_tokens,
+            )
+        self.impl = impl
+        self.kv_cache_spec = impl.kv_cache_spec
+        self.block_size = impl.block_size
+        self.block_pool = block_pool
+        self.enable_caching = impl.enable_caching
+        self.kv_cache_group_id = impl.kv_cache_group_id
+        self.scheduler_block_size = scheduler_block_size or impl.alignment_tokens
+        self.dcp_world_size = dcp_world_size
+        self.pcp_world_size = pcp_world_size
+        self.max_admission_blocks_per_request = max_admission_blocks_per_request
+        self.req_to_blocks = _Tables(self)
+        self._null_block = block_pool.null_block
+
+    @property
+    def cache_hit_alignment_tokens(self) -> int:
+        """Token granularity of this group's cache hits (pagedkv's ``alignment_tokens``)."""
+        return self.impl.alignment_tokens
+
+    @property
+    def num_cached_block(self) -> dict[str, int]:
+        return self.impl.num_cached_block
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int,
+        num_local_computed_tokens: int | None = None,
+        num_tokens_main_model: int | None = None,
+        apply_admission_cap: bool = False,
+        prefill_end: int = 0,
+    ) -> int:
+        main = num_tokens if num_tokens_main_model is None else num_tokens_main_model
+        return self.impl.get_num_blocks_to_allocate(
+            request_id,
+            num_tokens,
+            _ids(new_computed_blocks),
+            total_computed_tokens,
+            main,
+            apply_admission_cap,
+        )
+
+    def add_local_computed_blocks(
+        self,
+        request_id: str,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        num_local_computed_tokens: int,
+        num_external_computed_tokens: int = 0,
+    ) -> None:
+        self.impl.add_local_computed_blocks(
+            request_id, _ids(new_computed_blocks), num_local_computed_tokens
+        )
+
+    def allocate_external_computed_blocks(
+        self,
+        request_id: str,
+        num_local_computed_tokens: int,
+        num_external_computed_tokens: int,
+        record_for_zeroing: bool = True,
+    ) -> None:
+        """Blocks for tokens a KV connector loads: the table grows to cover them."""
+        if num_external_computed_tokens <= 0:
+            return
+        total = num_local_computed_tokens + num_external_computed_tokens
+        self.impl.req_to_blocks.setdefault(request_id, [])
+        self.impl.num_cached_block.setdefault(request_id, 0)
+        self.impl.allocate_new_blocks(request_id, total, total)
+
+    def allocate_new_blocks(
+        self, request_id: str, num_tokens: int, num_tokens_main_model: int | None = None
+    ) -> list[KVCacheBlock]:
+        self.impl.req_to_blocks.setdefault(request_id, [])
+        self.impl.num_cached_block.setdefault(request_id, 0)
+        main = num_tokens if num_tokens_main_model is None else num_tokens_main_model
+        return self.block_pool.ids_to_blocks(
+            self.impl.allocate_new_blocks(request_id, num_tokens, main)
+        )
+
+    def cache_blocks(self, request: Any, num_tokens: int, *args: Any, **kwargs: Any) -> None:
+        self.impl.cache_blocks(request, num_tokens)
+
+    def free(self, request_id: str) -> None:
+        self.impl.free(request_id)
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        table = self.impl.req_to_blocks.pop(request_id, [])
+        self.impl.num_cached_block.pop(request_id, None)
+        start = next((i for i, b in enumerate(table) if b), len(table))
+        return self.block_pool.ids_to_blocks(table[start:])
+
+    def remove_skipped_blocks(
+        self,
+        request_id: str,
+        processed_computed_tokens: int,
+        num_prompt_tokens: int | None = None,
+    ) -> None:
+        self.impl.remove_skipped_blocks(request_id, processed_computed_tokens)
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        return self.impl.get_num_skipped_tokens(num_computed_tokens)
+
+    def new_step_starts(self) -> None:
+        self.impl.new_step_starts()
+
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: Any,
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: BlockPool,
+        kv_cache_spec: Any,
+        drop_eagle_block: bool = False,
+        alignment_tokens: int | None = None,
+        dcp_world_size: int = 1,
+        pcp_world_size: int = 1,
+    ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
+        """pagedkv's search of this kind, in block objects."""
+        if drop_eagle_block:
+            raise NotImplementedError("drop_eagle_block needs pagedkv's EAGLE support")
+        if isinstance(block_hashes, BlockHashListWithBlockSize):
+            hashes, hash_block_size = block_hashes.block_hashes, block_hashes.hash_block_size
+        else:
+            hashes, hash_block_size = list(block_hashes), kv_cache_spec.block_size
+        query = HitQuery(
+            hashes,
+            max_length,
+            tuple(kv_cache_group_ids),
+            block_pool.impl,
+            kv_cache_spec,
+            alignment_tokens or kv_cache_spec.block_size,
+            hash_block_size,
+        )
+        found, num_tokens = cls.impl_class.find_longest_cache_hit(query)
+        return tuple(block_pool.ids_to_blocks(ids) for ids in found), num_tokens
+
+
+class FullAttentionManager(SingleTypeKVCacheManager):
+    impl_class = _m.FullAttentionManager
+
+
+class SinkFullAttentionManager(FullAttentionManager):
+    pass
+
+
+class SlidingWindowManager(SingleTypeKVCacheManager):
+    impl_class = _m.SlidingWindowManager
+
+
+class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
+    impl_class = _m.ChunkedLocalAttentionManager
+
+
+class MambaManager(SingleTypeKVCacheManager):
+    impl_class = _m.MambaManager
+
+    @property
+    def _checkpoints(self) -> dict[str, Any]:
+        """Requests with a prefill checkpoint reserved: pagedkv's record of them."""
+        return getattr(self.impl, "_checkpoints", {})
+
+
+class CrossAttentionManager(SingleTypeKVCacheManager):
+    impl_class = _m.CrossAttentionManager
+
+
+def _core_manager(name: str, base: type[SingleTypeKVCacheManager]) -> type:
+    """The vLLM-named wrapper of pagedkv's manager ``name``, or a placeholder naming it."""
+    core = getattr(_m, name, None)
+    if core is None:
+        return outside_class(name, f"{name} (a manager this pagedkv build does not have)", __name__)
+    return type(name, (base,), {"impl_class": core, "__module__": __name__})
+
+
+RSWAManager = _core_manager("RSWAManager", FullAttentionManager)
+CircularBufferManager = _core_manager("CircularBufferManager", FullAttentionManager)
+HiSparseSourceManager = _core_manager("HiSparseSourceManager", FullAttentionManager)
+HiSparseHotManager = _core_manager("HiSparseHotManager", SingleTypeKVCacheManager)
+HiSparseResidentManager = _core_manager("HiSparseResidentManager", SingleTypeKVCacheManager)
+
+# vLLM's built-in table: spec -> (manager, grouping base).
+_BUILTINS: tuple[tuple[type, type, type], ...] = (
+    (_ki.FullAttentionSpec, FullAttentionManager, _ki.FullAttentionSpec),
+    (_ki.HiSparseHotSpec, HiSparseHotManager, _ki.HiSparseHotSpec),
+    (_ki.HiSparseResidentSpec, HiSparseResidentManager, _ki.HiSparseResidentSpec),
+    (_ki.SlidingWindowSpec, SlidingWindowManager, _ki.SlidingWindowSpec),
+    (_ki.CircularBufferSpec, CircularBufferManager, _ki.CircularBufferSpec),
+    (_ki.SlidingWindowMLASpec, SlidingWindowManager, _ki.SlidingWindowMLASpec),
+    (_ki.MambaSpec, MambaManager, _ki.MambaSpec),
+    (_ki.ChunkedLocalAttentionSpec, ChunkedLocalAttentionManager, _ki.ChunkedLocalAttentionSpec),
+    (_ki.CrossAttentionSpec, CrossAttentionManager, _ki.CrossAttentionSpec),
+    (_ki.MLAAttentionSpec, FullAttentionManager, _ki.FullAttentionSpec),
+    (_ki.RSWASpec, RSWAManager, _ki.FullAttentionSpec),
+    (_ki.HiddenStateCacheSpec, FullAttentionManager, _ki.FullAttentionSpec),
+    (_ki.SinkFullAttentionSpec, SinkFullAttentionManager, _ki.FullAttentionSpec),
+)
+
+
+def register_all_kvcache_specs(vllm_config: Any = None) -> None:
+    """vLLM's built-in registrations (in pagedkv's registry they are its own built-ins)."""
+    from pagedkv.compat.vllm.v1.kv_cache_spec_registry import (
+        _REGISTRY_KVCACHESPEC_LIST,
+        KVCacheSpecMetadata,
+    )
+
+    KVCacheSpecRegistry.register_role_manager(
+        _ki.KVCacheGroupRole.HISPARSE_SOURCE, HiSparseSourceManager
+    )
+    for spec_cls, manager, base in _BUILTINS:
+        if issubclass(spec_cls, _ki.KVCacheSpec) and issubclass(base, _ki.KVCacheSpec):
+            meta = KVCacheSpecMetadata(spec_cls, manager, base)
+            _REGISTRY_KVCACHESPEC_LIST[spec_cls] = meta
+
+
+_WRAPPERS: dict[type, type[SingleTypeKVCacheManager]] = {}
+
+
+def wrapper_class_for(impl: _m.SingleTypeKVCacheManager, role: str | None) -> type:
+    """The vLLM-named class for a pagedkv manager the coordinator built."""
+    named = KVCacheSpecRegistry.get_manager_class(impl.kv_cache_spec, role)
+    if (
+        isinstance(named, type)
+        and issubclass(named, SingleTypeKVCacheManager)
+        and issubclass(type(impl), named.impl_class)
+    ):
+        return named
+    for cls in (
+        FullAttentionManager,
+        SlidingWindowManager,
+        ChunkedLocalAttentionManager,
+        MambaManager,
+        CrossAttentionManager,
+    ):
+        if type(impl) is cls.impl_class:
+            return cls
+    return _WRAPPERS.setdefault(
+        type(impl),
+        type(type(impl).__name__, (SingleTypeKVCacheManager,), {"impl_class": type(impl)}),
+    )
+
+
+def get_manager_for_kv_cache_spec(
+    kv_cache_spec: Any,
+    max_in_flight_tokens: int,
+    max_model_len: int,
+    role: str | None = None,
+    **kwargs: Any,
+) -> SingleTypeKVCacheManager:
+    manager_class = KVCacheSpecRegistry.get_manager_class(kv_cache_spec, role)
+    if manager_class is None:
+        raise AssertionError(f"No manager registered for KVCacheSpec {type(kv_cache_spec)}")
+    return manager_class(
+        kv_cache_spec,
+        max_model_len=max_model_len,
+        max_in_flight_tokens=max_in_flight_tokens,
+        **kwargs,
+    )

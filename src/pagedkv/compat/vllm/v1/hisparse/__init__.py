@@ -1,0 +1,1 @@
+"""vLLM's ``vllm.v1.hisparse`` (names only; see ``_outside``)."""

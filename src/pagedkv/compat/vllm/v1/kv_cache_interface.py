@@ -1,0 +1,273 @@
+"""vLLM's ``vllm.v1.kv_cache_interface``: pagedkv's spec classes under vLLM's names, and
+vLLM's group/config shapes (positional groups, roles, retention) over pagedkv's types."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Sequence
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from pagedkv import specs as _specs
+from pagedkv.compat.vllm._outside import outside_class
+from pagedkv.compat.vllm.v1 import _spec_fields as _f
+from pagedkv.compat.vllm.v1._spec_fields import vllm_spec_class
+from pagedkv.compat.vllm.v1.kv_cache_layout import KVCacheLayout
+from pagedkv.errors import RegistryError
+from pagedkv.planning import types as _types
+from pagedkv.specs import KVCacheSpec
+
+__all__ = [
+    "AttentionSpec",
+    "ChunkedLocalAttentionSpec",
+    "CircularBufferSpec",
+    "CrossAttentionSpec",
+    "EncoderOnlyAttentionSpec",
+    "FullAttentionSpec",
+    "HiSparseHotSpec",
+    "HiSparseResidentSpec",
+    "HiddenStateCacheSpec",
+    "KVCacheConfig",
+    "KVCacheGroupRole",
+    "KVCacheGroupSpec",
+    "KVCacheLayout",
+    "KVCacheSpec",
+    "KVCacheSpecKind",
+    "KVCacheTensor",
+    "KVQuantMode",
+    "MLAAttentionSpec",
+    "MambaSpec",
+    "RSWASpec",
+    "SinkFullAttentionSpec",
+    "SlidingWindowMLASpec",
+    "SlidingWindowSpec",
+    "SparseCacheRole",
+    "UniformTypeKVCacheSpecs",
+    "get_kv_cache_spec_kind",
+    "get_kv_cache_spec_sliding_window",
+    "get_mamba_prefill_checkpoint_position",
+    "is_full_attention_spec",
+    "iter_layer_specs",
+]
+
+_MODULE = __name__
+
+
+def _core_spec(name: str) -> type:
+    """pagedkv's spec class ``name``; a placeholder naming it while this build lacks it."""
+    found = getattr(_specs, name, None)
+    if isinstance(found, type):
+        return found
+    return outside_class(name, f"{name} (a spec kind this pagedkv build does not have)", _MODULE)
+
+
+_ATTN = {**_f.BASE_FIELDS, **_f.ATTENTION_FIELDS}
+_FULL = {**_ATTN, **_f.FULL_FIELDS}
+
+AttentionSpec = _specs.AttentionSpec
+FullAttentionSpec = vllm_spec_class("FullAttentionSpec", (_specs.FullAttentionSpec,), _FULL)
+MLAAttentionSpec = vllm_spec_class(
+    "MLAAttentionSpec",
+    (FullAttentionSpec, _specs.MLAAttentionSpec),
+    _f.MLA_FIELDS,
+    {"head_size_v": 0},
+)
+SinkFullAttentionSpec = vllm_spec_class(
+    "SinkFullAttentionSpec", (FullAttentionSpec, _specs.SinkFullAttentionSpec), {}
+)
+SlidingWindowSpec = vllm_spec_class("SlidingWindowSpec", (_specs.SlidingWindowSpec,), _ATTN)
+SlidingWindowMLASpec = vllm_spec_class(
+    "SlidingWindowMLASpec",
+    (SlidingWindowSpec, _specs.SlidingWindowMLASpec),
+    _f.SWA_MLA_FIELDS,
+    {"head_size_v": 0},
+)
+ChunkedLocalAttentionSpec = vllm_spec_class(
+    "ChunkedLocalAttentionSpec", (_specs.ChunkedLocalAttentionSpec,), _ATTN
+)
+CrossAttentionSpec = vllm_spec_class("CrossAttentionSpec", (_specs.CrossAttentionSpec,), _ATTN)
+EncoderOnlyAttentionSpec = vllm_spec_class(
+    "EncoderOnlyAttentionSpec", (_specs.EncoderOnlyAttentionSpec,), _ATTN
+)
+MambaSpec = vllm_spec_class("MambaSpec", (_specs.MambaSpec,), {**_f.BASE_FIELDS, **_f.MAMBA_FIELDS})
+
+
+def _core_kind(name: str, bases: tuple[type, ...], extra: dict[str, Any]) -> type:
+    core = getattr(_specs, name, None)
+    if not isinstance(core, type):
+        return _core_spec(name)
+    return vllm_spec_class(name, (*bases, core), extra)
+
+
+CircularBufferSpec = _core_kind("CircularBufferSpec", (), _ATTN)
+RSWASpec = _core_kind("RSWASpec", (FullAttentionSpec,), {})
+HiddenStateCacheSpec = _core_kind("HiddenStateCacheSpec", (MLAAttentionSpec,), {})
+HiSparseHotSpec = _core_kind("HiSparseHotSpec", (), _f.BASE_FIELDS)
+HiSparseResidentSpec = _core_kind("HiSparseResidentSpec", (), _f.BASE_FIELDS)
+
+
+class KVQuantMode(IntEnum):
+    """vLLM's KV cache quantization modes (attention-backend dispatch, not sizing)."""
+
+    NONE = 0
+    FP8_PER_TENSOR = 1
+    INT8_PER_TOKEN_HEAD = 2
+    FP8_PER_TOKEN_HEAD = 3
+    INT4_PER_TOKEN_HEAD = 4
+    NVFP4 = 5
+    TURBOQUANT_K8V4 = 6
+    TURBOQUANT_4BIT_NC = 7
+
+
+class KVCacheSpecKind(StrEnum):
+    """A spec's kind as KV events report it; the values are pagedkv's ``spec.kind``."""
+
+    FULL_ATTENTION = "full_attention"
+    MLA_ATTENTION = "mla_attention"
+    SLIDING_WINDOW = "sliding_window"
+    SLIDING_WINDOW_MLA = "sliding_window_mla"
+    MAMBA = "mamba"
+    CHUNKED_LOCAL_ATTENTION = "chunked_local_attention"
+    SINK_FULL_ATTENTION = "sink_full_attention"
+    ENCODER_ONLY_ATTENTION = "encoder_only_attention"
+    CROSS_ATTENTION = "cross_attention"
+    UNKNOWN = "unknown"
+
+
+class SparseCacheRole(StrEnum):
+    SPARSE = "sparse"
+    INDEXER = "indexer"
+
+
+class KVCacheGroupRole(StrEnum):
+    """A group's role; equal to pagedkv's role strings (``"default"``...)."""
+
+    DEFAULT = "default"
+    HISPARSE_SOURCE = "hisparse_source"
+    HISPARSE_INDEXER = "hisparse_indexer"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
+class UniformTypeKVCacheSpecs(_specs.UniformTypeKVCacheSpecs):
+    """pagedkv's uniform-type group spec; a spec type nobody registered fails the check
+    with vLLM's ``AssertionError``."""
+
+    @classmethod
+    def is_uniform_type(cls, kv_cache_specs: Any) -> bool:
+        try:
+            return super().is_uniform_type(kv_cache_specs)
+        except RegistryError as exc:
+            raise AssertionError(f"Unsupported KV cache spec type: {exc}") from exc
+
+
+KVCacheTensor = _types.KVCacheTensor
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, init=False)
+class KVCacheGroupSpec(_types.KVCacheGroupSpec):
+    """pagedkv's group, built as vLLM builds it: ``KVCacheGroupSpec(names, spec)``."""
+
+    is_eagle_group: bool = False
+    enable_kv_transfer: bool = True
+
+    def __init__(
+        self,
+        layer_names: Sequence[str],
+        kv_cache_spec: KVCacheSpec,
+        is_eagle_group: bool = False,
+        host_resident: bool = False,
+        enable_kv_transfer: bool = True,
+        role: str = KVCacheGroupRole.DEFAULT,
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "layer_names", tuple(layer_names))
+        set_(self, "kv_cache_spec", kv_cache_spec)
+        set_(self, "is_eagle_group", is_eagle_group)
+        set_(self, "host_resident", host_resident)
+        set_(self, "enable_kv_transfer", enable_kv_transfer)
+        set_(self, "role", KVCacheGroupRole(role) if role in _ROLES else role)
+        self.__post_init__()
+
+
+_ROLES = {r.value for r in KVCacheGroupRole}
+# vLLM's groups and configs are mutable dataclasses (callers rebind their fields).
+KVCacheGroupSpec.__setattr__ = object.__setattr__  # type: ignore[method-assign]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KVCacheConfig(_types.KVCacheConfig):
+    """pagedkv's per-worker config with vLLM's extra fields (retention, hash geometry)."""
+
+    kv_cache_layout: Any = "NHD"
+    prefix_cache_retention_interval: int | None = 0
+    hash_block_size: int | None = None
+    cache_hit_alignment_tokens: int | None = None
+    hisparse_host_num_blocks: int | None = None
+    hisparse_host_block_stride: int | None = None
+    hisparse_shared_host_pool: bool = False
+
+    @property
+    def transfer_group_ids(self) -> tuple[int, ...]:
+        return tuple(
+            i for i, g in enumerate(self.kv_cache_groups) if getattr(g, "enable_kv_transfer", True)
+        )
+
+
+KVCacheConfig.__setattr__ = object.__setattr__  # type: ignore[method-assign]
+
+
+def iter_layer_specs(kv_cache_spec: KVCacheSpec) -> Collection[KVCacheSpec]:
+    if isinstance(kv_cache_spec, _specs.UniformTypeKVCacheSpecs):
+        return kv_cache_spec.kv_cache_specs.values()
+    return (kv_cache_spec,)
+
+
+def is_full_attention_spec(kv_cache_spec: KVCacheSpec) -> bool:
+    layers = iter_layer_specs(kv_cache_spec)
+    return len(layers) > 0 and all(isinstance(s, FullAttentionSpec) for s in layers)
+
+
+def _kind_of(spec: KVCacheSpec) -> KVCacheSpecKind:
+    try:
+        return KVCacheSpecKind(spec.kind)
+    except ValueError:
+        return KVCacheSpecKind.UNKNOWN
+
+
+def get_kv_cache_spec_kind(kv_cache_spec: KVCacheSpec) -> KVCacheSpecKind:
+    """pagedkv's ``spec.kind`` as vLLM's enum; a uniform-type group of several kinds is
+    full attention when all its layers group under full attention."""
+    if not isinstance(kv_cache_spec, _specs.UniformTypeKVCacheSpecs):
+        return _kind_of(kv_cache_spec)
+    layers = kv_cache_spec.kv_cache_specs.values()
+    kinds = {get_kv_cache_spec_kind(s) for s in layers}
+    if len(kinds) == 1:
+        return kinds.pop()
+    from pagedkv.compat.vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+
+    bases = {KVCacheSpecRegistry.get_uniform_type_base_spec(s) for s in layers}
+    if bases == {FullAttentionSpec}:
+        return KVCacheSpecKind.FULL_ATTENTION
+    return KVCacheSpecKind.UNKNOWN
+
+
+def get_kv_cache_spec_sliding_window(kv_cache_spec: KVCacheSpec) -> int | None:
+    if isinstance(kv_cache_spec, _specs.UniformTypeKVCacheSpecs):
+        windows = {get_kv_cache_spec_sliding_window(s) for s in iter_layer_specs(kv_cache_spec)}
+        return windows.pop() if len(windows) == 1 else None
+    if isinstance(kv_cache_spec, _specs.SlidingWindowSpec):
+        return kv_cache_spec.sliding_window
+    return None
+
+
+def get_mamba_prefill_checkpoint_position(
+    num_tokens: int,
+    hash_block_size: int,
+    drop_eagle_block: bool,
+    num_hash_lookahead_tokens: int = 0,
+) -> int:
+    """The prefill checkpoint boundary, from pagedkv's Mamba spec module when it has one."""
+    core = getattr(_specs.mamba, "prefill_checkpoint_position", None)
+    if core is None:
+        raise NotImplementedError("Mamba prefill checkpoints need pagedkv's checkpoint support")
+    return int(core(num_tokens, hash_block_size, drop_eagle_block, num_hash_lookahead_tokens))

@@ -1,0 +1,1 @@
+"""vLLM's ``vllm.v1.worker`` (names only; see ``_outside``)."""
