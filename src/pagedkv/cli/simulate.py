@@ -40,23 +40,28 @@ from pagedkv.cli.simulate_tiers import (
     single_engine,
     tier_rows,
 )
+from pagedkv.deployment import VLLMFlags
 from pagedkv.errors import ConfigError
 
 # One full-attention group keeps the default run short (gemma-3-27b-it, 7 groups with
 # vLLM's grouping, costs ~5x more per manager call); pass a model name for others.
 DEFAULT_MODEL = "Llama-3.1-8B"
 DEFAULT_LIMIT = 1000
+# The replay's scheduler when the line gives none (the vLLM peer replay's settings).
+REPLAY_MAX_NUM_SEQS = 64
+REPLAY_MAX_NUM_BATCHED_TOKENS = 8192
 # The pool keeps a Python object per block: more than this is a typo, not a device.
 MAX_NUM_BLOCKS = 2**24
 
 
 def _engine(
-    model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
+    model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], plan_flags: Any
 ) -> Any:
-    """The engine to replay on; ``model`` is a loaded ModelSource (Hub revision applied)."""
+    """The engine to replay on; ``model`` is a loaded ModelSource (Hub revision applied).
+    With a GPU the cache is ``pagedkv plan``'s for the same flags (``plan_flags``: the
+    scheduler flags as given, None where the line left them to vLLM's defaults)."""
     from pagedkv.cli.plan import PlanRequest, make_plan
-    from pagedkv.sim.engine import engine_from_model, engine_from_plan
-    from pagedkv.sim.planned import PlanInputs
+    from pagedkv.sim.engine import engine_from_deployment, engine_from_model
 
     if gpu is not None and num_blocks is not None:
         raise ConfigError("--gpu and --num-blocks are alternatives; give one")
@@ -80,15 +85,13 @@ def _engine(
             block_size=opts["block_size"],
             max_model_len=opts["max_model_len"],
             kv_cache_dtype=opts["kv_cache_dtype"],
-            # The replay's scheduler sizes the activation reserve.
-            max_num_seqs=settings.max_num_seqs,
-            max_num_batched_tokens=settings.max_num_batched_tokens,
+            # As `pagedkv plan`: vLLM's defaults for the GPU unless given on the line.
+            max_num_seqs=plan_flags.max_num_seqs,
+            max_num_batched_tokens=plan_flags.max_num_batched_tokens,
         )
     )
     fixed = opts["max_model_len"] not in (None, -1)
-    inputs = PlanInputs(result.config, result.kv_cache_specs, result.model_limit, fixed)
-    config = result.config.replace(max_model_len=result.plan.max_model_len)
-    return engine_from_plan(result.plan, config, result.layout.name, inputs)
+    return engine_from_deployment(result, fixed_max_model_len=fixed)
 
 
 def _check_outputs(steps_csv: str | None, plot: str | None, sweep: bool) -> None:
@@ -136,15 +139,20 @@ def simulate_command(
     num_blocks: int | None = typer.Option(
         None, "--num-blocks", "--num-gpu-blocks-override", min=2, help="KV cache blocks."
     ),
-    max_num_seqs: int = typer.Option(
-        64,
+    max_num_seqs: int | None = typer.Option(
+        None,
         "--max-num-seqs",
         min=1,
-        help="Running requests cap (default: the vLLM peer replay's 64, which the "
-        "benchmarks compare against; vllm serve uses 1024 on a >= 70 GiB GPU).",
+        help=f"Running requests cap of the replay (default {REPLAY_MAX_NUM_SEQS}: the vLLM "
+        "peer replay's, which the benchmarks compare against). The planned cache uses "
+        "it when given, else vLLM's default for the GPU, as `pagedkv plan` does.",
     ),
-    max_num_batched_tokens: int = typer.Option(
-        8192, "--max-num-batched-tokens", min=1, help="Token budget per step."
+    max_num_batched_tokens: int | None = typer.Option(
+        None,
+        "--max-num-batched-tokens",
+        min=1,
+        help=f"Token budget per step of the replay (default {REPLAY_MAX_NUM_BATCHED_TOKENS}); "
+        "the planned cache uses it when given, else vLLM's default for the GPU.",
     ),
     max_prefill_chunk: int = typer.Option(
         2048, "--max-prefill-chunk", min=1, help="Most prompt tokens of one request per step."
@@ -223,8 +231,8 @@ def simulate_command(
     _check_outputs(steps_csv, plot, sweep)
     show = progress_enabled(json_output)
     settings = SchedulerSettings(
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs or REPLAY_MAX_NUM_SEQS,
+        max_num_batched_tokens=max_num_batched_tokens or REPLAY_MAX_NUM_BATCHED_TOKENS,
         max_prefill_chunk=max_prefill_chunk,
         arrivals=arrivals,  # type: ignore[arg-type]
     )
@@ -238,7 +246,8 @@ def simulate_command(
         "kv_cache_dtype": kv_cache_dtype,
     }
     source = load_model_config(model, revision=revision)
-    engine = _engine(source, gpu, num_blocks, opts, settings)
+    plan_flags = VLLMFlags(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+    engine = _engine(source, gpu, num_blocks, opts, plan_flags)
     config = engine.config
     if enable_prefix_caching is not None:
         config = config.replace(enable_prefix_caching=enable_prefix_caching)
