@@ -89,17 +89,18 @@ def _memory_table(result: PlanResult) -> Table:
 def _groups_table(result: PlanResult) -> Table:
     table = Table(title="KV cache groups (identical groups folded)", title_justify="left")
     kinds = [g.kind for g in result.kv_cache.groups]
-    # The kind is never cut: the other columns wrap their headers (and figures) instead.
+    # Nothing in this table wraps: headers break where written, so a figure is never
+    # cut at 80 columns or in a pipe.
     table.add_column("kind", no_wrap=True, min_width=max(map(len, kinds), default=4))
-    for name in ("groups", "layers each", "block size", "page bytes", "padding waste"):
-        table.add_column(name, justify="right", overflow="fold")
-    table.add_column("blocks per request", justify="right", overflow="fold")
+    for name in ("groups", "layers\neach", "block\nsize", "page\nbytes", "padding\nwaste"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("blocks\nper\nrequest", justify="right", no_wrap=True)
     rows: Counter[tuple[Any, ...]] = Counter()
     for g in result.kv_cache.groups:
         key = (g.kind, g.num_layers, g.block_size, g.page_size_bytes, g.waste_bytes)
         rows[(*key, g.waste_fraction, g.blocks_per_request)] += 1
     for (kind, layers, bs, page, waste, fraction, blocks), count in rows.items():
-        share = f" ({fraction:.1%})" if waste else ""
+        share = f"\n({fraction:.1%})" if waste else ""
         table.add_row(
             kind,
             str(count),
@@ -193,10 +194,8 @@ def print_tables(result: PlanResult, plot: Path | None = None) -> None:
         f" x PP {config.parallel.pipeline_parallel_size}, KV {config.kv_cache_dtype}; {kinds}"
     )
     if result.layout.filled_fields:
-        filled = ", ".join(
-            f"{k} = {v:,}" if _is_int(v) else f"{k} = {v}" for k, v in result.layout.filled_fields
-        )
-        console.print(f"config fields left to the {result.layout.defaults_from}: {filled}")
+        filled = ", ".join(f"{k} {_figure(v)}" for k, v in result.layout.filled_fields)
+        console.print(f"left to the class defaults: {filled}")
     console.print(_memory_table(result))
     console.print(_groups_table(result))
     console.print(_summary_table(result))
@@ -207,8 +206,8 @@ def print_tables(result: PlanResult, plot: Path | None = None) -> None:
         console.print(f"plot written to {plot}")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _figure(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
 def concurrency_curve(result: PlanResult) -> list[tuple[int, float]]:

@@ -55,6 +55,8 @@ BUILTIN_ADAPTERS: dict[str, tuple[str, ...]] = {
         "GlmForCausalLM",
         "Glm4ForCausalLM",
         "Glm4MoeForCausalLM",
+        # vLLM's MiniMax-M2 gives every layer plain attention (attn_type_list is not read).
+        "MiniMaxM2ForCausalLM",
         "llama",
         "mistral",
         "mixtral",
@@ -62,6 +64,7 @@ BUILTIN_ADAPTERS: dict[str, tuple[str, ...]] = {
         "glm",
         "glm4",
         "glm4_moe",
+        "minimax_m2",
     ),
     "dense.QwenAdapter": (
         "Qwen2ForCausalLM",
