@@ -1,9 +1,10 @@
 """Model adapters: the interface, which adapter reads which config, and describing a model.
 
 One module per architecture family (``dense``, ``mla``, ``hybrid``, ``encdec``,
-``mamba_ssm``). The table below says which class reads which architecture or
-model_type, so a lookup imports only the one family module it needs. Plugins add
-adapters with ``register_model_adapter``.
+``mamba_ssm``; ``pending`` refuses families whose cache kinds pagedkv lacks). The
+table below says which class reads which architecture or model_type, so a lookup
+imports only the one family module it needs. Plugins add adapters with
+``register_model_adapter``.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ BUILTIN_ADAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "encdec.WhisperAdapter": ("WhisperForConditionalGeneration", "whisper"),
     "mamba_ssm.MambaSSMAdapter": (MAMBA_SSM_FORMAT,),
+    "pending.DeepseekV4Adapter": ("DeepseekV4ForCausalLM", "deepseek_v4"),
 }
 
 _lock = threading.RLock()
