@@ -102,3 +102,9 @@ def test_notebook_views_are_rounded_and_labelled() -> None:
     printer = Printer()
     result._repr_pretty_(printer, False)
     assert printer.parts == [text]
+
+
+def test_repr_is_one_short_line() -> None:
+    result = pagedkv.plan("Llama-3.1-8B", kv_cache_memory_bytes=8 << 30, max_model_len=8192)
+    assert repr(result).startswith("DeploymentPlan(model='Llama-3.1-8B', where='given memory'")
+    assert "\n" not in repr(result)

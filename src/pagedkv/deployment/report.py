@@ -104,6 +104,12 @@ class DeploymentPlan:
             rows.append(SummaryRow("config fields from class defaults", filled))
         return rows
 
+    def __repr__(self) -> str:
+        return (
+            f"DeploymentPlan(model={self.layout.name!r}, where={self.where!r}, "
+            f"num_blocks={self.num_blocks}, max_model_len={self.max_model_len})"
+        )
+
     def __str__(self) -> str:
         rows = self.summary()
         width = max(len(r.label) for r in rows)
