@@ -11,7 +11,7 @@ import dataclasses
 import os
 from typing import Any, Unpack
 
-from pagedkv.capacity import plan_kv_cache
+from pagedkv.capacity.plan import plan_kv_cache
 from pagedkv.config import EngineConfig, ModelConfig
 from pagedkv.deployment.format import format_bytes
 from pagedkv.deployment.options import (

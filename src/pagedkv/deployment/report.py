@@ -7,7 +7,7 @@ import html
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from pagedkv.capacity import KVCachePlan
+from pagedkv.capacity.report import KVCachePlan
 from pagedkv.config import EngineConfig
 from pagedkv.deployment.format import format_bytes, format_int
 from pagedkv.models import GPU, MemoryBudget, ModelLayout
