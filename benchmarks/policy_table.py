@@ -1,11 +1,12 @@
 """The policy / host-tier table of docs/simulation.md: one JSON line per run.
 
-    python benchmarks/policy_table.py TRACE MODEL LIMIT GPU POLICIES HOST_GIBS
-    python benchmarks/policy_table.py mooncake_conversation Llama-3.1-8B 1000 H100-80GB \\
+    python benchmarks/policy_table.py TRACE MODEL LIMIT GPU|BLOCKS POLICIES HOST_GIBS
+    python benchmarks/policy_table.py mooncake_conversation Llama-3.1-8B 1000 28535 \\
         lru,lfu,s3fifo,priority 0,32,128
 
-Each run replays the first LIMIT requests of TRACE on MODEL planned for GPU
-(``engine_from_model``), default scheduler settings, with the bound; ``hit`` and ``host``
+Each run replays the first LIMIT requests of TRACE on MODEL planned for GPU, or with
+BLOCKS KV cache blocks (``engine_from_model``), default scheduler settings, with the
+bound; ``hit`` and ``host``
 are fractions of prompt tokens, ``bound`` is the device-size bound, ``tiered_bound`` the
 bound of one cache as large as both tiers.
 """
@@ -27,7 +28,8 @@ from pagedkv.sim.tiers import host_blocks_for
 def main(argv: list[str]) -> None:
     trace_name, model, limit, gpu, policies, hosts = argv
     trace = load_trace(trace_name).head(int(limit))
-    engine = dataclasses.replace(engine_from_model(model, gpu=gpu), hash_algo="builtin")
+    sizing = {"num_blocks": int(gpu)} if gpu.isdigit() else {"gpu": gpu}
+    engine = dataclasses.replace(engine_from_model(model, **sizing), hash_algo="builtin")
     groups = len(engine.kv_cache_config.kv_cache_groups)
     head = {"model": model, "trace": trace_name, "limit": int(limit), "gpu": gpu}
     print(json.dumps(head | {"num_blocks": engine.num_blocks, "groups": groups}), flush=True)

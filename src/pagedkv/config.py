@@ -123,6 +123,13 @@ class CacheConfig:
     hash_algo: str = "sha256"  # vLLM 0.33's default prefix_caching_hash_algo
     # What stays cached: a name in PREFIX_CACHE_RETENTIONS ("vllm", the default, or "dense").
     prefix_cache_retention: str = "vllm"
+    # vLLM's checkpoint spacing for sliding-window and Mamba groups (tokens): 0 keeps only
+    # the blocks a replay or shared-prefix hit needs, a positive multiple of the scheduler
+    # block size also one per interval, None every block (docs/runtime.md).
+    prefix_cache_retention_interval: int | None = 0
+    # vLLM's prefix match unit: hash every this many tokens, finer than the block size of a
+    # hybrid model's groups (Mamba "align" groups then hit inside a block). None: the gcd.
+    prefix_match_unit: int | None = None
     enable_hybrid_kv_cache: bool = True
     kv_cache_layout: str | None = None
     # How layers form KV cache groups: a name in KV_CACHE_GROUPING_RULES.
@@ -136,6 +143,8 @@ class CacheConfig:
         check_fields(self, "block_size")
         names = ("num_gpu_blocks_override", "kv_cache_memory_bytes", "max_kv_cache_groups")
         check_fields(self, *names, allow_none=True)
+        check_fields(self, "prefix_match_unit", allow_none=True)
+        check_fields(self, "prefix_cache_retention_interval", minimum=0, allow_none=True)
         _check_bool(self, "enable_prefix_caching", "enable_hybrid_kv_cache")
         if not isinstance(self.eviction_policy, str) or not self.eviction_policy:
             raise ConfigError(

@@ -61,7 +61,7 @@ def test_plan_json_matches_the_planner() -> None:
     assert group["kind"] == "full_attention" and len(group["layers"]) == 32
     assert (group["block_size"], group["page_size_bytes"]) == (16, 2 * 2**20)
     memory = out["memory"]
-    assert memory["device_bytes"] == 80 * 2**30  # HBM: the vendor GB is a GiB
+    assert memory["device_bytes"] == get_gpu("H100-80GB").planning_memory_bytes
     assert (
         memory["kv_cache_bytes"]
         == budgets[0].kv_cache_bytes
@@ -71,7 +71,7 @@ def test_plan_json_matches_the_planner() -> None:
     assert at_max["context_len"] == 32768
     assert at_max["max_concurrency"] == plan.max_concurrency[0].max_concurrency
     assert out["max_concurrency"] == plan.max_concurrency[0].vllm_max_concurrency
-    assert out["schema_version"] == 2
+    assert out["schema_version"] == 3
     assert (out["max_num_seqs"], out["max_num_batched_tokens"]) == (1024, 8192)
     table = out["concurrency_by_context_len"]
     assert {p["context_len"] for p in table} == {1024, 4096, 16384, 32768}

@@ -198,3 +198,119 @@ def test_platform_flag_decides_the_block_sizes(
         assert "no_such_platform" in capsys.readouterr().err
     finally:
         set_current_platform(None)
+
+
+def _terms(out: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in out["memory"]["terms"]}
+
+
+SERVE_LINE = (
+    "Llama-3.1-8B --host 0.0.0.0 --port 8000 --served-model-name llama --trust-remote-code "
+    "--dtype bfloat16 --gpu-memory-utilization 0.85 --max-model-len 32k --max-num-seqs 256 "
+    "--max-num-batched-tokens 4096 --kv-cache-dtype fp8 --block-size 32 -tp 2 -pp 1 "
+    "--data-parallel-size 2 --enforce-eager --cpu-offload-gb 1"
+)
+
+
+def test_a_whole_vllm_serve_line_pastes_in(capsys: pytest.CaptureFixture[str]) -> None:
+    out = plan_json(capsys, *SERVE_LINE.split(), "--gpu", "H100-80GB")
+    assert (out["max_num_seqs"], out["max_num_batched_tokens"]) == (256, 4096)
+    assert out["kv_cache_dtype"].startswith("fp8") and out["block_size"] == 32
+    assert _terms(out)["CUDA graph estimate"]["bytes"] == 0  # --enforce-eager
+    # The flags that change nothing are accepted and say so.
+    bare = plan_json(capsys, *SERVE_LINE.replace(
+        "--host 0.0.0.0 --port 8000 --served-model-name llama --trust-remote-code ", "").split(),
+        "--gpu", "H100-80GB")  # fmt: skip
+    assert bare["num_blocks"] == out["num_blocks"]
+
+
+def test_help_names_the_flags_that_change_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for flag in ("--trust-remote-code", "--host", "--port", "--served-model-name"):
+        assert flag in text
+    assert text.count("does not change a plan") >= 4
+
+
+def test_enforce_eager_drops_the_cuda_graph_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    graphs = plan_json(capsys, "Llama-3.1-8B", "--max-model-len", "16k")
+    eager = plan_json(capsys, "Llama-3.1-8B", "--max-model-len", "16k", "--enforce-eager")
+    assert _terms(graphs)["CUDA graph estimate"]["bytes"] > 0
+    assert _terms(eager)["CUDA graph estimate"]["bytes"] == 0
+    assert eager["memory"]["kv_cache_bytes"] > graphs["memory"]["kv_cache_bytes"]
+
+
+def test_dtype_and_online_fp8_change_the_weights(capsys: pytest.CaptureFixture[str]) -> None:
+    base = plan_json(capsys, "Llama-3.1-8B", "--max-model-len", "16k")
+    half = plan_json(capsys, "Llama-3.1-8B", "--max-model-len", "16k", "--dtype", "half")
+    fp8 = plan_json(capsys, "Llama-3.1-8B", "--max-model-len", "16k", "-q", "fp8")
+    assert half["weights_dtype"] == half["kv_cache_dtype"] == "float16"
+    assert fp8["weights_dtype"].startswith("fp8 (online")
+    # Linear layers at 1 byte; embedding and head stay bf16 (2 x 128256 x 4096 params).
+    embed = 2 * 128256 * 4096 * 2
+    linear = base["memory"]["weight_bytes"] - embed
+    assert fp8["memory"]["weight_bytes"] == pytest.approx(embed + linear / 2, rel=1e-6)
+    assert main(["plan", "--dtype", "fp7"]) == 2
+    assert "unknown dtype 'fp7'" in capsys.readouterr().err
+
+
+def test_stored_dtype_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    deepseek = plan_json(capsys, "DeepSeek-V3", "--gpu", "H200", "-tp", "8")
+    assert deepseek["weights_dtype"] == "fp8 (block 128x128)"
+    oss = plan_json(capsys, "gpt-oss-20b")
+    assert oss["weights_dtype"] == "mxfp4 experts, bfloat16 rest"
+
+
+def test_expert_parallel_splits_experts_over_tp_x_dp(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["Qwen3.5-35B-A3B", "--gpu", "H200", "-tp", "2", "-dp", "4"]
+    sharded = plan_json(capsys, *args)
+    split = plan_json(capsys, *args, "--enable-expert-parallel")
+    assert split["memory"]["weight_bytes"] < sharded["memory"]["weight_bytes"]
+    assert split["num_blocks"] > sharded["num_blocks"]
+
+
+def test_speculative_mtp_loads_the_mtp_layers(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["DeepSeek-V3", "--gpu", "H200", "-tp", "8"]
+    plain = plan_json(capsys, *args)
+    mtp = plan_json(
+        capsys, *args, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'
+    )
+    assert mtp["memory"]["weight_bytes"] > plain["memory"]["weight_bytes"]
+    assert main(["plan", *args, "--speculative-config", "{method: mtp}"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--speculative-config is not JSON" in err
+
+
+def test_cpu_offload_takes_weights_off_the_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    base = plan_json(capsys, "Llama-3.1-8B", "--max-model-len", "16k")
+    offload = plan_json(capsys, "Llama-3.1-8B", "--max-model-len", "16k", "--cpu-offload-gb", "4")
+    assert base["memory"]["weight_bytes"] - offload["memory"]["weight_bytes"] == 4 * 2**30
+
+
+def test_vllm_version_selects_that_releases_accounting(capsys: pytest.CaptureFixture[str]) -> None:
+    now = _terms(plan_json(capsys, "Llama-3.1-8B", "--max-model-len", "16k"))
+    old = _terms(
+        plan_json(capsys, "Llama-3.1-8B", "--max-model-len", "16k", "--vllm-version", "0.11.0")
+    )
+    assert old["sampler warm-up"]["bytes"] > 2 * now["sampler warm-up"]["bytes"]
+    assert old["CUDA graph estimate"]["bytes"] == 0 < now["CUDA graph estimate"]["bytes"]
+    assert main(["plan", "--vllm-version", "latest"]) == 1
+    assert "cannot read a vLLM version" in capsys.readouterr().err
+
+
+def test_tables_print_vllms_own_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "Llama-3.1-8B", "--max-model-len", "16k"]) == 0
+    text = capsys.readouterr().out
+    out = plan_json(capsys, "Llama-3.1-8B", "--max-model-len", "16k")
+    assert f"GPU KV cache size: {out['vllm_kv_cache_tokens']:,} tokens" in text
+    assert (
+        f"Maximum concurrency for 16,000 tokens per request: {out['max_concurrency']:.2f}x" in text
+    )
+    # Null block counted, as vLLM counts it: num_blocks x block_size at one group.
+    assert out["vllm_kv_cache_tokens"] == out["num_blocks"] * 16
+
+
+def test_scheduler_default_tiers() -> None:
+    assert vllm_scheduler_defaults(178 * 2**30, "B200") == (1024, 16384)
+    assert vllm_scheduler_defaults(int(139.81 * 2**30), "H200-141GB") == (1024, 8192)
+    assert vllm_scheduler_defaults(121 * 2**30, "NVIDIA GB10") == (256, 2048)

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("zmq")
 
-from . import kv_events_subscriber as checker
+from .shared_tool import checker
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -13,7 +13,7 @@ from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.events.wire import decode_event_batch, encode_event_batch, external_block_hash
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored
 
-from . import kv_events_subscriber as checker
+from .shared_tool import checker
 
 STORED_ORDER = [
     "type",

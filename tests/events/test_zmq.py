@@ -13,8 +13,8 @@ from pagedkv.errors import ConfigError  # noqa: E402
 from pagedkv.events import EventSubscriber, KVEventsConfig, ZmqEventPublisher  # noqa: E402
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored  # noqa: E402
 
-from . import kv_events_subscriber as checker  # noqa: E402
 from .helpers import LOOPBACK, cached_hashes, drive, small_manager  # noqa: E402
+from .shared_tool import checker  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -145,7 +145,8 @@ def test_full_queue_drops_and_the_loss_is_visible_as_a_gap() -> None:
         batches = drive(manager, 50)
         for batch in batches:  # faster than the thread drains a one-slot queue
             pub.publish(batch)
-        assert pub.num_published == 50 and pub.num_dropped > 0
+        # (an empty batch may follow a drop that emptied the queue: see the publisher)
+        assert pub.num_published >= 50 and pub.num_dropped > 0
         _wait_drained(pub)
         pub.publish([AllBlocksCleared()])  # the next batch that gets through shows the gap
         _wait_drained(pub)

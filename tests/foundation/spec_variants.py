@@ -7,11 +7,16 @@ from typing import Any
 
 from pagedkv.specs import (
     ChunkedLocalAttentionSpec,
+    CircularBufferSpec,
     CrossAttentionSpec,
     FullAttentionSpec,
+    HiddenStateCacheSpec,
+    HiSparseHotSpec,
+    HiSparseResidentSpec,
     KVCacheSpec,
     MambaSpec,
     MLAAttentionSpec,
+    RSWASpec,
     SinkFullAttentionSpec,
     SlidingWindowMLASpec,
     SlidingWindowSpec,
@@ -29,6 +34,14 @@ MERGEABLE_EXAMPLES: list[KVCacheSpec] = [
     ChunkedLocalAttentionSpec(**ATTN, attention_chunk_size=8192),
     CrossAttentionSpec(**ATTN),
     MambaSpec(block_size=16, shapes=((4, 3), (4, 8)), dtypes=("bf16", "fp32")),
+    RSWASpec(**ATTN, rswa_window=128),
+    HiddenStateCacheSpec(block_size=16, head_size=4096),
+    CircularBufferSpec(block_size=8, num_kv_heads=1, head_size=1024, head_size_v=0),
+    HiSparseHotSpec(block_size=64, page_size=36864, blocks_per_request=32),
+    HiSparseResidentSpec(block_size=64, page_size=36864),
+    MLAAttentionSpec(
+        block_size=256, head_size=512, tokens_per_state=4, model_version="deepseek_v4"
+    ),
 ]
 
 _ALTERNATIVE_DTYPE = {"bfloat16": "float16", "float16": "bfloat16"}
@@ -50,6 +63,10 @@ def altered(spec: KVCacheSpec, name: str) -> KVCacheSpec:
         new = "mamba1"
     elif name == "mamba_cache_mode":
         new = "align" if value == "none" else "none"
+    elif name == "model_version":
+        new = None if value else "deepseek_v4"
+    elif name == "cache_dtype_str":
+        new = "auto" if value != "auto" else "fp8_ds_mla"
     elif isinstance(value, bool):
         new = not value
     elif isinstance(value, int):

@@ -103,14 +103,6 @@ def test_unknown_model_type_refuses_the_missing_field_naming_it_and_the_file(
     assert "no known class defaults" in message
 
 
-def test_deepseek_v4_is_refused_naming_the_missing_cache_kind(tmp_path: Path) -> None:
-    path = _write(
-        tmp_path, {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4"}
-    )
-    with pytest.raises(ModelConfigError, match="CircularBufferSpec"):
-        describe_model(path, use_transformers=False)
-
-
 def test_minimax_m2_plans_full_attention_on_every_layer() -> None:
     # vLLM's MiniMax-M2 builds plain attention on every layer (attn_type_list is not read)
     layout = describe_model("MiniMax-M2.7")

@@ -255,4 +255,4 @@ class TestInputs:
         (kv,) = get_kv_cache_configs(CONFIG.replace(kv_cache_layout="hnd"), [llama_8b(2)], [GiB])
         assert kv.kv_cache_layout == "HND"
         with pytest.raises(ConfigError, match="kv_cache_layout"):
-            get_kv_cache_configs(CONFIG.replace(kv_cache_layout="LBNHC"), [llama_8b(2)], [GiB])
+            get_kv_cache_configs(CONFIG.replace(kv_cache_layout="LBXYZ"), [llama_8b(2)], [GiB])

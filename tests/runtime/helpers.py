@@ -47,6 +47,18 @@ def mamba(block_size: int = 4, mode: str = "align") -> MambaSpec:
     )
 
 
+def mamba2(block_size: int = 4, alignment: int = 1) -> MambaSpec:
+    """A Mamba-2 / gated-DeltaNet-like state: align mode with one prefill checkpoint block."""
+    return MambaSpec(
+        block_size=block_size,
+        shapes=((4, 4),),
+        dtypes=("bfloat16",),
+        mamba_cache_mode="align",
+        num_prefill_checkpoint_blocks=1,
+        prefill_checkpoint_alignment=alignment,
+    )
+
+
 def cross(block_size: int = 4) -> CrossAttentionSpec:
     return CrossAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=8)
 
@@ -109,6 +121,9 @@ def check_invariants(
                 if b != 0:
                     holders[b] += 1
                     assert group_of.setdefault(b, gid) == gid, f"block {b} in two groups"
+        for source, copy in m._cow_copies:  # a queued copy holds both its blocks
+            holders[source] += 1
+            holders[copy] += 1
     free_set = set(free)
     for block in range(1, pool.num_blocks):
         assert pool.ref_cnt[block] == holders[block], (
@@ -119,13 +134,12 @@ def check_invariants(
     assert len(free) + used + 1 == pool.num_blocks
     assert pool.num_free_blocks == len(free)
     cached = cached_blocks(pool)
-    keyed = {b for b in range(pool.num_blocks) if pool.block_hash[b] is not None}
-    in_map = [b for blocks in cached.values() for b in blocks]
-    assert len(in_map) == len(set(in_map))
-    assert set(in_map) == keyed, "hash map and per-block keys disagree"
-    for key, blocks in cached.items():
-        for block in blocks:
-            assert pool.key_of(block) == key
+    # Every (key, block) of the hash map is one of the block's keys, and the other way.
+    in_map = sorted((b, key) for key, blocks in cached.items() for b in blocks)
+    per_block = sorted((b, key) for b in range(pool.num_blocks) for key in pool._keys_of(b))
+    assert in_map == per_block, "hash map and per-block keys disagree"
+    for block, tokens in pool._key_tokens.items():
+        assert pool.block_hash[block] is not None and tokens % manager.hash_block_size == 0
     if allocated_tokens is not None:
         for m in manager.managers:
             assert set(m.req_to_blocks) == set(allocated_tokens)

@@ -15,7 +15,17 @@ from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import FullAttentionManager, KVCacheManager, Request, UnitaryCoordinator
 from pagedkv.runtime.events import BlockRemoved
 
-from .helpers import cached_blocks, check_invariants, chunked, cross, full, make_manager, mamba, swa
+from .helpers import (
+    cached_blocks,
+    check_invariants,
+    chunked,
+    cross,
+    full,
+    make_manager,
+    mamba,
+    mamba2,
+    swa,
+)
 
 PREFIXES = ([], [1, 2, 3, 4, 5, 6, 7, 8], [9] * 20, [1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13, 14])
 CHUNK_TOKENS = 12
@@ -26,17 +36,28 @@ class Injected(RuntimeError):
     pass
 
 
+# Set by the capacity check before an allocation's transaction (as vLLM's), and set again
+# by every allocation before it is read: not part of what a rollback restores.
+SCRATCH = frozenset({"_checkpoints"})
+
+
 def exact_state(manager: KVCacheManager) -> dict[str, object]:
     """Everything a rolled-back allocation must restore, order included."""
     pool = manager.block_pool
     groups = [
-        {k: copy.deepcopy(v) for k, v in vars(m).items() if isinstance(v, dict | set)}
+        {
+            k: copy.deepcopy(v)
+            for k, v in vars(m).items()
+            if isinstance(v, dict | set | list) and k not in SCRATCH
+        }
         for m in manager.managers
     ]
     return {
         "free_queue": pool.queue.order(),
         "cached": cached_blocks(pool),
         "hashes": list(pool.block_hash),
+        "extra_keys": copy.deepcopy(pool._extra_keys),
+        "key_tokens": dict(pool._key_tokens),
         "ref": list(pool.ref_cnt),
         "evictions": pool.num_evictions,
         "events": len(pool._events or ()),
@@ -50,6 +71,11 @@ class KVCacheMachine(RuleBasedStateMachine):
     encoder_tokens = 0  # > 0 for encoder-decoder layouts (cross attention)
     enable_events = False  # True: evictions are checked against BlockRemoved events
     retention = "vllm"
+    options: dict[str, object] = {}  # more KVCacheManager keywords
+    # Every BlockRemoved is an eviction, unless keys inside blocks (partial hits) give way
+    # to full ones or transient checkpoints lose theirs.
+    removals_are_evictions = True
+    failing_methods = ("get_new_blocks", "touch", "cache_full_blocks")
 
     def __init__(self) -> None:
         super().__init__()
@@ -59,10 +85,12 @@ class KVCacheMachine(RuleBasedStateMachine):
             max_model_len=MAX_MODEL_LEN,
             enable_events=self.enable_events,
             retention=self.retention,
+            **self.options,
         )
         self.num_removed = 0
         self.waiting: list[Request] = []
         self.running: list[Request] = []
+        self.prompts: list[list[int]] = []
         self.counter = 0
 
     @initialize()
@@ -73,6 +101,15 @@ class KVCacheMachine(RuleBasedStateMachine):
     @rule(prefix=st.sampled_from(PREFIXES), suffix=st.lists(st.integers(0, 3), max_size=30))
     def add_request(self, prefix: list[int], suffix: list[int]) -> None:
         tokens = (prefix + suffix)[: MAX_MODEL_LEN - 8] or [0]
+        self.counter += 1
+        self.waiting.append(Request(f"r{self.counter}", tokens))
+        self.prompts.append(tokens)
+
+    @precondition(lambda self: self.prompts)
+    @rule(index=st.integers(0, 100), extra=st.lists(st.integers(0, 3), max_size=6))
+    def resend(self, index: int, extra: list[int]) -> None:
+        """An earlier prompt again, maybe extended (hits at its cached boundaries)."""
+        tokens = (self.prompts[index % len(self.prompts)] + extra)[: MAX_MODEL_LEN - 8]
         self.counter += 1
         self.waiting.append(Request(f"r{self.counter}", tokens))
 
@@ -166,16 +203,25 @@ class KVCacheMachine(RuleBasedStateMachine):
         assert pool.queue.order() == queue
         assert all(pool.key_of(i) is None for i in ids)
 
+    @rule(data=st.data())
+    def release_copies(self, data: st.DataObject) -> None:
+        """The engine ran the queued copies: their blocks' extra references go back."""
+        pending = [pair for m in self.manager.managers for pair in m._cow_copies]
+        copies = self.manager.release_cow_copies()
+        assert [tuple(c) for c in copies] == pending
+        assert not any(m._cow_copies for m in self.manager.managers)
+
     @rule(
         index=st.integers(0, 100),
-        method=st.sampled_from(["get_new_blocks", "touch", "cache_full_blocks"]),
+        method_index=st.integers(0, 10),
         call=st.integers(1, 3),
         admit=st.booleans(),
     )
-    def failing_allocation(self, index: int, method: str, call: int, admit: bool) -> None:
+    def failing_allocation(self, index: int, method_index: int, call: int, admit: bool) -> None:
         """An exception injected after the ``call``-th call of a pool method: the pool
         (free blocks in order, hash map, references) and every manager's state are
         exactly as before the allocation (window releases happen before it, as in vLLM)."""
+        method = self.failing_methods[method_index % len(self.failing_methods)]
         manager = self.manager
         manager.new_step_starts()
         if admit and self.waiting:
@@ -226,7 +272,8 @@ class KVCacheMachine(RuleBasedStateMachine):
 
     @rule()
     def reset_prefix_cache(self) -> None:
-        busy = bool(self.running)
+        # Queued copies hold their blocks too (until release_cow_copies).
+        busy = bool(self.running) or any(m._cow_copies for m in self.manager.managers)
         assert self.manager.reset_prefix_cache() is (not busy)
         if not busy:
             assert cached_blocks(self.manager.block_pool) == {}
@@ -256,14 +303,17 @@ class KVCacheMachine(RuleBasedStateMachine):
             while expected < (req.num_tokens - 1) // bs and req.block_hashes[expected] in cached:
                 expected += 1
             assert num_hit == expected * bs
+        unit = self.manager.hash_block_size
         for gid, (m, ids) in enumerate(zip(self.manager.managers, blocks)):
             if num_hit:
-                assert num_hit % m.block_size == 0
-                assert len(ids) == num_hit // m.block_size
-            scale = m.block_size // self.manager.hash_block_size
+                assert num_hit % self.manager.cache_hit_alignment_tokens == 0
+                assert len(ids) == -(-num_hit // m.block_size)
+            scale = m.block_size // unit
             for i, block in enumerate(ids):
                 if block:
-                    assert pool.key_of(block) == (req.block_hashes[(i + 1) * scale - 1], gid)
+                    # A block's own key, or the hit's (a hit ending inside the block).
+                    h = req.block_hashes[min((i + 1) * scale, num_hit // unit) - 1]
+                    assert pool.has_key(block, h, gid)
 
     @invariant()
     def identical_groups_have_nulls_at_the_same_positions(self) -> None:
@@ -279,7 +329,7 @@ class KVCacheMachine(RuleBasedStateMachine):
 
     @invariant()
     def evictions_match_removed_events(self) -> None:
-        if self.enable_events:
+        if self.enable_events and self.removals_are_evictions:
             for event in self.manager.take_events():
                 if isinstance(event, BlockRemoved):
                     self.num_removed += len(event.block_hashes)
@@ -303,13 +353,24 @@ def machine(
     encoder_tokens: int = 0,
     enable_events: bool = False,
     retention: str = "vllm",
+    **options: object,
 ) -> type:
     attrs = {
         "specs": staticmethod(specs),
         "encoder_tokens": encoder_tokens,
         "enable_events": enable_events,
         "retention": retention,
+        "options": options,
     }
+    if options.get("hash_block_size"):
+        attrs["removals_are_evictions"] = False
+    if options.get("hash_block_size") or any(s.kind == "mamba" for s in specs()):
+        attrs["failing_methods"] = (
+            *KVCacheMachine.failing_methods,
+            "cache_partial_block",
+            "move_block_keys",
+            "uncache_block",
+        )
     return type(name, (KVCacheMachine,), attrs)
 
 
@@ -330,6 +391,33 @@ EventsHybridMachine = machine(
 DenseHybridMachine = machine(
     "DenseHybridMachine", lambda: [full(), swa(8), mamba()], retention="dense"
 )
+# vLLM 0.33's Mamba prefill checkpoints (Mamba-2 / gated DeltaNet), on the prompt's last
+# chunk (interval 0) or on every chunk (interval None).
+MambaCheckpointMachine = machine("MambaCheckpointMachine", lambda: [full(), mamba2()])
+MambaCheckpointDenseMachine = machine(
+    "MambaCheckpointDenseMachine",
+    lambda: [mamba2(8, 8), full(8)],
+    prefix_cache_retention_interval=None,
+)
+# Partial hits: hashed every 4 tokens, 16-token blocks (hits inside a block, copy on write).
+PartialHitMachine = machine(
+    "PartialHitMachine", lambda: [full(16), mamba(16), mamba(16)], hash_block_size=4
+)
+PartialHitEventsMachine = machine(
+    "PartialHitEventsMachine",
+    lambda: [full(16), mamba2(16, 4)],
+    enable_events=True,
+    hash_block_size=4,
+)
+# vLLM's retention intervals: a checkpoint every 16 tokens, or every block (None).
+RetentionIntervalMachine = machine(
+    "RetentionIntervalMachine",
+    lambda: [full(), swa(8), mamba()],
+    prefix_cache_retention_interval=16,
+)
+RetentionNoneMachine = machine(
+    "RetentionNoneMachine", lambda: [swa(8), mamba()], prefix_cache_retention_interval=None
+)
 
 TestFull = FullMachine.TestCase
 TestSlidingWindow = SlidingWindowMachine.TestCase
@@ -342,6 +430,12 @@ TestEncoderDecoder = EncoderDecoderMachine.TestCase
 TestSharedWindow = SharedWindowMachine.TestCase
 TestEventsHybrid = EventsHybridMachine.TestCase
 TestDenseHybrid = DenseHybridMachine.TestCase
+TestMambaCheckpoint = MambaCheckpointMachine.TestCase
+TestMambaCheckpointDense = MambaCheckpointDenseMachine.TestCase
+TestPartialHit = PartialHitMachine.TestCase
+TestPartialHitEvents = PartialHitEventsMachine.TestCase
+TestRetentionInterval = RetentionIntervalMachine.TestCase
+TestRetentionNone = RetentionNoneMachine.TestCase
 for _case in (
     TestFull,
     TestSlidingWindow,
@@ -354,5 +448,11 @@ for _case in (
     TestSharedWindow,
     TestEventsHybrid,
     TestDenseHybrid,
+    TestMambaCheckpoint,
+    TestMambaCheckpointDense,
+    TestPartialHit,
+    TestPartialHitEvents,
+    TestRetentionInterval,
+    TestRetentionNone,
 ):
     _case.settings = SETTINGS

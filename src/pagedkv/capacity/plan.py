@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pagedkv.capacity.report import ConcurrencyPoint, GroupReport, KVCachePlan, WorkerReport
 from pagedkv.config import EngineConfig, check_int
 from pagedkv.errors import PlanningError
+from pagedkv.planning.layout import is_block_outermost
 from pagedkv.planning.placement import bytes_per_block, group_width_bytes, resolve_kv_cache_layout
 from pagedkv.planning.planner import plan_kv_cache_configs
 from pagedkv.planning.sizing import RequestCost
@@ -125,8 +126,10 @@ def scheduler_block_size(groups: Sequence[KVCacheGroupSpec], default: int) -> in
 def group_reports(
     groups: Sequence[KVCacheGroupSpec], cost: RequestCost, length: int
 ) -> list[GroupReport]:
-    device_bpb, host_bpb = bytes_per_block(groups), bytes_per_block(groups, host=True)
     config = cost.config_at(length)
+    block_outer = is_block_outermost(resolve_kv_cache_layout(config))
+    device_bpb = bytes_per_block(groups, block_outer=block_outer)
+    host_bpb = bytes_per_block(groups, host=True)
     reports = []
     for gid, group in enumerate(groups):
         spec = group.kv_cache_spec

@@ -17,6 +17,7 @@ from pagedkv.cli.common import stderr_console
 from pagedkv.cli.generate import generate_command
 from pagedkv.cli.plan import plan_command
 from pagedkv.cli.route import route_app
+from pagedkv.cli.serve import serve_command
 from pagedkv.cli.simulate import simulate_command
 from pagedkv.errors import PagedKVError
 
@@ -61,6 +62,7 @@ app.command("gpus", short_help="List the GPU table and its aliases.")(gpus_comma
 app.command("generate", short_help="Generate with a transformers model on pagedkv.")(
     generate_command
 )
+app.command("serve", short_help="Serve a model over an OpenAI-compatible API.")(serve_command)
 app.add_typer(route_app, name="route", short_help="KV-aware routing across engines.")
 
 

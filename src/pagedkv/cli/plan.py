@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from pagedkv import deployment
+from pagedkv.cli import vllm_flags as vf
 from pagedkv.cli.common import (
     BLOCK_SIZE_OPTION,
     DEFAULT_GPU,
@@ -67,6 +68,18 @@ class PlanRequest:
     num_gpu_blocks_override: int | None = None
     prefix_caching_hash_algo: str = "sha256"
     revision: str | None = None
+    # vLLM flags that change the start-up memory accounting (cli.vllm_flags).
+    enforce_eager: bool = False
+    dtype: str = "auto"
+    quantization: str | None = None
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    speculative_config: str | None = None
+    cpu_offload_gb: float = 0.0
+    # Account memory as this vLLM release does (None: 0.33).
+    vllm_version: str | None = None
+    # None: the platform's layout (layer-outermost NHD on the generic platform).
+    kv_cache_layout: str | None = None
 
     def to_library(self) -> deployment.PlanRequest:
         kv_memory = self.kv_cache_memory
@@ -83,6 +96,14 @@ class PlanRequest:
             max_num_batched_tokens=self.max_num_batched_tokens,
             enable_prefix_caching=self.enable_prefix_caching,
             prefix_caching_hash_algo=self.prefix_caching_hash_algo,
+            enforce_eager=self.enforce_eager,
+            dtype=self.dtype,
+            quantization=self.quantization,
+            data_parallel_size=self.data_parallel_size,
+            enable_expert_parallel=self.enable_expert_parallel,
+            speculative_config=self.speculative_config,
+            cpu_offload_gb=self.cpu_offload_gb,
+            kv_cache_layout=self.kv_cache_layout,
         )
         if self.gpu and self.memory:
             raise ConfigError("--gpu and --memory are alternatives; give one")
@@ -98,6 +119,7 @@ class PlanRequest:
             max_kv_cache_groups=self.max_groups,
             context_lengths=self.context_lengths,
             revision=self.revision,
+            vllm_version=self.vllm_version,
         )
 
 
@@ -116,6 +138,12 @@ GROUPING_OPTION = typer.Option(
     "--grouping",
     help="How layers form KV cache groups: vllm (vLLM 0.33's rule) or least-waste "
     "(pagedkv's search for the fewest bytes per request).",
+)
+KV_CACHE_LAYOUT_OPTION = typer.Option(
+    None,
+    "--kv-cache-layout",
+    help="Physical KV cache layout, as vLLM's VLLM_KV_CACHE_LAYOUT (LBNHC, BLNHC, ...); "
+    "block-outermost ones (B first) pack groups of different page sizes.",
 )
 PLOT_OPTION = typer.Option(
     None, "--plot", help="Write max concurrency vs context length (PNG, needs matplotlib)."
@@ -165,10 +193,23 @@ def plan_command(
         help="Accepted for vLLM command lines; it does not change a plan.",
     ),
     revision: str | None = REVISION_OPTION,
+    enforce_eager: bool = vf.ENFORCE_EAGER_OPTION,
+    dtype: str = vf.DTYPE_OPTION,
+    quantization: str | None = vf.QUANTIZATION_OPTION,
+    data_parallel_size: int = vf.DATA_PARALLEL_OPTION,
+    enable_expert_parallel: bool = vf.EXPERT_PARALLEL_OPTION,
+    speculative_config: str | None = vf.SPECULATIVE_OPTION,
+    cpu_offload_gb: float = vf.CPU_OFFLOAD_OPTION,
+    vllm_version: str | None = vf.VLLM_VERSION_OPTION,
+    trust_remote_code: bool = vf.TRUST_REMOTE_CODE_OPTION,
+    host: str | None = vf.HOST_OPTION,
+    port: int | None = vf.PORT_OPTION,
+    served_model_name: list[str] = vf.SERVED_NAME_OPTION,
     platform: str | None = PLATFORM_OPTION,
     context_len: list[int] = CONTEXT_LEN_OPTION,
     max_groups: int | None = MAX_GROUPS_OPTION,
     grouping: str = GROUPING_OPTION,
+    kv_cache_layout: str | None = KV_CACHE_LAYOUT_OPTION,
     json_output: bool = JSON_OPTION,
     plot: Path | None = PLOT_OPTION,
 ) -> None:
@@ -200,6 +241,15 @@ def plan_command(
         num_gpu_blocks_override=num_gpu_blocks_override,
         prefix_caching_hash_algo=prefix_caching_hash_algo,
         revision=revision,
+        enforce_eager=enforce_eager,
+        dtype=dtype,
+        quantization=quantization,
+        data_parallel_size=data_parallel_size,
+        enable_expert_parallel=enable_expert_parallel,
+        speculative_config=speculative_config,
+        cpu_offload_gb=cpu_offload_gb,
+        vllm_version=vllm_version,
+        kv_cache_layout=kv_cache_layout,
     )
     result = make_plan(request)
     if plot is not None:

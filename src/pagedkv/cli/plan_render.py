@@ -17,7 +17,8 @@ from pagedkv.errors import ConfigError
 PLOT_POINTS = 32
 # 2: max_concurrency is one number (vLLM's figure at max_model_len); the per-length
 # table moved to concurrency_by_context_len; scheduler options added.
-SCHEMA_VERSION = 2
+# 3: memory.terms (the start-up accounting's rows), vllm_kv_cache_tokens, weights_dtype.
+SCHEMA_VERSION = 3
 
 
 # What `pagedkv plan` prints is the library's plan.
@@ -57,6 +58,9 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         **plan,
         # vLLM's "Maximum concurrency for N tokens per request" (null block counted).
         "max_concurrency": at_max.vllm_max_concurrency,
+        # vLLM's "GPU KV cache size: N tokens" (null block counted).
+        "vllm_kv_cache_tokens": vllm_kv_cache_tokens(result),
+        "weights_dtype": weights_dtype(result),
         "concurrency_by_context_len": table,
     }
 
@@ -69,21 +73,52 @@ def _memory_table(result: PlanResult) -> Table:
     b = result.budgets[0]
     table = Table(title="KV cache memory per worker", title_justify="left", show_header=False)
     table.add_column("term")
-    table.add_column("bytes", justify="right")
+    table.add_column("bytes", justify="right", no_wrap=True)
     table.add_column("how")
     if b.device_bytes:
         gpu = result.gpu
         how = f"{gpu.name}: {gpu.planning_memory_source}" if gpu else "--memory"
         table.add_row("device memory", format_bytes(b.device_bytes), how)
         table.add_row(
-            f"x utilization {b.gpu_memory_utilization:g}", format_bytes(b.usable_bytes), ""
+            f"x utilization {b.gpu_memory_utilization:g}",
+            format_bytes(b.usable_bytes),
+            "rounded up",
         )
-        params = f"{result.layout.num_params / 1e9:.2f}B params, {result.layout.dtype}"
+        params = f"{result.layout.num_params / 1e9:.2f}B params, {weights_dtype(result)}"
         table.add_row("- weights", format_bytes(b.weight_bytes), params)
-        table.add_row("- activation reserve", format_bytes(b.activation_bytes), "stated estimate")
+        for term in b.terms:
+            name = f"- {term.name}" if term.counted else f"  ({term.name})"
+            table.add_row(name, format_bytes(term.bytes), term.how)
     how = "given (--kv-cache-memory-bytes)" if b.given else "what is left"
     table.add_row("= KV cache", format_bytes(b.kv_cache_bytes), how)
     return table
+
+
+def weights_dtype(result: PlanResult) -> str:
+    """The stored format: the checkpoint's quantisation, else the model dtype."""
+    fmt = result.budgets[0].weight_format if result.budgets else "model dtype"
+    if fmt == "model dtype":
+        return result.layout.dtype
+    if fmt.startswith("mxfp4 experts"):
+        return f"{fmt}, {result.layout.dtype} rest"
+    return fmt
+
+
+def vllm_lines(result: PlanResult) -> tuple[str, str]:
+    """vLLM's own start-up lines for this plan (null block counted, as vLLM does)."""
+    at_max = result.kv_cache.concurrency_at(result.kv_cache.max_model_len)
+    concurrency = at_max.vllm_max_concurrency or 0.0
+    length = result.kv_cache.max_model_len
+    return (
+        f"GPU KV cache size: {vllm_kv_cache_tokens(result):,} tokens",
+        f"Maximum concurrency for {length:,} tokens per request: {concurrency:.2f}x",
+    )
+
+
+def vllm_kv_cache_tokens(result: PlanResult) -> int:
+    """vLLM 0.33's figure: int(num_blocks / blocks per max-length request x max_model_len)."""
+    at_max = result.kv_cache.concurrency_at(result.kv_cache.max_model_len)
+    return int((at_max.vllm_max_concurrency or 0.0) * result.kv_cache.max_model_len)
 
 
 def _groups_table(result: PlanResult) -> Table:
@@ -197,6 +232,8 @@ def print_tables(result: PlanResult, plot: Path | None = None) -> None:
         filled = ", ".join(f"{k} {_figure(v)}" for k, v in result.layout.filled_fields)
         console.print(f"left to the class defaults: {filled}")
     console.print(_memory_table(result))
+    for line in vllm_lines(result):
+        console.print(f"vLLM would log: {line}", markup=False)
     console.print(_groups_table(result))
     console.print(_summary_table(result))
     console.print(_concurrency_table(result))

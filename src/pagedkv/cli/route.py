@@ -18,12 +18,24 @@ class EngineSpec(NamedTuple):
     name: str
     endpoint: str
     replay_endpoint: str | None
+    url: str | None = None
 
 
-def parse_engines(engines: str, replay_endpoints: str | None) -> list[EngineSpec]:
-    """``[NAME=]PUB,...`` plus optional replay addresses in the same order."""
+def parse_engines(
+    engines: str, replay_endpoints: str | None, urls: str | None = None
+) -> list[EngineSpec]:
+    """``[NAME=]PUB,...`` plus optional replay and HTTP addresses in the same order."""
     entries = [e.strip() for e in engines.split(",") if e.strip()]
     replays = [r.strip() for r in replay_endpoints.split(",")] if replay_endpoints else []
+    https = [u.strip().rstrip("/") for u in urls.split(",")] if urls else []
+    if https and len(https) != len(entries):
+        raise ConfigError(
+            f"--engine-urls: {len(https)} addresses for {len(entries)} engines; give one per "
+            "engine, in the same order"
+        )
+    for url in https:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"--engine-urls: {url!r} is not an http:// or https:// address")
     if not entries:
         raise ConfigError("--engines: give at least one engine address (tcp://host:5557)")
     if replays and len(replays) != len(entries):
@@ -37,7 +49,7 @@ def parse_engines(engines: str, replay_endpoints: str | None) -> list[EngineSpec
         if "://" not in endpoint:
             raise ConfigError(f"--engines: {entry!r} is not a ZeroMQ address (tcp://host:port)")
         replay = (replays[i] or None) if replays else None
-        specs.append(EngineSpec(name or endpoint, endpoint, replay))
+        specs.append(EngineSpec(name or endpoint, endpoint, replay, https[i] if https else None))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ConfigError("--engines: two engines have the same name")
@@ -59,10 +71,47 @@ def serve_command(
     replay_endpoints: str | None = typer.Option(
         None, "--replay-endpoints", help="Their replay addresses, same order (recommended)."
     ),
+    engine_urls: str | None = typer.Option(
+        None,
+        "--engine-urls",
+        help="Their OpenAI HTTP addresses, same order (http://127.0.0.1:8001,...): requests "
+        "are forwarded there, load is scraped from their /metrics.",
+    ),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="Model directory whose tokenizer and chat template the engines use.",
+    ),
+    tiny_tokenizer: bool = typer.Option(
+        False, "--tiny-tokenizer", help="The byte tokenizer of `pagedkv serve --tiny`."
+    ),
     listen: str = typer.Option("127.0.0.1:8000", "--listen", help="HOST:PORT to serve on."),
     router: str = typer.Option(
-        "prefix", "--router", help="round-robin, least-loaded, prefix, cost."
+        "balanced", "--router", help="balanced, round-robin, least-loaded, prefix, cost."
     ),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        help="Require 'Authorization: Bearer KEY' on every endpoint [$PAGEDKV_API_KEY].",
+    ),
+    admin_api_key: str | None = typer.Option(
+        None,
+        "--admin-api-key",
+        help="Enables /admin/route (per-engine cached blocks) for this key.",
+    ),
+    engine_api_key: str | None = typer.Option(
+        None, "--engine-api-key", help="Key sent to the engines [$PAGEDKV_ENGINE_API_KEY]."
+    ),
+    load_source: str = typer.Option(
+        "metrics",
+        "--load-source",
+        help="metrics (scrape /metrics) or post (POST /engines/NAME/load).",
+    ),
+    scrape_interval_s: float = typer.Option(1.0, "--scrape-interval", min=0.05),
+    request_timeout_s: float = typer.Option(
+        300.0, "--request-timeout", min=0.1, help="Longest an engine may stay silent mid-answer."
+    ),
+    max_body_bytes: str = typer.Option("8MiB", "--max-body-bytes"),
     block_size: int = typer.Option(16, "--block-size", min=1, help="The engines' block size."),
     hash_algo: str | None = typer.Option(
         None, "--hash-algo", help="The engines' hash algorithm [the runtime's default]."
@@ -72,7 +121,8 @@ def serve_command(
         None, "--max-index-blocks", min=1, help="Bound the index (entries per medium and group)."
     ),
 ) -> None:
-    """Subscribe to engines and answer POST /route, /healthz and /metrics over HTTP."""
+    """Forward OpenAI requests to the engine holding the most of their prefix, weighed
+    against load; also POST /route, /healthz and /metrics."""
     if hash_algo == "builtin":
         raise typer.BadParameter(
             "Python's hash differs between processes, so the router's block hashes would never "
@@ -87,16 +137,43 @@ def serve_command(
         raise ConfigError(
             "route serve needs the route extra: pip install 'pagedkv[route]'"
         ) from None
+    import os
+
+    from pagedkv.cli.common import parse_bytes
     from pagedkv.cluster import KVIndex, PromptHasher, make_router
     from pagedkv.cluster.feed import EngineEndpoints, IndexFeed
+    from pagedkv.cluster.service import RouterSettings
 
-    specs = parse_engines(engines, replay_endpoints)
+    specs = parse_engines(engines, replay_endpoints, engine_urls)
     host, port = parse_listen(listen)
+    if load_source not in ("metrics", "post"):
+        raise ConfigError(f"--load-source: metrics or post, got {load_source!r}")
     index = KVIndex(max_blocks=max_index_blocks)
     ends = {s.name: EngineEndpoints(s.endpoint, s.replay_endpoint) for s in specs}
-    service = RouteService(
-        index, make_router(router), PromptHasher(block_size, hash_algo), [s.name for s in specs]
+    chat_tokenizer = None
+    if tokenizer is not None or tiny_tokenizer:
+        from pagedkv.hf.tokenizer import load_chat_tokenizer
+
+        chat_tokenizer = load_chat_tokenizer(tokenizer, tiny=tiny_tokenizer)
+    elif engine_urls:
+        raise ConfigError(
+            "--engine-urls forwards requests: give --tokenizer (or --tiny-tokenizer) so the "
+            "router can find their prompts' cached blocks"
+        )
+    key = api_key or os.environ.get("PAGEDKV_API_KEY")
+    settings = RouterSettings(
+        load_source=load_source,
+        scrape_interval_s=scrape_interval_s,
+        request_timeout_s=request_timeout_s,
+        max_body_bytes=parse_bytes(max_body_bytes, "--max-body-bytes"),
+        api_keys=(key,) if key else (),
+        admin_api_keys=(admin_api_key,) if admin_api_key else (),
+        engine_api_key=engine_api_key or os.environ.get("PAGEDKV_ENGINE_API_KEY"),
     )
+    service = RouteService(
+        index, make_router(router), PromptHasher(block_size, hash_algo),
+        {s.name: s.url for s in specs}, tokenizer=chat_tokenizer, settings=settings,
+    )  # fmt: skip
     with IndexFeed(index, ends, topic=topic) as feed:
         service.feed = feed
         stderr_console().print(f"routing {len(specs)} engines with {router} on http://{listen}")

@@ -18,7 +18,8 @@ REPLICAS_OPTION = typer.Option(
 ROUTER_OPTION = typer.Option(
     "round-robin",
     "--router",
-    help="round-robin, least-loaded, prefix, cost, or oracle (sees every cache exactly).",
+    help="round-robin, least-loaded, prefix, cost, balanced (the router's default), or "
+    "oracle (sees every cache exactly).",
 )
 WORKERS_OPTION = typer.Option(
     None, "--workers", min=1, help="--sweep points in N local processes [one per CPU]."

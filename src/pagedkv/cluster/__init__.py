@@ -6,6 +6,7 @@ from pagedkv.cluster.hashing import PromptHasher
 from pagedkv.cluster.index import KVIndex
 from pagedkv.cluster.routing import (
     ROUTERS,
+    BalancedRouter,
     CostRouter,
     EngineLoad,
     LeastLoadedRouter,
@@ -17,6 +18,7 @@ from pagedkv.cluster.routing import (
 
 __all__ = [
     "ROUTERS",
+    "BalancedRouter",
     "CostRouter",
     "EngineLoad",
     "KVIndex",

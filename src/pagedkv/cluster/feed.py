@@ -10,8 +10,10 @@ a batch lost at the end of a burst is not left missing until the engine's next s
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -22,6 +24,32 @@ from pagedkv.errors import ConfigError
 from pagedkv.events.subscriber import Delivery, EventSubscriber
 
 MAX_IDLE_SYNC_S = 60.0
+# Per engine: its SUB socket and, while replay is asked, a DEALER; each holds a TCP
+# connection (a file descriptor). The rest: ZeroMQ's own threads and signalers.
+SOCKETS_PER_ENGINE = 2
+SPARE_DESCRIPTORS = 64
+
+
+def reserve_descriptors(num_engines: int) -> None:
+    """Raise this process's open-file limit (up to its hard limit) to what
+    ``num_engines`` need; ConfigError naming the numbers if it cannot."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: nothing to check
+        return
+    need = SOCKETS_PER_ENGINE * num_engines + SPARE_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raise ConfigError(
+            f"index feed: {num_engines} engines need about {need} open files, and this "
+            f"process may open {soft} (hard limit {hard}); raise it (ulimit -n {need})"
+        )
 
 
 class EngineEndpoints(NamedTuple):
@@ -39,6 +67,7 @@ class EngineFeedStats(NamedTuple):
     lost: int
     restarts: int
     decode_errors: int
+    replay_timeouts: int
     next_seq: int | None
     last_batch_ts: float | None
 
@@ -73,12 +102,14 @@ class IndexFeed:
         self._subs: dict[str, EventSubscriber] = {}
         self._last_ts: dict[str, float] = {}
         self._received = 0
+        self._commands: deque[tuple[str, str]] = deque()  # (forget | resync, engine)
         self.error: BaseException | None = None  # what stopped the feed thread, if anything
         self._thread = threading.Thread(target=self._run, name="pagedkv-index-feed", daemon=True)
         for name in self.engines:
             index.add_engine(name)
 
     def start(self, timeout_s: float = 5.0) -> IndexFeed:
+        reserve_descriptors(len(self.engines))
         self._thread.start()
         if not self._ready.wait(timeout_s):
             raise TimeoutError("the index feed did not start")
@@ -103,6 +134,16 @@ class IndexFeed:
         self._sync_requested.set()
         return self._synced.wait(timeout_s)
 
+    def forget(self, engine: str) -> None:
+        """Drop ``engine``'s blocks from the index (it went down); done by the feed thread,
+        so the caller never waits for the index."""
+        self._commands.append(("forget", engine))
+
+    def resync(self, engine: str) -> None:
+        """Rebuild ``engine``'s part of the index from its publisher's replay buffer (it
+        came back, perhaps as a new process): state dropped, read again from seq 0."""
+        self._commands.append(("resync", engine))
+
     def stats(self) -> dict[str, EngineFeedStats]:
         """Per engine: batches applied, gaps, recovered and lost batches, restarts."""
         with self.lock:
@@ -115,6 +156,7 @@ class IndexFeed:
                     sub.num_lost,
                     sub.num_restarts,
                     sub.num_decode_errors,
+                    sub.num_replay_timeouts,
                     sub.next_seq,
                     self._last_ts.get(name),
                 )
@@ -130,6 +172,8 @@ class IndexFeed:
     # -- feed thread --------------------------------------------------------------------
     def _run(self) -> None:
         ctx = zmq.Context()
+        # ZeroMQ's default cap is 1023 sockets a context: past it no engine could start
+        ctx.set(zmq.MAX_SOCKETS, SOCKETS_PER_ENGINE * len(self.engines) + SPARE_DESCRIPTORS)
         poller = zmq.Poller()
         by_socket: dict[zmq.Socket, str] = {}
         try:
@@ -152,6 +196,8 @@ class IndexFeed:
                     name = by_socket[sock]
                     last_seen[name] = time.monotonic()
                     self._receive(name, self._subs[name])
+                while self._commands:
+                    self._command(*self._commands.popleft())
                 if self._sync_requested.is_set():
                     self._sync_requested.clear()
                     for name, sub in self._subs.items():
@@ -170,6 +216,17 @@ class IndexFeed:
             for sub in self._subs.values():
                 sub.close()
             ctx.destroy(linger=0)
+
+    def _command(self, command: str, name: str) -> None:
+        sub = self._subs.get(name)
+        if sub is None:
+            return
+        if command == "forget":
+            self._reset(name)
+            sub.restart_from(0)
+        else:
+            sub.restart_from(0)
+            self._apply(name, sub.sync_tail())
 
     def _idle_sync(self, name: str, sub: EventSubscriber, idle_s: float) -> float:
         """Ask a quiet engine for its tail; the wait before the next ask doubles (up to
@@ -192,10 +249,18 @@ class IndexFeed:
                 continue
             self._apply(name, sub.handle(frames))
 
+    def _reset(self, name: str) -> None:
+        """Clear ``name`` in the index a step at a time, releasing the lock in between."""
+        steps = self.index.reset_engine_steps(name)
+        while True:
+            with self.lock:
+                if next(steps, StopIteration) is StopIteration:
+                    return
+
     def _apply(self, name: str, deliveries: list[Delivery]) -> None:
-        if not deliveries:
-            return
-        with self.lock:
-            for delivery in deliveries:
-                self.index.apply_batch(name, delivery.batch, delivery.reset)
+        for delivery in deliveries:
+            if delivery.reset:
+                self._reset(name)
+            with self.lock:
+                self.index.apply_batch(name, delivery.batch)
                 self._last_ts[name] = delivery.batch.ts

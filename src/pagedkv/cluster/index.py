@@ -10,7 +10,9 @@ unrecoverable loss drops everything the engine held.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pagedkv.errors import ConfigError
@@ -24,6 +26,7 @@ from pagedkv.runtime.events import (
 )
 
 Scope = tuple[str | None, int | None]
+RESET_CHUNK = 1 << 16  # entries scanned per step of reset_engine_steps
 DEVICE_MEDIUMS: tuple[str | None, ...] = ("GPU", None)
 
 
@@ -70,17 +73,39 @@ class KVIndex:
 
     def reset_engine(self, engine: str) -> None:
         """Drop every block ``engine`` holds (AllBlocksCleared, restart, lost events)."""
+        for _ in self.reset_engine_steps(engine):
+            pass
+
+    def reset_engine_steps(self, engine: str, chunk: int = RESET_CHUNK) -> Iterator[None]:
+        """``reset_engine`` in steps of at most ``chunk`` entries: a caller that holds a
+        lock for readers can release it at each yield, so clearing one engine of a large
+        index never stops the others' lookups for long. Between steps the engine may
+        still be counted for some blocks (it is being dropped: its answers are void);
+        nothing else may change the index until the steps are done."""
         bit = self._bit.get(engine)
         if bit is None:
             return
         mask = 1 << bit
-        for scope, entries in self._scopes.items():
-            for h in [h for h, m in entries.items() if m & mask]:
-                left = entries[h] & ~mask
-                if left:
-                    entries[h] = left
-                else:
+        for scope, entries in list(self._scopes.items()):
+            doomed: list[ExternalBlockHash] = []
+            items = iter(entries.items())
+            while True:
+                # values may change while iterating a dict, its size may not: deletions wait
+                step = list(itertools.islice(items, chunk))
+                if not step:
+                    break
+                for h, held in step:
+                    if held & mask:
+                        left = held & ~mask
+                        if left:
+                            entries[h] = left
+                        else:
+                            doomed.append(h)
+                yield
+            for start in range(0, len(doomed), chunk):
+                for h in doomed[start : start + chunk]:
                     del entries[h]
+                yield
             self._dups.pop((bit, scope), None)
 
     # -- events ----------------------------------------------------------------------
@@ -102,10 +127,12 @@ class KVIndex:
             hashes = event.block_hashes
             if to_external is not None:
                 hashes = [to_external(h) for h in hashes]
+            # no group_idx: an engine older than per-group events, which has one group
+            group = 0 if event.group_idx is None else event.group_idx
             if isinstance(event, BlockStored):
-                self._store(bit, (event.medium, event.group_idx), hashes)
+                self._store(bit, (event.medium, group), hashes)
             else:
-                self._remove(bit, (event.medium, event.group_idx), hashes)
+                self._remove(bit, (event.medium, group), hashes)
 
     def apply_batch(self, engine: str, batch: EventBatch, reset: bool = False) -> None:
         """Apply one received batch; ``reset`` (a subscriber's verdict) clears the engine first."""
@@ -116,7 +143,9 @@ class KVIndex:
     def _store(self, bit: int, scope: Scope, hashes: Sequence[ExternalBlockHash]) -> None:
         entries = self._scopes.get(scope)
         if entries is None:
-            entries = self._scopes[scope] = {}
+            # bounded: insertion order kept in a linked list, so the oldest entry is found
+            # in constant time (a plain dict walks the deleted slots at its front)
+            entries = self._scopes[scope] = {} if self.max_blocks is None else OrderedDict()
         mask = 1 << bit
         for h in hashes:
             held = entries.get(h)
@@ -150,8 +179,8 @@ class KVIndex:
                 entries[h] = held & ~mask
 
     def _forget_oldest(self, scope: Scope, entries: dict[ExternalBlockHash, int]) -> None:
-        h = next(iter(entries))
-        mask = entries.pop(h)
+        assert isinstance(entries, OrderedDict)
+        h, mask = entries.popitem(last=False)
         self.num_index_evictions += 1
         for bit in range(mask.bit_length()):
             dups = self._dups.get((bit, scope))

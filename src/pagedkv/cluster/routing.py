@@ -137,7 +137,74 @@ class CostRouter(Router):
         return self._best(scores, loads)
 
 
+class BalancedRouter(Router):
+    """Prefix affinity while the load is balanced, load first when it is not: SGLang's
+    cache-aware policy, with Dynamo's cost to choose among engines that hold the prefix.
+
+    1. The load (running + waiting requests) is out of balance when the busiest engine
+       has more than ``balance_abs_threshold`` requests over the idlest *and* more than
+       ``balance_rel_threshold`` times as many: the least loaded engine gets the request.
+    2. Otherwise, when some engine holds more than ``cache_threshold`` of the prompt's
+       blocks, the request goes to the engine of lowest cost among those: blocks left to
+       prefill plus ``decode_weight`` blocks per request it already serves (Dynamo's
+       prefill + decode load, with load counted in requests).
+    3. Otherwise no engine's cache matters much (a shared system prompt alone is a small
+       fraction of a long prompt): the least loaded engine gets it, so prompts that share
+       only a short prefix spread over the fleet instead of piling onto its first holder.
+    """
+
+    name = "balanced"
+    uses_cache = True
+
+    def __init__(
+        self,
+        cache_threshold: float = 0.5,
+        balance_abs_threshold: int = 8,
+        balance_rel_threshold: float = 1.5,
+        decode_weight: float = 4.0,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= cache_threshold <= 1.0:
+            raise ConfigError(
+                f"balanced router: cache_threshold must be in [0, 1], got {cache_threshold!r}"
+            )
+        if not (balance_abs_threshold >= 0 and balance_rel_threshold >= 1.0):
+            raise ConfigError(
+                "balanced router: balance_abs_threshold must be >= 0 and "
+                f"balance_rel_threshold >= 1, got {balance_abs_threshold!r}, "
+                f"{balance_rel_threshold!r}"
+            )
+        if not decode_weight >= 0:
+            raise ConfigError(f"balanced router: decode_weight must be >= 0, got {decode_weight!r}")
+        self.cache_threshold = cache_threshold
+        self.balance_abs_threshold = balance_abs_threshold
+        self.balance_rel_threshold = balance_rel_threshold
+        self.decode_weight = decode_weight
+
+    def _least_loaded(self, loads: Sequence[EngineLoad]) -> int:
+        return self._best([-float(load.requests) for load in loads], loads)
+
+    def choose(
+        self, cached_blocks: Sequence[int], loads: Sequence[EngineLoad], num_prompt_blocks: int
+    ) -> int:
+        requests = [load.requests for load in loads]
+        busiest, idlest = max(requests), min(requests)
+        if (
+            busiest - idlest > self.balance_abs_threshold
+            and busiest > self.balance_rel_threshold * idlest
+        ):
+            return self._least_loaded(loads)
+        prompt = max(num_prompt_blocks, 1)
+        holders = [i for i, c in enumerate(cached_blocks) if c / prompt > self.cache_threshold]
+        if not holders:
+            return self._least_loaded(loads)
+        costs = [-(prompt - cached_blocks[i] + self.decode_weight * requests[i]) for i in holders]
+        top = max(costs)
+        return self._spread([i for i, c in zip(holders, costs) if c >= top - 1e-12], loads)
+
+
 ROUTERS: dict[str, Callable[[], Router]] = {
+    "balanced": BalancedRouter,
     "round-robin": RoundRobinRouter,
     "least-loaded": LeastLoadedRouter,
     "prefix": PrefixRouter,

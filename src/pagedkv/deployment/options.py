@@ -31,6 +31,14 @@ class VLLMFlags:
     ``max_num_batched_tokens`` for the device (``vllm_scheduler_defaults``), prefix
     caching on (off for encoder-decoder models). ``max_model_len=-1`` fits the longest
     request the memory holds. ``prefix_caching_hash_algo`` is accepted and changes nothing.
+
+    The start-up memory accounting reads ``enforce_eager`` (no CUDA graph estimate),
+    ``dtype`` (vLLM's ``--dtype``: auto, half, float16, bfloat16, float, float32),
+    ``quantization`` (fp8 quantises an unquantized checkpoint at load),
+    ``data_parallel_size`` with ``enable_expert_parallel`` (experts split over tp x dp
+    ranks), ``speculative_config`` (vLLM's JSON; ``mtp`` loads the MTP layers) and
+    ``cpu_offload_gb``. ``kv_cache_layout`` is vLLM's ``VLLM_KV_CACHE_LAYOUT`` (None:
+    the platform's); block-outermost layouts pack groups of different page sizes.
     """
 
     max_model_len: int | None = None
@@ -43,6 +51,14 @@ class VLLMFlags:
     max_num_batched_tokens: int | None = None
     enable_prefix_caching: bool | None = None
     prefix_caching_hash_algo: str = "sha256"
+    enforce_eager: bool = False
+    dtype: str = "auto"
+    quantization: str | None = None
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    speculative_config: str | None = None
+    cpu_offload_gb: float = 0.0
+    kv_cache_layout: str | None = None
 
 
 class VLLMFlagArgs(TypedDict, total=False):
@@ -58,6 +74,14 @@ class VLLMFlagArgs(TypedDict, total=False):
     max_num_batched_tokens: int | None
     enable_prefix_caching: bool | None
     prefix_caching_hash_algo: str
+    enforce_eager: bool
+    dtype: str
+    quantization: str | None
+    data_parallel_size: int
+    enable_expert_parallel: bool
+    speculative_config: str | None
+    cpu_offload_gb: float
+    kv_cache_layout: str | None
 
 
 def vllm_flags_from(flags: VLLMFlagArgs) -> VLLMFlags:
@@ -89,6 +113,7 @@ class PlanRequest:
         max_kv_cache_groups: most groups ``least-waste`` may choose (None: its default).
         context_lengths: extra context lengths for the concurrency table.
         revision: Hub revision of the model's config.
+        vllm_version: account start-up memory as this vLLM release did (None: 0.33).
     """
 
     model: ModelLike | ModelLayout
@@ -102,14 +127,21 @@ class PlanRequest:
     max_kv_cache_groups: int | None = None
     context_lengths: tuple[int, ...] = ()
     revision: str | None = None
+    vllm_version: str | None = None
 
 
 def vllm_scheduler_defaults(device_bytes: int | None, device_name: str) -> tuple[int, int]:
     """``vllm serve``'s (max_num_seqs, max_num_batched_tokens) for a device.
 
-    vLLM picks larger defaults on devices with at least 70 GiB, except A100s (slower
-    there); an unknown device (memory not given) gets the small ones.
+    vLLM 0.33 reads the total memory CUDA reports: 160 GiB and more (B200, B300)
+    get 16,384 tokens a step; 70 GiB and more 8,192, except A100s (slower there) and
+    the GB10 (DGX Spark: the memory without the compute); the rest, and an unknown
+    device (memory not given), get 2,048 tokens and 256 requests.
     """
-    if (device_bytes or 0) >= 70 * 2**30 and "a100" not in device_name.lower():
+    total = device_bytes or 0
+    name = device_name.lower()
+    if total >= 160 * 2**30:
+        return 1024, 16384
+    if total >= 70 * 2**30 and "a100" not in name and "gb10" not in name:
         return 1024, 8192
     return 256, 2048

@@ -22,6 +22,7 @@ from pagedkv.deployment.options import (
     vllm_scheduler_defaults,
 )
 from pagedkv.deployment.report import DeploymentPlan
+from pagedkv.deployment.startup import startup_options, with_dtype
 from pagedkv.errors import ConfigError, InsufficientMemoryError
 from pagedkv.models import (
     GPU,
@@ -34,6 +35,8 @@ from pagedkv.models import (
     load_model_config,
     memory_budgets,
 )
+from pagedkv.models.gpus import LOCAL
+from pagedkv.models.profile_shape import ProfileShape, profile_shape
 from pagedkv.models.source import ModelLike
 
 __all__ = ["ALLOW_LONG_ENV", "DEFAULT_CONTEXT_LENGTHS", "check_model_limit", "plan", "plan_model"]
@@ -55,6 +58,7 @@ def plan(
     max_kv_cache_groups: int | None = None,
     context_lengths: tuple[int, ...] = (),
     revision: str | None = None,
+    vllm_version: str | None = None,
     **vllm_flags: Unpack[VLLMFlagArgs],
 ) -> DeploymentPlan:
     """Plan ``model``'s KV cache on ``gpu`` x TP x PP with ``vllm serve``'s flags.
@@ -70,6 +74,7 @@ def plan(
         max_kv_cache_groups: most groups ``least-waste`` may choose.
         context_lengths: extra lengths for the concurrency table.
         revision: Hub revision of the config.
+        vllm_version: account start-up memory as this vLLM release did (None: 0.33).
         **vllm_flags: ``VLLMFlags`` by name (``max_model_len=32768``, ``max_num_seqs=64``,
             ``kv_cache_dtype="fp8"``, ...); unset flags take vLLM's defaults.
 
@@ -87,14 +92,19 @@ def plan(
         max_kv_cache_groups=max_kv_cache_groups,
         context_lengths=tuple(context_lengths),
         revision=revision,
+        vllm_version=vllm_version,
     )
     return plan_model(request)
 
 
-def _layout(request: PlanRequest) -> ModelLayout:
+def _layout(request: PlanRequest) -> tuple[ModelLayout, ProfileShape | None]:
+    """The layout in ``--dtype`` and the shape vLLM profiles start-up memory with
+    (None for a ModelLayout given directly: the layout's own shape)."""
     if isinstance(request.model, ModelLayout):
-        return request.model
-    return describe_model(load_model_config(request.model, revision=request.revision))
+        return with_dtype(request.model, request.flags.dtype), None
+    source = load_model_config(request.model, revision=request.revision)
+    layout = with_dtype(describe_model(source), request.flags.dtype)
+    return layout, profile_shape(layout, source)
 
 
 def _device(request: PlanRequest) -> tuple[GPU | None, int | None]:
@@ -113,8 +123,9 @@ def engine_options(
 ) -> dict[str, Any]:
     """EngineConfig options for the request: its flags, vLLM's defaults for the rest."""
     flags = request.flags
-    # vLLM reads the device's total memory for these defaults.
-    total = max(device_bytes or 0, gpu.memory_bytes if gpu else 0)
+    # vLLM reads the device's total memory (as CUDA reports it) for these defaults;
+    # for --gpu local the plan's figure is the free memory, the total is the GPU's.
+    total = gpu.memory_bytes if gpu is not None and gpu.vendor == LOCAL else device_bytes
     seqs, tokens = vllm_scheduler_defaults(total, gpu.name if gpu else "")
     options: dict[str, Any] = {
         "tensor_parallel_size": request.tensor_parallel_size,
@@ -133,6 +144,8 @@ def engine_options(
         options["max_model_len"] = flags.max_model_len
     if request.max_kv_cache_groups is not None:
         options["max_kv_cache_groups"] = request.max_kv_cache_groups
+    if flags.kv_cache_layout is not None:
+        options["kv_cache_layout"] = flags.kv_cache_layout
     return options
 
 
@@ -181,7 +194,7 @@ def model_limit(layout: ModelLayout, config: EngineConfig) -> int:
 
 def plan_model(request: PlanRequest) -> DeploymentPlan:
     """Read the model, size each worker's memory budget, and ask the planner once."""
-    layout = _layout(request)
+    layout, shape = _layout(request)
     above_limit = check_model_limit(layout, request.flags.max_model_len)
     gpu, device_bytes = _device(request)
     config = engine_config_for(layout, **engine_options(request, gpu, device_bytes))
@@ -191,6 +204,8 @@ def plan_model(request: PlanRequest) -> DeploymentPlan:
         device_bytes=device_bytes,
         weight_bytes=request.weight_bytes,
         kv_cache_bytes=request.flags.kv_cache_memory_bytes,
+        shape=shape,
+        options=startup_options(gpu, request.flags, request.vllm_version),
     )
     check_budgets(budgets)
     specs = tuple(get_kv_cache_specs(layout, config=config))

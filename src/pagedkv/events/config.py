@@ -44,6 +44,22 @@ class KVEventsConfig:
             raise ConfigError(f"KVEventsConfig.hwm must be an integer >= 0, got {self.hwm!r}")
 
 
+def offset_endpoint_port(endpoint: str | None, data_parallel_rank: int) -> str | None:
+    """The address data-parallel rank ``data_parallel_rank`` uses, as vLLM derives it: a
+    TCP port moves up by the rank (port 0, any free port, stays 0), an ``inproc://`` or
+    ``ipc://`` name gets ``_dp<rank>``; rank 0 keeps the address as given."""
+    if not endpoint or data_parallel_rank == 0:
+        return endpoint
+    if endpoint.startswith(("inproc://", "ipc://")):
+        return f"{endpoint}_dp{data_parallel_rank}"
+    head, sep, port = endpoint.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"KV events endpoint {endpoint!r}: no TCP port to offset by the rank")
+    if int(port) == 0:
+        return endpoint
+    return f"{head}:{int(port) + data_parallel_rank}"
+
+
 def binds(endpoint: str) -> bool:
     """Whether a PUB socket on ``endpoint`` binds (else it connects), as vLLM decides."""
     return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))

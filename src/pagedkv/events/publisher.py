@@ -18,7 +18,7 @@ from typing import Any
 
 import zmq
 
-from pagedkv.events.config import KVEventsConfig, binds
+from pagedkv.events.config import KVEventsConfig, binds, offset_endpoint_port
 from pagedkv.events.wire import END_OF_REPLAY_SEQ, encode_payload
 from pagedkv.runtime.events import KVCacheEvent
 
@@ -31,7 +31,10 @@ class ZmqEventPublisher:
     """PUB socket + replay ROUTER + bounded queue + publisher thread (see module doc).
 
     ``endpoint`` / ``replay_endpoint`` are the addresses actually bound (a ``*`` port
-    resolved), for subscribers to use. ``close()`` sends what is queued, then stops.
+    resolved), for subscribers to use; data-parallel rank ``r`` publishes on the
+    configured ports plus ``r`` (vLLM's offsets). ``bind`` None: bind or connect the PUB
+    socket by vLLM's rule (``binds``); True binds any address (``tcp://127.0.0.1:5557``
+    for loopback only). ``close()`` sends what is queued, then stops.
     """
 
     def __init__(
@@ -41,8 +44,10 @@ class ZmqEventPublisher:
         data_parallel_rank: int = 0,
         int_block_hashes: bool = True,
         startup_timeout_s: float = 5.0,
+        bind: bool | None = None,
     ) -> None:
         self.config = config or KVEventsConfig()
+        self.bind = binds(self.config.endpoint) if bind is None else bind
         self.data_parallel_rank = data_parallel_rank
         self.int_block_hashes = int_block_hashes
         self.num_published = 0  # sequence numbers handed out
@@ -53,10 +58,14 @@ class ZmqEventPublisher:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=self.config.max_queue_size)
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=self.config.buffer_steps)
         self._lock = threading.Lock()
+        # a batch was dropped and no later batch has been sent since: subscribers cannot
+        # see the gap yet (the thread sends an empty batch after it, see _mark_drop)
+        self._drop_unseen = False
+        self.replay_hwm = 2 * (self.config.buffer_steps + 1)
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self.endpoint = self.config.endpoint
-        self.replay_endpoint = self.config.replay_endpoint
+        self.endpoint = offset_endpoint_port(self.config.endpoint, data_parallel_rank) or ""
+        self.replay_endpoint = offset_endpoint_port(self.config.replay_endpoint, data_parallel_rank)
         self._ctx = zmq.Context()
         self._thread = threading.Thread(target=self._run, name="pagedkv-kv-events", daemon=True)
         self._thread.start()
@@ -66,13 +75,14 @@ class ZmqEventPublisher:
 
     def publish(self, events: Sequence[KVCacheEvent]) -> int:
         """Queue one batch (one engine step); returns its sequence number. Never blocks."""
-        with self._lock:
+        with self._lock:  # numbered and queued together, so the thread's markers fit in
             seq = self.num_published
             self.num_published += 1
-        try:
-            self._queue.put_nowait((seq, list(events)))
-        except queue.Full:
-            self.num_dropped += 1
+            try:
+                self._queue.put_nowait((seq, list(events)))
+            except queue.Full:
+                self.num_dropped += 1
+                self._drop_unseen = True
         return seq
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -95,16 +105,19 @@ class ZmqEventPublisher:
         pub = self._ctx.socket(zmq.PUB)
         pub.setsockopt(zmq.SNDHWM, cfg.hwm)
         pub.setsockopt(zmq.LINGER, 1000)
-        if binds(cfg.endpoint):
-            pub.bind(cfg.endpoint)
+        if self.bind:
+            pub.bind(self.endpoint)
             self.endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT)
         else:
-            pub.connect(cfg.endpoint)
+            pub.connect(self.endpoint)
         replay = None
-        if cfg.replay_endpoint is not None:
+        if self.replay_endpoint is not None:
             replay = self._ctx.socket(zmq.ROUTER)
             replay.setsockopt(zmq.LINGER, 0)
-            replay.bind(cfg.replay_endpoint)
+            # a whole buffer's replay (plus its end marker) must fit in the send queue,
+            # or ZeroMQ drops the tail of a long replay (vLLM's bound)
+            replay.setsockopt(zmq.SNDHWM, self.replay_hwm)
+            replay.bind(self.replay_endpoint)
             self.replay_endpoint = replay.getsockopt_string(zmq.LAST_ENDPOINT)
         return pub, replay
 
@@ -123,10 +136,16 @@ class ZmqEventPublisher:
                 try:
                     item = self._queue.get(timeout=_POLL_MS / 1000)
                 except queue.Empty:
+                    if self._drop_unseen:
+                        self._mark_drop(pub)
                     continue
                 if item is _STOP:
+                    if self._drop_unseen:
+                        self._mark_drop(pub)
                     break
                 self._send(pub, *item)
+                if self._queue.empty() and self._drop_unseen:
+                    self._mark_drop(pub)
         finally:
             pub.close()
             if replay is not None:
@@ -141,6 +160,18 @@ class ZmqEventPublisher:
         self._buffer.append((seq, payload))
         pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
         self.num_sent += 1
+
+    def _mark_drop(self, pub: zmq.Socket) -> None:
+        """Send an empty batch numbered after a dropped one that ended a burst, so the
+        subscribers see the gap (and drop the state it voids) instead of waiting for the
+        engine's next step to reveal it."""
+        with self._lock:
+            if not self._queue.empty():
+                return  # a later batch will reveal the gap
+            seq = self.num_published
+            self.num_published += 1
+            self._drop_unseen = False
+        self._send(pub, seq, [])
 
     def _answer_replay(self, replay: zmq.Socket) -> None:
         while replay.poll(0):

@@ -116,7 +116,11 @@ class EventSubscriber:
         """Ask the replay endpoint for everything after the last batch seen (a lost tail)."""
         out: list[Delivery] = []
         start = self._next or 0
-        for seq, payload in self._replay(start):
+        replies = self._replay_checked(start)
+        if replies is None:  # another process answers now: read its stream from the start
+            self._restarted()
+            replies = self._replay(0)
+        for seq, payload in replies:
             if self._next is not None and seq < self._next:
                 continue
             if self._next is not None and seq > self._next:
@@ -124,6 +128,13 @@ class EventSubscriber:
             self._deliver(seq, payload, out)
             self.num_replayed += 1
         return out
+
+    def restart_from(self, seq: int | None) -> None:
+        """Forget the stream's position: the next batch delivered resets the consumer's
+        state, and (``seq`` given) batches from ``seq`` on are expected."""
+        self._next = seq
+        self._stale = True
+        self._recent.clear()
 
     def close(self) -> None:
         self.socket.close(linger=0)
@@ -147,7 +158,13 @@ class EventSubscriber:
         assert self._next is not None
         self.num_gaps += 1
         out: list[Delivery] = []
-        for seq, payload in self._replay(self._next):
+        replies = self._replay_checked(self._next)
+        if replies is None:
+            # a new process numbered past our position before we heard it: its batches
+            # from 0 on are the state, whatever we applied from the old one is void
+            self._restarted()
+            replies = self._replay(0)
+        for seq, payload in replies:
             if seq < self._next or seq >= live_seq:
                 continue
             if seq > self._next:
@@ -159,6 +176,30 @@ class EventSubscriber:
             self._lose(live_seq - self._next)
             self._next = live_seq
         return out
+
+    def _replay_checked(self, start: int) -> list[tuple[int, bytes]] | None:
+        """Replay from ``start``, asking one batch earlier to check that the publisher is
+        still the process whose batch ``start - 1`` we applied: None if it is not (its
+        batch there differs, or it has none though it has later ones)."""
+        last = start - 1
+        expected = self._recent.get(last)
+        if expected is None:
+            return self._replay(start)
+        replies = self._replay(last)
+        if not replies:
+            return replies
+        first_seq, first_payload = replies[0]
+        if first_seq == last and zlib.crc32(first_payload) == expected:
+            return replies[1:]
+        if first_seq > last:
+            return [r for r in replies if r[0] >= start]  # our batch left its buffer
+        return None
+
+    def _restarted(self) -> None:
+        self.num_restarts += 1
+        self._stale = True
+        self._recent.clear()
+        self._next = 0
 
     def _lose(self, num_batches: int) -> None:
         self.num_lost += num_batches

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,14 +13,19 @@ from pagedkv.dtypes import canonical_dtype_name, dtype_size
 from pagedkv.errors import ConfigError, ModelConfigError
 from pagedkv.models.adapters import describe_model
 from pagedkv.models.layers import ModelLayout, Unit, layer_spec
+from pagedkv.models.profile_shape import (
+    ProfileShape,
+    WeightFormat,
+    online_weight_format,
+    profile_shape,
+    weight_format,
+)
 from pagedkv.models.source import ModelLike
+from pagedkv.models.startup_memory import MemoryTerm, StartupOptions, profile_terms, reserve_bytes
 from pagedkv.specs import KVCacheSpec
 
 if TYPE_CHECKING:
     from pagedkv.config import MambaCacheMode
-
-# Memory outside PyTorch's allocator (CUDA context, NCCL, graphs), per worker.
-NON_TORCH_RESERVE_BYTES = 512 * 2**20
 
 
 def _as_layout(model: ModelLike | ModelLayout, use_transformers: bool | None) -> ModelLayout:
@@ -45,50 +51,95 @@ def engine_config_for(model: ModelLike | ModelLayout, **options: Any) -> EngineC
     return EngineConfig.create(**{**base, **options})
 
 
-# Bits per weight of quantised linear layers, scales included (mxfp4: 1 scale byte per 32).
-_QUANT_BITS = {"fp8": 8.0, "fbgemm_fp8": 8.0, "mxfp4": 4.25, "awq": 4.25, "gptq": 4.25}
-# Formats that quantise only the MoE experts.
-_EXPERTS_ONLY = {"mxfp4"}
+def _stored_format(layout: ModelLayout, shape: ProfileShape | None) -> WeightFormat:
+    if shape is not None:
+        return shape.weights
+    if layout.quant_method:
+        try:
+            return weight_format({"quant_method": layout.quant_method}, layout.name)
+        except ModelConfigError:
+            return WeightFormat(f"{layout.quant_method} (unsized: model dtype assumed)")
+    return WeightFormat("model dtype")
 
 
-def bytes_per_param(layout: ModelLayout) -> tuple[float, float]:
-    """(dense linear, expert) bytes per parameter."""
-    base = float(dtype_size(layout.dtype))
-    bits = _QUANT_BITS.get(layout.quant_method or "")
-    if bits is None:
-        return base, base
-    quant = bits / 8
-    return (base if layout.quant_method in _EXPERTS_ONLY else quant), quant
+def bytes_per_param(layout: ModelLayout, fmt: WeightFormat | None = None) -> tuple[float, float]:
+    """(dense linear, expert) bytes per parameter as the checkpoint stores them."""
+    return (fmt or _stored_format(layout, None)).bytes_per_param(layout.dtype)
+
+
+def _extra_first_stage(layout: ModelLayout, shape: ProfileShape | None, dense: float) -> float:
+    """Encoder towers the adapters did not count (vision, audio) sit with the embedding."""
+    if layout.encoder_params or shape is None:
+        return layout.encoder_params * dense
+    return sum(enc.params for enc in shape.encoders) * float(dtype_size(layout.dtype))
+
+
+def _mtp_bytes(
+    layout: ModelLayout,
+    shape: ProfileShape | None,
+    options: StartupOptions | None,
+    dense: float,
+    expert: float,
+) -> float:
+    """Multi-token-prediction layers load only when speculative decoding uses them."""
+    if (
+        shape is None
+        or options is None
+        or options.speculative_method not in ("mtp", "deepseek_mtp")
+    ):
+        return 0.0
+    last = layout.units[-1] if layout.units else None
+    if last is None:
+        return 0.0
+    return shape.mtp_layers * (last.params * dense + last.expert_params * expert)
 
 
 def weight_bytes_per_worker(
-    model: ModelLike | ModelLayout, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1
+    model: ModelLike | ModelLayout,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    *,
+    shape: ProfileShape | None = None,
+    options: StartupOptions | None = None,
 ) -> list[int]:
-    """Estimated weight bytes on each worker (pp-major).
+    """Estimated weight bytes on each worker (pp-major), as the checkpoint stores them.
 
-    Every stage holds its layers, the first also the embedding (and encoder), the
-    last the output head; tensor parallelism divides each stage evenly. Norms,
-    biases and vision towers are not counted, unless the checkpoint's index states
-    its total size: then the split is scaled to that total.
+    Every stage holds its layers, the first also the embedding and encoder towers,
+    the last the output head (and MTP layers when speculative decoding loads them);
+    tensor parallelism divides each stage evenly, expert parallelism divides the
+    experts over ``tp x dp`` ranks. Norms and biases are not counted, unless the
+    checkpoint's index states its total size: then the split is scaled to that
+    total. ``--cpu-offload-gb`` takes up to that many bytes off every worker.
     """
     layout = _as_layout(model, None)
     tp, pp = tensor_parallel_size, pipeline_parallel_size
-    dense, expert = bytes_per_param(layout)
+    fmt = _stored_format(layout, shape)
+    if options is not None:
+        fmt = online_weight_format(options.quantization, fmt)
+    dense, expert = bytes_per_param(layout, fmt)
     base = dtype_size(layout.dtype)
+    expert_ranks = (
+        tp * options.data_parallel_size if options and options.enable_expert_parallel else tp
+    )
+    if shape is not None and shape.num_experts:
+        per_rank = shape.moe_intermediate_size // (1 if expert_ranks != tp else tp)
+        expert *= fmt.expert_scale(layout.hidden_size, per_rank)
     out: list[int] = []
     stages = pipeline_stages(layout, pp)
     for rank, units in enumerate(stages):
-        total = sum(u.params * dense + u.expert_params * expert for u in units)
+        shared = sum(u.params * dense for u in units)
+        experts = sum(u.expert_params * expert for u in units)
         if rank == 0:
-            total += layout.embedding_params * base + layout.encoder_params * dense
+            shared += layout.embedding_params * base + _extra_first_stage(layout, shape, dense)
         if rank == len(stages) - 1:
-            total += layout.head_params * base
-        out.extend([int(-(-total // tp))] * tp)
+            shared += layout.head_params * base + _mtp_bytes(layout, shape, options, dense, expert)
+        out.extend([int(-(-(shared / tp + experts / expert_ranks) // 1))] * tp)
     estimated = sum(out)
-    if layout.checkpoint_bytes and estimated:
+    if layout.checkpoint_bytes and estimated and fmt.label == _stored_format(layout, shape).label:
         scale = layout.checkpoint_bytes / estimated
         out = [int(-(-(w * scale) // 1)) for w in out]
-    return out
+    offload = options.cpu_offload_bytes if options else 0
+    return [max(w - offload, 0) for w in out]
 
 
 def estimate_weight_bytes(
@@ -98,28 +149,35 @@ def estimate_weight_bytes(
     return max(weight_bytes_per_worker(model, tensor_parallel_size, pipeline_parallel_size))
 
 
-def activation_reserve_bytes(layout: ModelLayout, config: EngineConfig) -> int:
-    """Peak activation memory of one forward pass, per worker, plus a fixed non-torch reserve.
+def startup_terms(
+    layout: ModelLayout,
+    config: EngineConfig,
+    shape: ProfileShape | None = None,
+    options: StartupOptions | None = None,
+) -> list[MemoryTerm]:
+    """The non-weight terms vLLM subtracts at start-up, per worker (models.startup_memory)."""
+    return profile_terms(
+        layout, shape or profile_shape(layout), config, options or StartupOptions()
+    )
 
-    ``max_num_batched_tokens x (2 x intermediate / tp + 4 x hidden) x dtype bytes``
-    (the MLP's gate/up output and a few residual copies) plus fp32 logits for
-    ``max_num_seqs`` sequences, plus NON_TORCH_RESERVE_BYTES. A stated estimate, not a
-    profile: pass the KV budget directly when you know it.
-    """
-    tp = config.parallel.tensor_parallel_size
-    tokens = config.scheduler.max_num_batched_tokens
-    width = 2 * layout.intermediate_size // tp + 4 * layout.hidden_size
-    vocab = layout.embedding_params // max(layout.hidden_size, 1)
-    logits = config.scheduler.max_num_seqs * -(-vocab // tp) * 4
-    return tokens * width * dtype_size(layout.dtype) + logits + NON_TORCH_RESERVE_BYTES
+
+def activation_reserve_bytes(
+    layout: ModelLayout,
+    config: EngineConfig,
+    shape: ProfileShape | None = None,
+    options: StartupOptions | None = None,
+) -> int:
+    """Everything but the weights that vLLM 0.33 takes before the KV cache, per worker:
+    non-torch memory, the profile peak and the CUDA graph estimate."""
+    return reserve_bytes(startup_terms(layout, config, shape, options))
 
 
 @dataclass(frozen=True)
 class MemoryBudget:
-    """KV cache memory of one worker: ``device x utilization - weights - activations``.
+    """KV cache memory of one worker: ``ceil(device x utilization) - weights - reserve``.
 
     ``kv_cache_bytes`` is the budget; when given directly (``given=True``) the other
-    terms are informational only.
+    terms are informational only. ``terms`` are the reserve's rows (startup_memory).
     """
 
     device_bytes: int
@@ -129,9 +187,13 @@ class MemoryBudget:
     activation_bytes: int
     kv_cache_bytes: int
     given: bool = False
+    terms: tuple[MemoryTerm, ...] = ()
+    weight_format: str = "model dtype"
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = {k: v for k, v in self.__dict__.items() if k != "terms"}
+        out["terms"] = [term._asdict() for term in self.terms]
+        return out
 
 
 def memory_budgets(
@@ -141,12 +203,16 @@ def memory_budgets(
     device_bytes: int | None = None,
     weight_bytes: int | None = None,
     kv_cache_bytes: int | None = None,
+    shape: ProfileShape | None = None,
+    options: StartupOptions | None = None,
 ) -> list[MemoryBudget]:
     """One budget per worker (pp-major).
 
     ``kv_cache_bytes`` (or ``config.cache.kv_cache_memory_bytes``) skips the estimate;
     otherwise ``device_bytes`` is required and weights are estimated unless given
-    (``weight_bytes`` is per worker).
+    (``weight_bytes`` is per worker). ``shape`` (from ``profile_shape``) and
+    ``options`` (the vLLM flags) refine the estimate; without them the config's
+    layout and vLLM 0.33's defaults are used.
     """
     layout = _as_layout(model, None)
     tp = config.parallel.tensor_parallel_size
@@ -156,18 +222,24 @@ def memory_budgets(
     weights = (
         [weight_bytes] * tp * pp
         if weight_bytes is not None
-        else weight_bytes_per_worker(layout, tp, pp)
+        else weight_bytes_per_worker(layout, tp, pp, shape=shape, options=options)
     )
-    activations = activation_reserve_bytes(layout, config)
+    terms = tuple(startup_terms(layout, config, shape, options))
+    reserve = reserve_bytes(list(terms))
     device = device_bytes or 0
-    usable = int(device * util)
+    usable = math.ceil(device * util)
     if given is None and not device_bytes:
         raise ConfigError("a KV cache budget needs the device memory (a GPU) or kv_cache_bytes")
+    fmt = _stored_format(layout, shape)
+    if options is not None:
+        fmt = online_weight_format(options.quantization, fmt)
     budgets = []
     for weight in weights:
-        kv = given if given is not None else usable - weight - activations
+        kv = given if given is not None else usable - weight - reserve
         budgets.append(
-            MemoryBudget(device, util, usable, weight, activations, kv, given is not None)
+            MemoryBudget(
+                device, util, usable, weight, reserve, kv, given is not None, terms, fmt.label
+            )
         )
     return budgets
 

@@ -16,8 +16,9 @@ from pagedkv.errors import ConfigError
 @dataclass(frozen=True)
 class GPU:
     """One accelerator. ``memory_bytes`` is the vendor figure read as decimal GB,
-    ``memory_bytes_binary`` the same read as GiB; ``usable_memory_bytes`` what a
-    process was observed to see, when known."""
+    ``memory_bytes_binary`` the same read as GiB; ``usable_memory_bytes`` the total
+    CUDA reports (what vLLM multiplies by gpu_memory_utilization), when a public
+    log shows it, and ``usable_memory_source`` where."""
 
     name: str
     vendor: str
@@ -29,6 +30,7 @@ class GPU:
     bandwidth_bytes_per_s: int
     confidence: str
     aliases: tuple[str, ...] = field(default=(), compare=False)
+    usable_memory_source: str = field(default="", compare=False)
 
     @property
     def planning_memory_bytes(self) -> int:
@@ -44,7 +46,7 @@ class GPU:
     def planning_memory_source(self) -> str:
         """How ``planning_memory_bytes`` was chosen, in words."""
         if self.usable_memory_bytes:
-            return "free memory now (torch)" if self.vendor == LOCAL else "observed usable memory"
+            return "free memory now (torch)" if self.vendor == LOCAL else "as CUDA reports it"
         if self.memory_bytes_binary and self.planning_memory_bytes == self.memory_bytes_binary:
             return "vendor GB read as GiB (HBM)"
         return "vendor GB"
@@ -63,6 +65,7 @@ def _gpu(name: str, entry: dict[str, Any]) -> GPU:
         bandwidth_bytes_per_s=int(entry.get("memory_bandwidth_bytes_per_s") or 0),
         confidence=entry.get("confidence", ""),
         aliases=tuple(entry.get("aliases") or ()),
+        usable_memory_source=str((usable.get("source") or {}).get("url", "")),
     )
 
 

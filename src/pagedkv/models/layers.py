@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pagedkv.errors import ConfigError, ModelConfigError
 from pagedkv.specs import (
     ChunkedLocalAttentionSpec,
+    CircularBufferSpec,
     CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
@@ -75,10 +76,31 @@ class LatentLayer:
     latent_size: int
     dtype: str | None = None
     sliding_window: int | None = None
+    # DeepSeek-V4: tokens compressed into one latent, page alignment in bytes, and a block
+    # size of the layer's own (None: the engine's).
+    tokens_per_state: int = 1
+    alignment: int | None = None
+    block_size: int | None = None
+    model_version: str | None = None
 
     @property
     def kind(self) -> str:
         return "mla_attention" if self.sliding_window is None else "sliding_window_mla"
+
+
+@dataclass(frozen=True)
+class RingLayer:
+    """A per-request ring of ``block_size`` rows (a compressor's open token group)."""
+
+    name: str
+    num_kv_heads: int
+    head_size: int
+    block_size: int
+    dtype: str = "float32"
+
+    @property
+    def kind(self) -> str:
+        return "circular_buffer"
 
 
 class StateShape(ABC):
@@ -107,7 +129,7 @@ class StateLayer:
         return "mamba"
 
 
-LayerDesc = AttentionLayer | LatentLayer | StateLayer
+LayerDesc = AttentionLayer | LatentLayer | StateLayer | RingLayer
 
 
 @dataclass(frozen=True)
@@ -233,7 +255,7 @@ def latent_spec(
     if layer.num_heads > 1:
         shard(model, f"num_attention_heads of {layer.name}", layer.num_heads, tp)
     common: dict[str, Any] = {
-        "block_size": block_size,
+        "block_size": layer.block_size or block_size,
         "num_kv_heads": 1,
         "head_size": layer.latent_size,
         "dtype": layer.dtype or dtype,
@@ -241,6 +263,11 @@ def latent_spec(
     }
     if common["dtype"] == DS_MLA_DTYPE:
         common.update(_ds_mla_fields(model, layer))
+    if layer.model_version is not None:
+        common.update(alignment=layer.alignment, model_version=layer.model_version)
+        common.update(cache_dtype_str="auto")
+    if layer.tokens_per_state != 1:
+        common["tokens_per_state"] = layer.tokens_per_state
     if layer.sliding_window is not None:
         return SlidingWindowMLASpec(sliding_window=layer.sliding_window, **common)
     return MLAAttentionSpec(**common)
@@ -280,4 +307,12 @@ def layer_spec(
         return attention_spec(layout.name, layer, tp, kv_dtype, block_size)
     if isinstance(layer, LatentLayer):
         return latent_spec(layout.name, layer, tp, kv_dtype, block_size)
+    if isinstance(layer, RingLayer):
+        return CircularBufferSpec(
+            block_size=layer.block_size,
+            num_kv_heads=layer.num_kv_heads,
+            head_size=layer.head_size,
+            head_size_v=0,
+            dtype=layer.dtype,
+        )
     return state_spec(layout.name, layer, tp, layout.dtype, block_size, mamba_cache_mode)

@@ -9,6 +9,7 @@ from typing import Protocol, runtime_checkable
 from pagedkv.config import EngineConfig, check_int
 from pagedkv.errors import PlatformError
 from pagedkv.planning.grouping import GroupingChoice, choose_kv_cache_groups
+from pagedkv.planning.layout import is_block_outermost, resolve_kv_cache_layout
 from pagedkv.planning.placement import bytes_per_block, place_groups
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.platforms import get_current_platform, resolve_obj_by_qualname
@@ -105,7 +106,8 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
     def _get_pool_bytes_per_block(
         self, config: EngineConfig, kv_cache_groups: Sequence[KVCacheGroupSpec]
     ) -> int | None:
-        return bytes_per_block(kv_cache_groups)
+        layout = resolve_kv_cache_layout(config)
+        return bytes_per_block(kv_cache_groups, block_outer=is_block_outermost(layout))
 
 
 class VLLMRuleKVCacheConfigBuilder(DefaultKVCacheConfigBuilder):

@@ -1,5 +1,6 @@
 """Layers into KV cache groups: buckets of mergeable specs, one group when the layers
-allow it, else vLLM's hybrid rule (one page size, groups of the smallest bucket); the
+allow it, else vLLM's hybrid rule (one page size, groups of the smallest bucket; with a
+block-outermost layout, vLLM's packing of mixed page sizes instead); the
 rule a config names (``CacheConfig.kv_cache_grouping_rule``); and the exact-partition
 check the planner runs on any builder's groups."""
 
@@ -12,6 +13,9 @@ from typing import Any, NamedTuple
 
 from pagedkv.config import KV_CACHE_GROUPING_RULES, EngineConfig
 from pagedkv.errors import ConfigError, KVCacheSpecError, PlanningError
+from pagedkv.planning.hidden import add_hidden_groups, split_hidden
+from pagedkv.planning.layout import is_block_outermost, resolve_kv_cache_layout
+from pagedkv.planning.packing import packed_kv_cache_groups
 from pagedkv.planning.pages import (
     Bucket,
     fit_page,
@@ -184,24 +188,33 @@ def vllm_grouping(
     single = single_group(kv_cache_spec)
     if single is not None:
         return GroupingChoice(tuple(single))
-    buckets = make_buckets(kv_cache_spec)
+    specs, hidden = split_hidden(kv_cache_spec)
+    block_outer = is_block_outermost(resolve_kv_cache_layout(config))
+    if block_outer and len({s.page_size_bytes for s in specs.values()}) > 1:
+        packed = packed_kv_cache_groups(specs)
+        return GroupingChoice((*packed, *_own_groups(hidden)))
+    buckets = make_buckets(specs)
     page, attention_bs = vllm_page(buckets, config.block_size, block_size_multiple)
     unified = unify_pages(buckets, page, attention_bs)
     if unified is None:
-        return GroupingChoice(tuple(_full_allocation_fallback(kv_cache_spec, page)))
-    return GroupingChoice(
-        tuple(groups_from_buckets(unified, vllm_group_size(list(map(len, buckets)))))
-    )
+        return GroupingChoice(tuple(_full_allocation_fallback(specs, page, not hidden)))
+    groups = groups_from_buckets(unified, vllm_group_size(list(map(len, buckets))))
+    return GroupingChoice(tuple(add_hidden_groups(groups, hidden)))
+
+
+def _own_groups(specs: Mapping[str, KVCacheSpec]) -> list[KVCacheGroupSpec]:
+    return [KVCacheGroupSpec(layer_names=(name,), kv_cache_spec=s) for name, s in specs.items()]
 
 
 def _full_allocation_fallback(
-    kv_cache_spec: Mapping[str, KVCacheSpec], page_bytes: int
+    kv_cache_spec: Mapping[str, KVCacheSpec], page_bytes: int, allowed: bool = True
 ) -> list[KVCacheGroupSpec]:
     """vLLM's way out when pages cannot be unified: with MLA and plain sliding-window
-    layers (no sliding MLA or chunked ones) the windows become full attention in one
-    uniform-type group; otherwise a PlanningError naming the layer that does not fit."""
+    layers (no sliding MLA or chunked ones, no hidden-state layers: not ``allowed``) the
+    windows become full attention in one uniform-type group; otherwise a PlanningError
+    naming the layer that does not fit."""
     specs = kv_cache_spec.values()
-    mla = any(isinstance(s, MLAAttentionSpec) for s in specs)
+    mla = allowed and any(isinstance(s, MLAAttentionSpec) for s in specs)
     local = any(isinstance(s, SlidingWindowMLASpec | ChunkedLocalAttentionSpec) for s in specs)
     if mla and not local and any(isinstance(s, SlidingWindowSpec) for s in specs):
         single = single_group({n: promote_to_full(s, None) for n, s in kv_cache_spec.items()})

@@ -1,35 +1,25 @@
 """Placing groups in one backing allocation per residency (device, host): layer-slot
 (slot ``i`` shared by layer ``i`` of every group), else block-outer when the groups'
-pages disagree at a slot; and checking any builder's placement against the aliasing
-rule: two regions share a byte only in different groups at the same block id
-(docs/planning.md, "Placement and the aliasing rule")."""
+pages disagree at a slot or the layout is block-outermost (``planning.layout``); and
+checking any builder's placement against the aliasing rule: two regions share a byte
+only in different groups at the same block id (docs/planning.md, "Placement and the
+aliasing rule")."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from pagedkv.config import EngineConfig
-from pagedkv.errors import ConfigError, PlanningError
+from pagedkv.errors import PlanningError
+from pagedkv.planning.layout import is_block_outermost, resolve_kv_cache_layout
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
-from pagedkv.platforms import get_current_platform
 from pagedkv.specs.base import cdiv
+from pagedkv.specs.hisparse import HiSparseHotSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
-KV_CACHE_LAYOUTS = ("NHD", "HND")
 PageRuns = list[tuple[int, list[str]]]
-
-
-def resolve_kv_cache_layout(config: EngineConfig) -> str:
-    """Per-block layout: CacheConfig.kv_cache_layout, else the platform's default."""
-    name = config.cache.kv_cache_layout or get_current_platform().default_kv_cache_layout()
-    layout = str(name).upper()
-    if layout not in KV_CACHE_LAYOUTS:
-        raise ConfigError(
-            f"CacheConfig.kv_cache_layout must be one of {', '.join(KV_CACHE_LAYOUTS)}, "
-            f"got {name!r}"
-        )
-    return layout
 
 
 def _page_runs(group: KVCacheGroupSpec) -> PageRuns:
@@ -56,8 +46,22 @@ def group_width_bytes(group: KVCacheGroupSpec) -> int:
     return _width(_page_runs(group))
 
 
-def bytes_per_block(groups: Sequence[KVCacheGroupSpec], *, host: bool = False) -> int:
-    return max((group_width_bytes(g) for g in groups if g.host_resident == host), default=0)
+def bytes_per_block(
+    groups: Sequence[KVCacheGroupSpec], *, host: bool = False, block_outer: bool = False
+) -> int:
+    """The widest group's bytes per block id; block-outer, rounded up to a multiple of
+    every HiSparse hot page (vLLM's block stride alignment)."""
+    return _bpb([g for g in groups if g.host_resident == host], block_outer)
+
+
+def _bpb(groups: Sequence[KVCacheGroupSpec], block_outer: bool) -> int:
+    width = max((group_width_bytes(g) for g in groups), default=0)
+    if not block_outer or width == 0:
+        return width
+    hot = [g.kv_cache_spec.page_size_bytes for g in groups]
+    hot = [p for g, p in zip(groups, hot) if isinstance(g.kv_cache_spec, HiSparseHotSpec)]
+    step = math.lcm(*hot) if hot else 1
+    return cdiv(width, step) * step
 
 
 def _runs_agree(runs_per_group: Sequence[PageRuns]) -> bool:
@@ -73,14 +77,21 @@ def _runs_agree(runs_per_group: Sequence[PageRuns]) -> bool:
 
 
 def place(
-    groups: Sequence[KVCacheGroupSpec], num_blocks: int, *, host: bool = False
+    groups: Sequence[KVCacheGroupSpec],
+    num_blocks: int,
+    *,
+    host: bool = False,
+    block_outer: bool = False,
 ) -> list[KVCacheTensor]:
-    """Tensors for the groups of one residency in one ``bpb * num_blocks`` allocation."""
-    runs_per_group = [_page_runs(g) for g in groups if g.host_resident == host]
-    bpb = max((_width(runs) for runs in runs_per_group), default=0)
+    """Tensors for the groups of one residency in one ``bpb * num_blocks`` allocation:
+    layer-outer when every group's layer slot ``i`` has one page, else (or when the
+    layout is block-outermost) every group's layers side by side inside each block."""
+    own = [g for g in groups if g.host_resident == host]
+    runs_per_group = [_page_runs(g) for g in own]
+    bpb = _bpb(own, block_outer)
     if bpb == 0:
         return []
-    layer_major = _runs_agree(runs_per_group)
+    layer_major = not block_outer and _runs_agree(runs_per_group)
     tensors = []
     for runs in runs_per_group:
         offset = 0
@@ -105,12 +116,15 @@ def place_groups(
     config: EngineConfig, groups: Sequence[KVCacheGroupSpec], num_blocks: int
 ) -> KVCacheConfig:
     """The default builder's placement: device groups, then host groups, for ``num_blocks``."""
-    tensors = place(groups, num_blocks) + place(groups, num_blocks, host=True)
+    layout = resolve_kv_cache_layout(config)
+    block_outer = is_block_outermost(layout)
+    tensors = place(groups, num_blocks, block_outer=block_outer)
+    tensors += place(groups, num_blocks, host=True)  # host tiers are always layer-outer
     return KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=tuple(tensors),
         kv_cache_groups=tuple(groups),
-        kv_cache_layout=resolve_kv_cache_layout(config),
+        kv_cache_layout=layout,
     )
 
 

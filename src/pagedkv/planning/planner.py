@@ -17,6 +17,7 @@ from pagedkv.planning.builder import (
 )
 from pagedkv.planning.grouping import check_exact_partition, with_retained_tokens
 from pagedkv.planning.placement import check_regions
+from pagedkv.planning.sharing import add_kv_sharing_layers, check_kv_sharing
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.specs.base import KVCacheSpec
@@ -170,15 +171,19 @@ def plan_kv_cache_configs(
     available_memory_per_worker: Sequence[int],
     *,
     max_model_len_limit: int | None = None,
+    shared_kv_cache_layers: Mapping[str, str] | None = None,
 ) -> PlannedKVCache:
     """Plan every worker's KV cache in one pass (the flow in docs/planning.md):
     ``max_model_len=-1`` fits the largest length the blocks hold, at most
-    ``max_model_len_limit``."""
+    ``max_model_len_limit``. ``shared_kv_cache_layers`` maps a layer with no spec to the
+    layer whose cache it reads; it joins that layer's group in the configs."""
     specs_per_worker, available = kv_cache_specs_per_worker, available_memory_per_worker
     _check_inputs(specs_per_worker, available)
     limit = DEFAULT_MAX_MODEL_LEN_LIMIT if max_model_len_limit is None else max_model_len_limit
     check_int("plan_kv_cache_configs", "max_model_len_limit", limit, error=PlanningError)
     merged = sizing.merge_worker_specs(specs_per_worker)
+    shared = dict(shared_kv_cache_layers or {})
+    check_kv_sharing(shared, merged)
     KVCacheSpecRegistry.check_kv_cache_spec_registry(merged)
     merged = with_retained_tokens(merged, config.scheduler.num_lookahead_tokens)
     builder = get_kv_cache_config_builder(config)
@@ -205,7 +210,7 @@ def plan_kv_cache_configs(
             planned = builder.get_kv_cache_config_from_groups(final, wg, num_blocks)
             validate_worker_config(planned, wg, num_blocks, available[w], w, builder)
             planned = dataclasses.replace(planned, max_model_len=length, kv_tp_replicas=replicas)
-            placed[key] = planned
+            placed[key] = add_kv_sharing_layers(planned, shared)
         configs.append(placed[key])
     return PlannedKVCache(
         config,
@@ -228,6 +233,7 @@ def get_kv_cache_configs(
     available_memory_per_worker: Sequence[int],
     *,
     max_model_len_limit: int | None = None,
+    shared_kv_cache_layers: Mapping[str, str] | None = None,
 ) -> list[KVCacheConfig]:
     """One KV cache config per worker, all with the same ``num_blocks`` (each config's
     ``max_model_len`` is the one planned)."""
@@ -236,5 +242,6 @@ def get_kv_cache_configs(
         kv_cache_specs_per_worker,
         available_memory_per_worker,
         max_model_len_limit=max_model_len_limit,
+        shared_kv_cache_layers=shared_kv_cache_layers,
     )
     return list(planned.configs)

@@ -3,6 +3,7 @@ groups and the tensors backing them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -84,10 +85,15 @@ class KVCacheConfig:
     kv_cache_layout: str = "NHD"
     max_model_len: int | None = None
     kv_tp_replicas: int = 1
+    # (layer, target): the layer reads the target layer's cache and has none of its own.
+    shared_kv_cache_layers: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kv_cache_tensors", tuple(self.kv_cache_tensors))
         object.__setattr__(self, "kv_cache_groups", tuple(self.kv_cache_groups))
+        shared = self.shared_kv_cache_layers
+        pairs = shared.items() if isinstance(shared, Mapping) else shared
+        object.__setattr__(self, "shared_kv_cache_layers", tuple((a, b) for a, b in pairs))
         if self.num_blocks < 1:
             raise PlanningError(f"KVCacheConfig.num_blocks must be >= 1, got {self.num_blocks}")
 
@@ -107,6 +113,13 @@ class KVCacheConfig:
     @property
     def layer_names(self) -> list[str]:
         return [name for group in self.kv_cache_groups for name in group.layer_names]
+
+    def group_layer_names(self, group_id: int) -> tuple[str, ...]:
+        """The layers that read group ``group_id``'s blocks: its own, then the layers
+        sharing one of their caches (vLLM appends those to the group's layer names)."""
+        own = self.kv_cache_groups[group_id].layer_names
+        members = set(own)
+        return own + tuple(a for a, b in self.shared_kv_cache_layers if b in members)
 
     def layer_regions(self) -> dict[str, LayerRegion]:
         """Every layer's byte region, by layer name."""

@@ -1,8 +1,11 @@
 """The block pool: block ids, reference counts, the free queue and the prefix-cache hash map.
 
 Block 0 is the null block. ``_maps[group][hash]`` is the block lookups return; further
-blocks with the same key wait in ``_dups[group][hash]``. Between ``begin`` and ``commit``
-every change is journaled; ``rollback`` undoes them newest first.
+blocks with the same key wait in ``_dups[group][hash]``. A block has one primary key
+(``block_hash``/``block_group``); with partial prefix hits it may hold more keys
+(``_extra_keys``) and a primary key at a hash boundary inside the block (``_key_tokens``:
+the tokens it covers). Between ``begin`` and ``commit`` every change is journaled;
+``rollback`` undoes them newest first.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
+from pagedkv.runtime.hashing import block_extra_keys
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
@@ -51,6 +55,8 @@ class BlockPool:
         self._queue_hits = self.queue.wants_hits
         self._maps: list[dict[Any, int]] = []
         self._dups: list[dict[Any, list[int]]] = []
+        self._extra_keys: dict[int, list[tuple[Any, int]]] = {}  # block -> (hash, group)
+        self._key_tokens: dict[int, int] = {}  # block -> tokens of a sub-block primary key
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
         self.event_token_ids = True
         self._journal: list[tuple[Any, ...]] | None = None
@@ -98,8 +104,8 @@ class BlockPool:
         blocks, token = queue.pop(num_blocks)
         ref = self.ref_cnt
         hashes, groups, maps, dups = self.block_hash, self.block_group, self._maps, self._dups
-        plain = self._events is None
-        evicted = []
+        plain = self._events is None and not self._key_tokens and not self._extra_keys
+        evicted: list[tuple[Any, ...]] = []
         for block in blocks:
             ref[block] = 1
             h = hashes[block]
@@ -111,7 +117,7 @@ class BlockPool:
                     hashes[block] = None
                     evicted.append((block, h, gid, 0))
                 else:
-                    evicted.append((block, *self._drop_key(block)))
+                    evicted.append(self._drop_all_keys(block))
         self.num_evictions += len(evicted)
         if self._journal is not None:
             self._journal.append((self._undo_pop, (blocks, evicted, token)))
@@ -174,8 +180,14 @@ class BlockPool:
         stored = []
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if not block or block_hash[block] is not None or (keep is not None and i not in keep):
+            if not block or (keep is not None and i not in keep):
                 continue
+            if block_hash[block] is not None:
+                if block not in self._key_tokens:
+                    continue  # keyed already
+                # A key inside the block (a partial prefix) gives way to the full one.
+                self._journal_keys([block], self._keys_of(block))
+                self._remove_keys(block)
             h = hashes[(i + 1) * scale - 1]
             block_hash[block] = h
             self.block_group[block] = group_id
@@ -197,6 +209,9 @@ class BlockPool:
                 lora_id=None if lora is None else lora.id,
                 medium=self.medium,
                 lora_name=None if lora is None else lora.name,
+                extra_keys=_event_extra_keys(
+                    request, blocks, stored, num_cached_blocks, block_size
+                ),
                 group_idx=group_id,
             )
             self._events.append(event)
@@ -211,13 +226,199 @@ class BlockPool:
                 )
             if self.block_hash[block] is not None:
                 self.num_evictions += 1
-                self._drop_key(block)
+                self._drop_all_keys(block)
+
+    def uncache_block(self, block: int) -> None:
+        """Drop every key of the block (it stays where it is); not an eviction. Journaled."""
+        if self.block_hash[block] is None:
+            return
+        undo = self._drop_all_keys(block)
+        if self._journal is not None:
+            self._journal.append(undo if callable(undo[0]) else (self._restore_key, undo))
+
+    def has_key(self, block: int, block_hash: Any, group_id: int) -> bool:
+        """Whether ``(block_hash, group_id)`` is one of the block's keys."""
+        key = (block_hash, group_id)
+        return key in self._keys_of(block)
+
+    def keyed_at(self, block: int, num_tokens: int, block_size: int) -> bool:
+        """Whether the block's primary key covers exactly ``num_tokens`` tokens (a block's
+        full key covers its whole block: ``num_tokens`` a multiple of ``block_size``)."""
+        if self.block_hash[block] is None:
+            return False
+        tokens = self._key_tokens.get(block)
+        return num_tokens % block_size == 0 if tokens is None else tokens == num_tokens
+
+    def cache_partial_block(
+        self,
+        request: Request,
+        block: int,
+        num_tokens: int,
+        group_id: int,
+        block_size: int,
+        replace: bool = False,
+    ) -> Any:
+        """Key ``block`` by the hash of the request's first ``num_tokens`` tokens (a hash
+        boundary, maybe inside the block) and return that hash: a primary key if the block
+        has none, else one more key. A primary key covering fewer tokens, or with
+        ``replace`` every key, is dropped first. Journaled."""
+        hash_block_size = self.hash_block_size or block_size
+        num_hashes = num_tokens // hash_block_size
+        h = request.block_hashes[num_hashes - 1]
+        key = (h, group_id)
+        self._journal_keys([block], [key, *self._keys_of(block)])
+        primary = self.block_hash[block]
+        known = (primary, self.block_group[block]) == key or key in self._extra_keys.get(block, ())
+        if replace or (not known and primary is not None and self._tokens_of(block) < num_tokens):
+            self._remove_keys(block)
+            known = False
+        if not known:
+            self._add_key(block, h, group_id, num_tokens if num_tokens % block_size else None)
+            if self._events is not None:
+                self._events.append(self._tail_event(request, num_hashes, group_id))
+        return h
+
+    def move_block_keys(self, source: int, destination: int) -> None:
+        """Move every key of ``source`` to the unkeyed ``destination`` (a private copy of
+        its contents); no events. Journaled."""
+        keys = self._keys_of(source)
+        if not keys:
+            return
+        self._journal_keys([source, destination], keys)
+        tokens = self._key_tokens.get(source)
+        self._remove_keys(source, emit=False)
+        for i, (h, gid) in enumerate(keys):
+            self._add_key(destination, h, gid, tokens if i == 0 else None)
+
+    def _tokens_of(self, block: int) -> int:
+        tokens = self._key_tokens.get(block)
+        return (1 << 62) if tokens is None else tokens  # a full-block key: the whole block
+
+    def _keys_of(self, block: int) -> list[tuple[Any, int]]:
+        h = self.block_hash[block]
+        if h is None:
+            return []
+        return [(h, self.block_group[block]), *self._extra_keys.get(block, ())]
+
+    def _add_key(self, block: int, h: Any, group_id: int, tokens: int | None) -> None:
+        m = self.hash_map(group_id)
+        if self.block_hash[block] is None:
+            self.block_hash[block] = h
+            self.block_group[block] = group_id
+            if tokens is not None:
+                self._key_tokens[block] = tokens
+        else:
+            self._extra_keys.setdefault(block, []).append((h, group_id))
+        if h in m:
+            self._dups[group_id].setdefault(h, []).append(block)
+        else:
+            m[h] = block
+
+    def _unmap(self, block: int, h: Any, group_id: int) -> bool:
+        m, dups = self._maps[group_id], self._dups[group_id]
+        others = dups.get(h)
+        if m.get(h) == block:
+            if others:
+                m[h] = others.pop(0)
+            else:
+                del m[h]
+        elif others is not None and block in others:
+            others.remove(block)
+        else:
+            return False
+        if others == []:
+            del dups[h]
+        return True
+
+    def _remove_keys(self, block: int, emit: bool = True) -> None:
+        """Drop every key of the block (vLLM's order: primary first, then the others)."""
+        removed = [key for key in self._keys_of(block) if self._unmap(block, *key)]
+        self.block_hash[block] = None
+        self._extra_keys.pop(block, None)
+        self._key_tokens.pop(block, None)
+        if emit and self._events is not None:
+            for h, gid in removed:
+                self._events.append(
+                    BlockRemoved(block_hashes=[h], medium=self.medium, group_idx=gid)
+                )
+
+    def _drop_all_keys(self, block: int) -> tuple[Any, ...]:
+        """Drop every key of the block; returns what undoes it: ``(block, hash, group,
+        index)`` for ``_restore_key``, or ``(undo, args)``."""
+        if block not in self._extra_keys and block not in self._key_tokens:
+            return (block, *self._drop_key(block))
+        snapshot = self._snapshot([block], self._keys_of(block))
+        self._remove_keys(block)
+        return (self._restore_snapshot, (snapshot,))
+
+    def _journal_keys(self, blocks: list[int], keys: list[tuple[Any, int]]) -> None:
+        if self._journal is not None:
+            self._journal.append((self._restore_snapshot, (self._snapshot(blocks, keys),)))
+
+    def _snapshot(self, blocks: list[int], keys: list[tuple[Any, int]]) -> tuple[Any, ...]:
+        maps = []
+        for h, gid in keys:
+            m = self.hash_map(gid)
+            maps.append((h, gid, m.get(h), list(self._dups[gid].get(h, ()))))
+        states = [
+            (
+                b,
+                self.block_hash[b],
+                self.block_group[b],
+                list(self._extra_keys.get(b, ())),
+                self._key_tokens.get(b),
+            )
+            for b in blocks
+        ]
+        return maps, states
+
+    def _restore_snapshot(self, snapshot: tuple[Any, ...]) -> None:
+        maps, states = snapshot
+        for h, gid, first, dups in maps:
+            if first is None:
+                self._maps[gid].pop(h, None)
+            else:
+                self._maps[gid][h] = first
+            if dups:
+                self._dups[gid][h] = list(dups)
+            else:
+                self._dups[gid].pop(h, None)
+        for block, h, gid, extras, tokens in states:
+            self.block_hash[block] = h
+            self.block_group[block] = gid
+            if extras:
+                self._extra_keys[block] = list(extras)
+            else:
+                self._extra_keys.pop(block, None)
+            if tokens is None:
+                self._key_tokens.pop(block, None)
+            else:
+                self._key_tokens[block] = tokens
+
+    def _tail_event(self, request: Request, num_hashes: int, group_id: int) -> BlockStored:
+        hash_block_size = self.hash_block_size or 1
+        hashes = request.block_hashes
+        end = num_hashes * hash_block_size
+        start = end - hash_block_size
+        lora = request.lora
+        return BlockStored(
+            block_hashes=[hashes[num_hashes - 1]],
+            parent_block_hash=hashes[num_hashes - 2] if num_hashes > 1 else None,
+            token_ids=request.all_token_ids[start:end] if self.event_token_ids else [],
+            block_size=hash_block_size,
+            lora_id=None if lora is None else lora.id,
+            medium=self.medium,
+            lora_name=None if lora is None else lora.name,
+            extra_keys=[_untagged(block_extra_keys(request, start, end, 0)[0])],
+            group_idx=group_id,
+        )
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refused (False) while any block is in use."""
         if len(self.queue) != self.num_blocks - 1:
             return False
         self._maps, self._dups = [], []
+        self._extra_keys, self._key_tokens = {}, {}
         self.block_hash[:] = [None] * self.num_blocks
         if self._events is not None:
             self._events.append(AllBlocksCleared())
@@ -287,7 +488,10 @@ class BlockPool:
 
     def _undo_pop(self, blocks: list[int], evicted: list[tuple[Any, ...]], token: Any) -> None:
         for key in reversed(evicted):
-            self._restore_key(*key)
+            if callable(key[0]):
+                key[0](*key[1])
+            else:
+                self._restore_key(*key)
         self.num_evictions -= len(evicted)
         for block in blocks:
             self.ref_cnt[block] = 0
@@ -303,4 +507,25 @@ class BlockPool:
 
     def _undo_cache(self, stored: list[int]) -> None:
         for block in reversed(stored):
-            self._drop_key(block)
+            self._drop_all_keys(block)
+
+
+def _event_extra_keys(
+    request: Request, blocks: Sequence[int], stored: list[int], first: int, block_size: int
+) -> list[tuple[Any, ...] | None] | None:
+    # One entry per stored block (vLLM's), None when no block was stored.
+    if not stored:
+        return None
+    position = {block: i for i, block in enumerate(blocks[first:], first) if block}
+    out = []
+    mm_index = 0
+    for block in stored:
+        start = position[block] * block_size
+        keys, mm_index = block_extra_keys(request, start, start + block_size, mm_index)
+        out.append(_untagged(keys))
+    return out
+
+
+def _untagged(keys: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    # vLLM publishes extra keys untagged: a multimodal item's (id, offset), else the value.
+    return None if keys is None else tuple(k[1:] if k[0] == "mm" else k[1] for k in keys)

@@ -15,6 +15,11 @@ BUILTIN_KV_CACHE_SPECS: dict[type, tuple[type, type | None]] = {
     s.ChunkedLocalAttentionSpec: (m.ChunkedLocalAttentionManager, None),
     s.MambaSpec: (m.MambaManager, None),
     s.CrossAttentionSpec: (m.CrossAttentionManager, None),
+    s.RSWASpec: (m.RSWAManager, s.FullAttentionSpec),
+    s.HiddenStateCacheSpec: (m.FullAttentionManager, s.FullAttentionSpec),
+    s.CircularBufferSpec: (m.CircularBufferManager, None),
+    s.HiSparseHotSpec: (m.HiSparseHotManager, None),
+    s.HiSparseResidentSpec: (m.HiSparseResidentManager, None),
 }
 
 

@@ -27,14 +27,16 @@ def group_behaviour_spec(group: KVCacheGroupSpec) -> KVCacheSpec:
 def resolve_caching(
     groups: Sequence[KVCacheGroupSpec], default: bool, enable_caching: bool | None
 ) -> bool:
-    """``enable_caching``, or when None ``default`` if every group can be prefix-cached."""
+    """``enable_caching``, or when None ``default`` unless a group's kind turns caching
+    off (``KVCacheSpec.disables_prefix_caching``); groups that are merely never cached (a
+    ring) stay out of the cache while the others cache."""
     specs = [group_behaviour_spec(g) for g in groups]
     if not specs:
         return False
     if enable_caching is None:
-        return default and all(s.prefix_cacheable for s in specs)
+        return default and not any(s.disables_prefix_caching for s in specs)
     for gid, spec in enumerate(specs):
-        if enable_caching and not spec.prefix_cacheable:
+        if enable_caching and spec.disables_prefix_caching:
             raise ConfigError(
                 f"enable_caching=True but KV cache group {gid} ({type(spec).__name__}, "
                 f"kind {spec.kind!r}) cannot be prefix-cached"

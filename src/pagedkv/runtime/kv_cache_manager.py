@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
-import math
+from enum import Enum
+from typing import NamedTuple
 
 from pagedkv.config import PREFIX_CACHE_RETENTIONS, EngineConfig
 from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.planning.types import KVCacheConfig
+from pagedkv.runtime.block_sizes import resolve_block_sizes
 from pagedkv.runtime.blocks import KVCacheBlocks
 from pagedkv.runtime.coordinators import group_behaviour_spec, make_coordinator, resolve_caching
 from pagedkv.runtime.events import BlockStored, KVCacheEvent
@@ -15,14 +17,36 @@ from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import BlockHasher
 from pagedkv.runtime.managers.base import Retention, SingleTypeKVCacheManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
+from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
 
 
+class BlockCopy(NamedTuple):
+    """Copy block ``src_block_id``'s contents into ``dst_block_id`` (vLLM's KVCacheBlockCopy)."""
+
+    src_block_id: int
+    dst_block_id: int
+
+
+class BlockCopies(NamedTuple):
+    copies: list[BlockCopy]
+    retained_blocks: list[int]
+
+
+class _FromConfig(Enum):
+    VALUE = "config"
+
+
+FROM_CONFIG = _FromConfig.VALUE  # an option not given: the EngineConfig's value
+
+
 class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
-    ``retention``: a name in ``config.PREFIX_CACHE_RETENTIONS``; ``free_queue``: default LRU."""
+    ``retention``: a name in ``config.PREFIX_CACHE_RETENTIONS``; ``free_queue``: default LRU.
+    ``hash_block_size`` and ``prefix_cache_retention_interval`` (vLLM's names) override
+    ``CacheConfig.prefix_match_unit`` and ``CacheConfig.prefix_cache_retention_interval``."""
 
     def __init__(
         self,
@@ -37,7 +61,13 @@ class KVCacheManager:
         retention: str | None = None,
         free_queue: FreeQueue | None = None,
         event_token_ids: bool = True,
+        hash_block_size: int | None = None,
+        prefix_cache_retention_interval: int | _FromConfig | None = FROM_CONFIG,
     ) -> None:
+        if hash_block_size is not None:
+            config = config.replace(prefix_match_unit=hash_block_size)
+        if prefix_cache_retention_interval is not FROM_CONFIG:
+            config = config.replace(prefix_cache_retention_interval=prefix_cache_retention_interval)
         if not 0.0 <= watermark < 1.0:
             raise ConfigError(f"KVCacheManager watermark must be in [0, 1), got {watermark!r}")
         self.retention = retention = retention or config.cache.prefix_cache_retention
@@ -51,9 +81,11 @@ class KVCacheManager:
         self.enable_caching = resolve_caching(
             groups, config.cache.enable_prefix_caching, enable_caching
         )
-        block_sizes = [g.kv_cache_spec.block_size for g in groups]
-        self.scheduler_block_size = math.lcm(*block_sizes) if block_sizes else 1
-        self.hash_block_size = math.gcd(*block_sizes) if block_sizes else 1
+        sizes = resolve_block_sizes(groups, self.enable_caching, config.cache.prefix_match_unit)
+        self.scheduler_block_size = sizes.scheduler_block_size
+        self.hash_block_size = sizes.hash_block_size
+        self.cache_hit_alignment_tokens = sizes.cache_hit_alignment_tokens
+        self.enable_partial_hash_hits = sizes.partial_hash_hits
         self.hasher = BlockHasher(
             self.hash_block_size, hash_algo or config.cache.hash_algo, hash_seed
         )
@@ -68,15 +100,19 @@ class KVCacheManager:
             max_model_len=self.max_model_len,
             enable_caching=self.enable_caching,
             hash_block_size=self.hash_block_size,
-            alignment_tokens=self.scheduler_block_size,
+            alignment_tokens=self.cache_hit_alignment_tokens,
             enable_events=enable_events,
             in_flight_tokens=config.max_in_flight_tokens,
             retention=retention_class(retention),
+            retention_interval=config.cache.prefix_cache_retention_interval,
             free_queue=free_queue,
         )
         self.block_pool = self.coordinator.block_pool
         self.block_pool.event_token_ids = event_token_ids
         self.managers = managers = self.coordinator.managers
+        check_retention_interval(
+            config.cache.prefix_cache_retention_interval, self.scheduler_block_size, managers
+        )
         self.num_groups = len(managers)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         # Runs of skipping managers of one class and spec share one skip count, in order.
@@ -87,26 +123,38 @@ class KVCacheManager:
             else:
                 self._skipping.append((m, []))
         self._caching = [m for m in managers if m.enable_caching]
+        # Full attention hashed finer than its block keys the prompt's last boundary too.
+        self._tail_keyers = [
+            m for m in self._caching if isinstance(m, FullAttentionManager) and m.keys_partial_tails
+        ]
         self._cross = [isinstance(m, CrossAttentionManager) for m in managers]
         # Fast path: every table ends at cdiv(tokens, block_size) entries (plain kinds,
         # Mamba); only when all grow plainly does it also count the blocks itself.
         self._fast_alloc = all(plain_growth(m) for m in managers)
         self._growth = None
-        if all(plain_growth(m) or isinstance(m, MambaManager) for m in managers):
+        if all(plain_growth(m) or _plain_mamba(m) for m in managers):
             self._growth = [
                 (m.block_size, m.req_to_blocks, m.num_cached_block, cross)
                 for m, cross in zip(managers, self._cross)
             ]
         self._first_tables: dict[str, list[int]] = managers[0].req_to_blocks if managers else {}
-        # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule).
-        self._cache_step = self.scheduler_block_size if self.num_groups > 1 else 1
+        # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule),
+        # or of nothing with partial hits (rounding would re-key a copied partial state).
+        self._cache_step = 1
+        if self.num_groups > 1 and not self.enable_partial_hash_hits:
+            self._cache_step = self.scheduler_block_size
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
         self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
-            (spec.kind, getattr(spec, "sliding_window", None))
+            (spec.vllm_kind, getattr(spec, "sliding_window", None))
             for spec in map(group_behaviour_spec, groups)
         ]
         self._stats = PrefixCacheStatsCounter()
+        # vLLM reserves Mamba prefill checkpoints on the prompt's last chunk only under
+        # retention interval 0 (else on every chunk: prefill_end 0).
+        self._prefill_end = config.cache.prefix_cache_retention_interval == 0 and any(
+            getattr(m, "has_checkpoint_blocks", False) for m in managers
+        )
 
     @property
     def num_free_blocks(self) -> int:
@@ -225,17 +273,28 @@ class KVCacheManager:
         num_slots = num_main + num_lookahead_tokens
         if num_slots > max_len:
             num_slots = max_len
+        prefill_end = 0
+        if self._prefill_end:
+            prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
         if full_sequence_must_fit:
             num_tokens = min(request.num_tokens, max_len)
             needed = self._num_blocks_needed(
-                request_id, num_tokens, num_tokens, hits, total_computed, num_encoder_tokens, True
+                request_id,
+                num_tokens,
+                num_tokens,
+                hits,
+                total_computed,
+                num_encoder_tokens,
+                True,
+                prefill_end,
             )
             if needed + self._reserve(running, has_scheduled_reqs) > self.num_free_blocks:
                 return None
         cache = self.enable_caching and not delay_cache_blocks
         if running and self._skipping:
+            num_prompt = request.num_prompt_tokens
             for m, peers in self._skipping:
-                m.remove_skipped_blocks(request_id, total_computed, peers)
+                m.remove_skipped_blocks(request_id, total_computed, peers, num_prompt)
         growth = self._growth if running else None
         if growth is not None:
             # Fast path (bench_hot_path: most decode steps change nothing).
@@ -254,11 +313,20 @@ class KVCacheManager:
                     work = True
                 elif cache_tokens // block_size > num_cached[request_id]:
                     work = True
+            if not work and self._tail_keyers:
+                work = any(m.tail_key_pending(request, cache_tokens) for m in self._tail_keyers)
             if not work:
                 return self._empty
         if growth is None or not self._fast_alloc:
             needed = self._reserve(running, has_scheduled_reqs) + self._num_blocks_needed(
-                request_id, num_slots, num_main, hits, total_computed, num_encoder_tokens, False
+                request_id,
+                num_slots,
+                num_main,
+                hits,
+                total_computed,
+                num_encoder_tokens,
+                False,
+                prefill_end,
             )
         pool = self.block_pool
         if needed > pool.num_free_blocks:
@@ -317,12 +385,13 @@ class KVCacheManager:
         total_computed: int,
         num_encoder_tokens: int,
         cap: bool,
+        prefill_end: int,
     ) -> int:
         needed = 0
         for m, cross, hit in zip(self.managers, self._cross, hits):
             if not cross:
                 needed += m.get_num_blocks_to_allocate(
-                    request_id, num_tokens, hit, total_computed, num_main, cap
+                    request_id, num_tokens, hit, total_computed, num_main, cap, prefill_end
                 )
             elif not cap:
                 needed += m.get_num_blocks_to_allocate(
@@ -339,11 +408,14 @@ class KVCacheManager:
         for m in self.managers:
             m.free(request_id, priority)
 
-    def remove_skipped_blocks(self, request_id: str, num_computed_tokens: int) -> None:
-        """Free blocks that fell out of the request's window (nulls in its table)."""
+    def remove_skipped_blocks(
+        self, request_id: str, num_computed_tokens: int, num_prompt_tokens: int | None = None
+    ) -> None:
+        """Free blocks that fell out of the request's window (nulls in its table); R-SWA
+        groups free their decode gap only when given the prompt length."""
         if request_id in self._first_tables:
             for m, peers in self._skipping:
-                m.remove_skipped_blocks(request_id, num_computed_tokens, peers)
+                m.remove_skipped_blocks(request_id, num_computed_tokens, peers, num_prompt_tokens)
 
     def evict_blocks(self, block_ids: list[int]) -> None:
         """Drop the cached hashes of the given blocks (they stay allocated if in use)."""
@@ -370,6 +442,21 @@ class KVCacheManager:
                 event.kv_cache_spec_kind = kind
                 event.kv_cache_spec_sliding_window = window
         return events
+
+    def take_kv_cache_block_copies(self) -> BlockCopies:
+        """The copy-on-write copies queued since the last call (partial prefix hits) and
+        the blocks they keep referenced: run the copies, then release those blocks with
+        ``block_pool.free_blocks(retained_blocks)`` (or ``release_cow_copies``)."""
+        pairs = [pair for m in self.managers for pair in m.take_cow_copies()]
+        copies = [BlockCopy(source, copy) for source, copy in pairs]
+        return BlockCopies(copies, [block for pair in pairs for block in pair])
+
+    def release_cow_copies(self) -> list[BlockCopy]:
+        """Take the queued copies and release their blocks at once (an engine that copies
+        within the same step, before anything else is allocated)."""
+        copies, retained = self.take_kv_cache_block_copies()
+        self.block_pool.free_blocks(retained)
+        return copies
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Cache the request's full blocks up to ``num_computed_tokens`` (hybrid models: up
@@ -400,6 +487,26 @@ def retention_class(name: str) -> type[Retention]:
     return cls
 
 
+def check_retention_interval(
+    interval: int | None, scheduler_block_size: int, managers: list[SingleTypeKVCacheManager]
+) -> None:
+    """vLLM's rule: None or 0 always; a positive interval only for a model with a
+    sliding-window or Mamba group, and a multiple of the scheduler block size."""
+    if interval is None or interval == 0:
+        return
+    name = "CacheConfig.prefix_cache_retention_interval"
+    if not any(m.sparse_retention for m in managers):
+        raise ConfigError(
+            f"{name}={interval} has no effect: the model has no sliding-window or Mamba KV "
+            "cache group (set it to 0)"
+        )
+    if interval < 0 or interval % scheduler_block_size:
+        raise ConfigError(
+            f"{name}={interval} must be a non-negative multiple of the scheduler block size "
+            f"({scheduler_block_size} tokens)"
+        )
+
+
 def plain_growth(manager: SingleTypeKVCacheManager) -> bool:
     """Whether the kind grows a table by cdiv(tokens, block_size) - len(table) new blocks."""
     base = SingleTypeKVCacheManager
@@ -408,6 +515,11 @@ def plain_growth(manager: SingleTypeKVCacheManager) -> bool:
         kind.allocate_new_blocks is base.allocate_new_blocks
         and kind.get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
     )
+
+
+def _plain_mamba(manager: SingleTypeKVCacheManager) -> bool:
+    # A Mamba kind whose steps key only whole blocks (no checkpoints or partial tails).
+    return isinstance(manager, MambaManager) and not manager.exports_tail_states
 
 
 def _shares_skips(first: SingleTypeKVCacheManager, other: SingleTypeKVCacheManager) -> bool:

@@ -26,7 +26,7 @@ from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.tokens import prompt_tokens
 from pagedkv.sim.trace import Trace
 
-FLEET_ROUTERS = ("round-robin", "least-loaded", "prefix", "cost", "oracle")
+FLEET_ROUTERS = ("round-robin", "least-loaded", "prefix", "cost", "balanced", "oracle")
 
 
 class _Replica:

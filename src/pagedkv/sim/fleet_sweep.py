@@ -14,12 +14,15 @@ from pagedkv.sim.jobs import Job, run_jobs
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.trace import Trace
 
+# the routers a sweep compares unless told otherwise (their documented tables)
+SWEEP_ROUTERS = ("round-robin", "least-loaded", "prefix", "cost", "oracle")
+
 
 def fleet_sweep(
     engine: SimEngine,
     trace: Trace,
     replica_counts: Sequence[int],
-    routers: Sequence[str] = FLEET_ROUTERS,
+    routers: Sequence[str] = SWEEP_ROUTERS,
     settings: SchedulerSettings | None = None,
     *,
     bound: bool = True,

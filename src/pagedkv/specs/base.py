@@ -26,6 +26,15 @@ def check_fields(spec: object, *names: str, minimum: int = 1, allow_none: bool =
     _check_fields(spec, *names, minimum=minimum, allow_none=allow_none, error=KVCacheSpecError)
 
 
+def pad_to_alignment(spec: AttentionSpec, alignment: int | None) -> None:
+    """vLLM's page alignment (MLA kinds): a page not a multiple of ``alignment`` bytes is
+    padded up to one. Call from ``__post_init__`` once the real page is known."""
+    check_fields(spec, "alignment", allow_none=True)
+    real = spec.real_page_size_bytes
+    if alignment is not None and real % alignment:
+        object.__setattr__(spec, "page_size_padded", cdiv(real, alignment) * alignment)
+
+
 def spec_dtype_name(spec: object, name: str, value: Any) -> str:
     """Canonical dtype name of a spec field, with errors naming the class and field."""
     try:
@@ -99,6 +108,18 @@ class KVCacheSpec(ABC):
     def prefix_cacheable(self) -> bool:
         return True
 
+    @property
+    def disables_prefix_caching(self) -> bool:
+        """Whether a group of this kind turns prefix caching off for the whole model (by
+        default when it cannot be cached); kinds that merely stay out of the cache (a
+        ring, HiSparse's GPU pages) leave the other groups caching, as in vLLM."""
+        return not self.prefix_cacheable
+
+    @property
+    def vllm_kind(self) -> str:
+        """vLLM's ``KVCacheSpecKind`` value for this spec (KV cache events report it)."""
+        return self.kind
+
     @abstractmethod
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
         """Bytes one request of ``config.max_model_len`` can hold at most, per layer."""
@@ -144,6 +165,8 @@ class AttentionSpec(KVCacheSpec):
     state_content_bytes: int | None = None
     # Distinct tensor-parallel shards of this layer's heads; ranks beyond replicate.
     max_tp_shards: int | None = None
+    # Tokens one stored state covers (DeepSeek-V4's compressed attention: the ratio).
+    tokens_per_state: int = 1
 
     kind: ClassVar[str] = "attention"
 
@@ -152,6 +175,12 @@ class AttentionSpec(KVCacheSpec):
         check_fields(self, "num_kv_heads", "head_size")
         optional = ("max_tp_shards", "state_content_bytes", "page_size_padded")
         check_fields(self, *optional, allow_none=True)
+        check_fields(self, "tokens_per_state")
+        if self.block_size % self.tokens_per_state:
+            raise KVCacheSpecError(
+                f"{type(self).__name__}.block_size ({self.block_size}) must be a multiple of "
+                f"tokens_per_state ({self.tokens_per_state})"
+            )
         object.__setattr__(self, "dtype", spec_dtype_name(self, "dtype", self.dtype))
         if self.head_size_v is None:
             object.__setattr__(self, "head_size_v", self.head_size)
@@ -164,7 +193,8 @@ class AttentionSpec(KVCacheSpec):
 
     @property
     def bytes_per_token(self) -> int:
-        """K and V bytes of one token over all this layer's KV heads (scales included)."""
+        """K and V bytes of one stored state (a token, unless ``tokens_per_state`` > 1)
+        over all this layer's KV heads (scales included)."""
         if self.state_content_bytes is not None:
             return self.num_kv_heads * self.state_content_bytes
         fmt = get_kv_dtype(self.dtype)
@@ -174,7 +204,7 @@ class AttentionSpec(KVCacheSpec):
 
     @property
     def real_page_size_bytes(self) -> int:
-        return self.block_size * self.bytes_per_token
+        return self.block_size // self.tokens_per_state * self.bytes_per_token
 
     @property
     def page_size_bytes(self) -> int:

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from pagedkv.errors import KVCacheSpecError
-from pagedkv.specs.base import AttentionSpec, KVCacheSpec, cdiv, check_fields, merge_checked
+from pagedkv.specs.base import (
+    AttentionSpec,
+    KVCacheSpec,
+    cdiv,
+    check_fields,
+    merge_checked,
+    pad_to_alignment,
+)
 
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
@@ -64,12 +71,21 @@ class FullAttentionSpec(AttentionSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class MLAAttentionSpec(FullAttentionSpec):
-    """Multi-head latent attention: one compressed latent per token, no separate V."""
+    """Multi-head latent attention: one compressed latent per token, no separate V.
+    DeepSeek-V4 also sets ``alignment`` (the page is padded up to a multiple of it),
+    ``model_version`` and ``tokens_per_state`` (its compression ratio)."""
 
     num_kv_heads: int = 1
     head_size_v: int | None = 0
+    cache_dtype_str: str | None = None
+    alignment: int | None = None
+    model_version: str | None = None
 
     kind: ClassVar[str] = "mla_attention"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        pad_to_alignment(self, self.alignment)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from pagedkv.specs.base import AttentionSpec, KVCacheSpec, all_match, cdiv, check_fields
+from pagedkv.errors import KVCacheSpecError
+from pagedkv.specs.base import (
+    AttentionSpec,
+    KVCacheSpec,
+    all_match,
+    cdiv,
+    check_fields,
+    pad_to_alignment,
+)
 
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
@@ -54,15 +62,38 @@ class SlidingWindowSpec(AttentionSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class SlidingWindowMLASpec(SlidingWindowSpec):
-    """Sliding window over MLA latents."""
+    """Sliding window over MLA latents (DeepSeek-V4's sliding-window layers).
+
+    ``alignment`` pads the page up to a multiple of it; ``model_version`` is None or
+    ``"deepseek_v4"``; with ``bounded_replay`` a hit replays the last ``sliding_window``
+    tokens instead of reusing their blocks, so the group is not prefix-cached."""
 
     num_kv_heads: int = 1
     head_size_v: int | None = 0
+    cache_dtype_str: str | None = None
+    alignment: int | None = None
+    model_version: str | None = None
+    bounded_replay: bool = False
 
     kind: ClassVar[str] = "sliding_window_mla"
 
+    def __post_init__(self) -> None:
+        if self.model_version not in (None, "deepseek_v4"):
+            raise KVCacheSpecError(
+                f"SlidingWindowMLASpec.model_version must be None or 'deepseek_v4', "
+                f"got {self.model_version!r}"
+            )
+        super().__post_init__()
+        pad_to_alignment(self, self.alignment)
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        return not self.bounded_replay
+
     def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
-        return all_match(kv_cache_specs, SlidingWindowMLASpec, self, "sliding_window")
+        return all_match(
+            kv_cache_specs, SlidingWindowMLASpec, self, "sliding_window", "bounded_replay"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

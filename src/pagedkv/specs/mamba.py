@@ -44,7 +44,11 @@ def _normalize_dtypes(spec: KVCacheSpec, dtypes: Any) -> tuple[str, ...]:
 @dataclass(frozen=True, kw_only=True)
 class MambaSpec(KVCacheSpec):
     """State tensors (``shapes`` with ``dtypes``) per request. ``mamba_cache_mode``
-    ``"none"``: one block, never cached; ``"align"``: a checkpoint per ``block_size``."""
+    ``"none"``: one block, never cached; ``"align"``: a checkpoint per ``block_size``.
+    ``num_prefill_checkpoint_blocks`` > 0 (vLLM's Mamba-2 and gated-DeltaNet layers): a
+    prefill chunk may end past its last block boundary, the kernel exporting the state at
+    that boundary into one extra block; ``prefill_checkpoint_alignment``: the token step
+    the kernel can export at (None: it cannot)."""
 
     shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
@@ -52,6 +56,8 @@ class MambaSpec(KVCacheSpec):
     mamba_type: str = "mamba2"
     mamba_cache_mode: MambaCacheMode = "none"
     num_speculative_blocks: int = 0
+    num_prefill_checkpoint_blocks: int = 0
+    prefill_checkpoint_alignment: int | None = None
 
     kind: ClassVar[str] = "mamba"
 
@@ -67,6 +73,8 @@ class MambaSpec(KVCacheSpec):
             )
         check_choice(self, "mamba_cache_mode", "none", "align", error=KVCacheSpecError)
         check_fields(self, "num_speculative_blocks", minimum=0)
+        check_fields(self, "num_prefill_checkpoint_blocks", minimum=0)
+        check_fields(self, "prefill_checkpoint_alignment", allow_none=True)
         check_fields(self, "page_size_padded", allow_none=True)
         if self.page_size_padded is not None and self.page_size_padded < self.real_page_size_bytes:
             raise KVCacheSpecError(
@@ -90,8 +98,11 @@ class MambaSpec(KVCacheSpec):
         return self.mamba_cache_mode == "align"
 
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
-        # Align mode holds the running state plus the last checkpoint.
-        live = 2 if self.mamba_cache_mode == "align" else 1
+        # Align mode holds the running state, the last checkpoint and the prefill ones.
+        if self.mamba_cache_mode == "align":
+            live = 2 + self.num_prefill_checkpoint_blocks
+        else:
+            live = 1
         return self.page_size_bytes * (live + self.num_speculative_blocks)
 
     def max_num_blocks_per_req(self, config: EngineConfig, max_model_len: int | None = None) -> int:
@@ -101,5 +112,55 @@ class MambaSpec(KVCacheSpec):
         return 1 + self.num_speculative_blocks
 
     def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
-        names = ("num_speculative_blocks", "page_size_bytes", "mamba_cache_mode")
+        names = (
+            "num_speculative_blocks",
+            "num_prefill_checkpoint_blocks",
+            "prefill_checkpoint_alignment",
+            "page_size_bytes",
+            "mamba_cache_mode",
+        )
         return all_match(kv_cache_specs, MambaSpec, self, *names)
+
+
+def prefill_checkpoint_position(
+    num_tokens: int,
+    hash_block_size: int,
+    drop_eagle_block: bool = False,
+    num_hash_lookahead_tokens: int = 0,
+) -> int:
+    """The last hash boundary a prefill of ``num_tokens`` tokens can checkpoint its state at
+    and a later request hit: at least one token (or the hash lookahead) must follow it, so
+    the last token is recomputed for logits; an EAGLE block drop backs off one more unit."""
+    if drop_eagle_block:
+        limit = num_tokens
+    else:
+        limit = num_tokens - max(1, num_hash_lookahead_tokens)
+    position = limit // hash_block_size * hash_block_size
+    if drop_eagle_block:
+        position -= hash_block_size
+    return max(position, 0)
+
+
+def prefill_checkpoint_exportable(
+    query_start: int,
+    query_end: int,
+    checkpoint_position: int,
+    hash_block_size: int,
+    mamba_block_size: int,
+    checkpoint_alignment: int | None,
+) -> bool:
+    """Whether a kernel computing tokens ``[query_start, query_end)`` can export the state
+    at ``checkpoint_position`` into a block of its own: the chunk starts on a hash boundary,
+    spans at least one hash block before the position and one block column past its
+    initial state, and the position is ``checkpoint_alignment`` steps from its start."""
+    if checkpoint_alignment is None:
+        return False
+    initial_state_column = (query_start - 1) // mamba_block_size
+    checkpoint_column = cdiv(query_end, mamba_block_size) - 2
+    return (
+        query_start % hash_block_size == 0
+        and checkpoint_column > initial_state_column
+        and query_start + hash_block_size <= checkpoint_position
+        and query_start < checkpoint_position < query_end
+        and (checkpoint_position - query_start) % checkpoint_alignment == 0
+    )

@@ -136,4 +136,7 @@ def allocate_kv_cache(
     layers |= _views(
         host_buffer, [r for t in host_tensors for r in t.regions()], specs, num_host_blocks, order
     )
+    for layer, target in config.shared_kv_cache_layers:
+        # Cross-layer KV sharing: the layer reads (and writes) its target's tensors.
+        layers[layer] = layers[target]._replace(layer_name=layer)
     return KVCacheMemory(config.num_blocks, num_host_blocks, device_buffer, host_buffer, layers)

@@ -1,10 +1,9 @@
 """Model adapters: the interface, which adapter reads which config, and describing a model.
 
-One module per architecture family (``dense``, ``mla``, ``hybrid``, ``encdec``,
-``mamba_ssm``; ``pending`` refuses families whose cache kinds pagedkv lacks). The
-table below says which class reads which architecture or model_type, so a lookup
-imports only the one family module it needs. Plugins add adapters with
-``register_model_adapter``.
+One module per architecture family (``dense``, ``mla``, ``deepseek_v4``, ``hybrid``,
+``encdec``, ``mamba_ssm``). The table below says which class reads which architecture or
+model_type, so a lookup imports only the one family module it needs. Plugins add
+adapters with ``register_model_adapter``.
 """
 
 from __future__ import annotations
@@ -109,6 +108,7 @@ BUILTIN_ADAPTERS: dict[str, tuple[str, ...]] = {
         "kimi_k2",
         "glm_moe_dsa",
     ),
+    "deepseek_v4.DeepseekV4Adapter": ("DeepseekV4ForCausalLM", "deepseek_v4"),
     "hybrid.JambaAdapter": ("JambaForCausalLM", "jamba"),
     "hybrid.NemotronHAdapter": ("NemotronHForCausalLM", "nemotron_h"),
     "hybrid.GraniteHybridAdapter": ("GraniteMoeHybridForCausalLM", "granitemoehybrid"),
@@ -135,7 +135,6 @@ BUILTIN_ADAPTERS: dict[str, tuple[str, ...]] = {
     ),
     "encdec.WhisperAdapter": ("WhisperForConditionalGeneration", "whisper"),
     "mamba_ssm.MambaSSMAdapter": (MAMBA_SSM_FORMAT,),
-    "pending.DeepseekV4Adapter": ("DeepseekV4ForCausalLM", "deepseek_v4"),
 }
 
 _lock = threading.RLock()

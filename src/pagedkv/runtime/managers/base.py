@@ -36,7 +36,10 @@ class SingleTypeKVCacheManager(ABC):
 
     skips_tokens: ClassVar[bool] = False  # frees blocks of running requests
     downward_closed_hits: ClassVar[bool] = False  # a hit implies every shorter prefix hits
-    sparse_retention: ClassVar[bool] = False  # vLLM's retention caches boundary blocks only
+    # vLLM's prefix_cache_retention_interval thins what this kind caches (reachable_blocks).
+    sparse_retention: ClassVar[bool] = False
+    # Hits may end on a hash boundary inside a block (vLLM's partial hash hits).
+    supports_fine_grained_hits: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -50,6 +53,7 @@ class SingleTypeKVCacheManager(ABC):
         max_model_len: int | None = None,
         in_flight_tokens: int | None = None,
         retention: type[Retention] | None = None,
+        retention_interval: int | None = 0,
     ) -> None:
         self.kv_cache_spec = kv_cache_spec
         self.block_size = kv_cache_spec.block_size
@@ -62,7 +66,12 @@ class SingleTypeKVCacheManager(ABC):
         self.in_flight_tokens = in_flight_tokens
         self.req_to_blocks: dict[str, list[int]] = {}
         self.num_cached_block: dict[str, int] = {}
+        self.retention_interval = retention_interval
         self.retention = (retention or Retention)(self)
+        # Partial hits: a request's table position whose shared block it copies on its
+        # next allocation, and the (source, copy) pairs the engine has yet to copy.
+        self._partial_hits: dict[str, tuple[int, int]] = {}
+        self._cow_copies: list[tuple[int, int]] = []
 
     @classmethod
     @abstractmethod
@@ -93,8 +102,10 @@ class SingleTypeKVCacheManager(ABC):
         total_computed_tokens: int,
         num_tokens_main_model: int,
         apply_admission_cap: bool = False,
+        prefill_end: int = 0,
     ) -> int:
-        """Free-queue blocks an allocation up to ``num_tokens`` would consume."""
+        """Free-queue blocks an allocation up to ``num_tokens`` would consume. ``prefill_end``:
+        the token the request's prefill ends at (0: take checkpoints on every chunk)."""
         required = cdiv(num_tokens, self.block_size)
         if apply_admission_cap:
             cap = self.max_admission_blocks()
@@ -107,6 +118,8 @@ class SingleTypeKVCacheManager(ABC):
         num_new = max(required - max(skipped, len(new_computed_blocks)), 0)
         if not new_computed_blocks:
             return num_new
+        if total_computed_tokens % self.block_size:
+            num_new += 1  # the copy of the shared block the hit ends inside
         # Cached hits with no reference leave the free queue when adopted.
         kept = new_computed_blocks[skipped:] if skipped else new_computed_blocks
         refs = list(map(self.block_pool.ref_cnt.__getitem__, kept))
@@ -124,19 +137,74 @@ class SingleTypeKVCacheManager(ABC):
         self.req_to_blocks[request_id] = table
         self.num_cached_block[request_id] = len(table)
         self.block_pool.record(self._forget, request_id)
+        if kept and total_computed_tokens % self.block_size:
+            # The hit ends inside its last block: the request copies it before writing.
+            index = total_computed_tokens // self.block_size
+            self._set_partial(request_id, index, kept[-1])
+            self.num_cached_block[request_id] = index
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
     ) -> list[int]:
         """Extend the table to cover ``num_tokens`` tokens; returns the new block ids."""
+        copies = self._copy_partial_hit(request_id) if self._partial_hits else []
         table = self.req_to_blocks[request_id]
         num_new = cdiv(num_tokens, self.block_size) - len(table)
         if num_new <= 0:
-            return []
+            return copies
         new = self.block_pool.get_new_blocks(num_new)
         self.block_pool.record(self._truncate, table, len(table))
         table.extend(new)
-        return new
+        return copies + new if copies else new
+
+    def _copy_partial_hit(self, request_id: str) -> list[int]:
+        """Give the request a private copy of the shared block its hit ends inside."""
+        partial = self._partial_hits.get(request_id)
+        if partial is None:
+            return []
+        index, source = partial
+        copy = self.block_pool.get_new_blocks(1)[0]
+        self._pop_partial(request_id)
+        self._apply_copy(request_id, index, source, copy)
+        return [copy]
+
+    def _apply_copy(self, request_id: str, index: int, source: int, copy: int) -> None:
+        """The table points at ``copy`` instead of ``source``; both stay referenced until the
+        engine copied (``take_cow_copies``): ``source`` by the hit, ``copy`` once more."""
+        table = self.req_to_blocks[request_id]
+        pool = self.block_pool
+        pool.record(table.__setitem__, index, table[index])
+        table[index] = copy
+        self._queue_copy(source, copy)
+        pool.ref_cnt[copy] += 1
+        pool.record(pool.ref_cnt.__setitem__, copy, pool.ref_cnt[copy] - 1)
+
+    def _queue_copy(self, source: int, copy: int) -> None:
+        self._cow_copies.append((source, copy))
+        self.block_pool.record(self._cow_copies.pop)
+
+    def take_cow_copies(self) -> list[tuple[int, int]]:
+        """The (source, copy) block pairs queued since the last call; each block keeps one
+        reference for the copy, which the caller drops once the copy has run."""
+        copies, self._cow_copies = self._cow_copies, []
+        return copies
+
+    def _set_partial(self, request_id: str, index: int, source: int) -> None:
+        self.block_pool.record(
+            self._restore_partial, request_id, self._partial_hits.get(request_id)
+        )
+        self._partial_hits[request_id] = (index, source)
+
+    def _pop_partial(self, request_id: str) -> None:
+        old = self._partial_hits.pop(request_id, None)
+        if old is not None:
+            self.block_pool.record(self._restore_partial, request_id, old)
+
+    def _restore_partial(self, request_id: str, partial: tuple[int, int] | None) -> None:
+        if partial is None:
+            self._partial_hits.pop(request_id, None)
+        else:
+            self._partial_hits[request_id] = partial
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the full blocks among the first ``num_tokens`` tokens."""
@@ -160,14 +228,25 @@ class SingleTypeKVCacheManager(ABC):
         pool.record(self.num_cached_block.__setitem__, request_id, num_cached)
         self.num_cached_block[request_id] = num_full
 
+    def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
+        """Table positions in ``[start, end)`` vLLM's retention caches (None: every one).
+        Kinds with ``sparse_retention`` thin them by ``retention_interval``."""
+        return None
+
+    def replay_boundaries(self, request: Request) -> tuple[int, ...]:
+        """Token positions a later request can resume at: a resend of the prompt (its last
+        token recomputed) and the shared-prefix junction, if any."""
+        junction = request.shared_prefix_boundary
+        resend = request.num_prompt_tokens - 1
+        return (resend, junction) if junction else (resend,)
+
     def boundary_blocks(
         self, request: Request, start: int, end: int, *more_boundaries: int
     ) -> set[int]:
         """Table positions in ``[start, end)`` a hit at the prompt's replay boundary, the
         shared-prefix junction or ``more_boundaries`` (in tokens) needs."""
         keep: set[int] = set()
-        boundaries = (request.num_prompt_tokens - 1, request.shared_prefix_boundary)
-        for boundary in (*boundaries, *more_boundaries):
+        for boundary in (*self.replay_boundaries(request), *more_boundaries):
             if boundary > 0:
                 lo, hi = self.hit_block_range(boundary - boundary % self.alignment_tokens)
                 keep.update(range(max(lo, start), min(hi, end)))
@@ -177,16 +256,23 @@ class SingleTypeKVCacheManager(ABC):
         """Release the request's blocks, last first (the tail is evicted first)."""
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
+        if self._partial_hits:
+            self._partial_hits.pop(request_id, None)
         if table:
             table.reverse()
             self.retention.release(request_id, range(len(table) - 1, -1, -1), table, priority)
         self.retention.forget(request_id)
 
     def remove_skipped_blocks(
-        self, request_id: str, num_computed_tokens: int, peers: Sequence[Any] = ()
+        self,
+        request_id: str,
+        num_computed_tokens: int,
+        peers: Sequence[Any] = (),
+        num_prompt_tokens: int | None = None,
     ) -> None:
         """Null and free the blocks this kind no longer needs (a prefix), highest first;
-        then the same for ``peers`` (managers of this class and spec), in order."""
+        then the same for ``peers`` (managers of this class and spec), in order. Kinds
+        that free a middle range (R-SWA) also read ``num_prompt_tokens``."""
         skipped = self.get_num_skipped_tokens(num_computed_tokens)
         if skipped <= 0:
             return
@@ -220,8 +306,8 @@ class SingleTypeKVCacheManager(ABC):
 class Retention:
     """Which full blocks a manager caches and how it frees blocks; one per manager (holding
     no reference to it). This base is vLLM 0.33's (``"vllm"``): a ``sparse_retention`` kind
-    caches only the blocks a boundary hit needs; freed blocks go to the pool in the order
-    given. Others: ``config.PREFIX_CACHE_RETENTIONS``."""
+    caches the blocks its ``reachable_blocks`` names for the manager's retention interval;
+    freed blocks go to the pool in the order given. Others: ``config.PREFIX_CACHE_RETENTIONS``."""
 
     def __init__(self, manager: SingleTypeKVCacheManager) -> None:
         self.block_pool = manager.block_pool
@@ -231,7 +317,7 @@ class Retention:
     ) -> set[int] | None:
         """Table positions in ``[start, end)`` to cache now (None: every one). Runs inside
         an allocation: journal any state change with ``block_pool.record``."""
-        return manager.boundary_blocks(request, start, end) if manager.sparse_retention else None
+        return manager.reachable_blocks(request, start, end)
 
     def release(
         self, request_id: str, indices: Sequence[int], blocks: list[int], priority: int = 0

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
+
+if TYPE_CHECKING:
+    from pagedkv.runtime.request import Request
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):
@@ -13,6 +16,14 @@ class FullAttentionManager(SingleTypeKVCacheManager):
     chained, so no later block can hit)."""
 
     downward_closed_hits: ClassVar[bool] = True
+    supports_fine_grained_hits: ClassVar[bool] = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Hashes finer than the block: the prompt's last hash boundary inside a block is
+        # keyed too (vLLM does so whenever the sizes differ, partial hits on or not).
+        self.keys_partial_tails = self.hash_block_size != self.block_size
+        self.use_eagle = False  # EAGLE: a lookup reads the whole prompt before its drop
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
@@ -29,11 +40,64 @@ class FullAttentionManager(SingleTypeKVCacheManager):
             del out[limit:]
         num_tokens = limit * block_size
         alignment = query.alignment_tokens
+        if alignment < block_size and block_size % alignment == 0:
+            num_tokens = _extend_into_block(query, lists, num_tokens)
         if alignment != block_size and num_tokens % alignment:
             num_tokens -= num_tokens % alignment
             for out in lists:
                 del out[num_tokens // block_size :]
         return lists, num_tokens
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        super().cache_blocks(request, num_tokens)
+        if self.keys_partial_tails:
+            self._cache_partial_tail(request, num_tokens)
+
+    def _cache_partial_tail(self, request: Request, num_tokens: int) -> None:
+        """Key the block holding the prompt's last hash boundary at that boundary, so a
+        request sharing the prompt hits inside the block."""
+        tail = self._partial_tail(request, num_tokens)
+        if tail is not None:
+            block, boundary = tail
+            group_id = self.kv_cache_group_id
+            self.block_pool.cache_partial_block(request, block, boundary, group_id, self.block_size)
+
+    def tail_key_pending(self, request: Request, num_tokens: int) -> bool:
+        """Whether ``cache_blocks(request, num_tokens)`` would add the partial tail's key."""
+        tail = self._partial_tail(request, num_tokens)
+        if tail is None:
+            return False
+        block, boundary = tail
+        h = request.block_hashes[boundary // self.hash_block_size - 1]
+        return not self.block_pool.has_key(block, h, self.kv_cache_group_id)
+
+    def _partial_tail(self, request: Request, num_tokens: int) -> tuple[int, int] | None:
+        # (block, boundary) of the prompt's last hash boundary inside a block, if computed.
+        unit = self.hash_block_size
+        limit = request.num_prompt_tokens - (0 if self.use_eagle else 1)
+        boundary = min(limit // unit, len(request.block_hashes)) * unit
+        if boundary == 0 or boundary > num_tokens or boundary % self.block_size == 0:
+            return None
+        table = self.req_to_blocks[request.request_id]
+        index = boundary // self.block_size
+        return (table[index], boundary) if index < len(table) else None
+
+
+def _extend_into_block(query: HitQuery, lists: list[list[int]], num_tokens: int) -> int:
+    # Partial hits: probe the hash boundaries inside the block after the full-block hit,
+    # longest first; a hit there adds that block.
+    unit = query.alignment_tokens
+    per_block = query.spec.block_size // unit
+    first = num_tokens // unit
+    last = min(first + per_block - 1, query.max_length // unit, len(query.block_hashes))
+    get = query.block_pool.get_cached_block
+    for i in range(last - 1, first - 1, -1):
+        blocks = get(query.block_hashes[i], query.group_ids)
+        if blocks is not None:
+            for out, block in zip(lists, blocks):
+                out.append(block)
+            return (i + 1) * unit
+    return num_tokens
 
 
 def _leading_hits(lookup: Callable[[Any], int | None], hashes: list[Any], limit: int) -> list[int]:

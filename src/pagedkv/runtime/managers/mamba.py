@@ -1,6 +1,10 @@
 """Mamba / linear-attention state. Mode "none": the state lives in the request's last
 block. Mode "align" (vLLM 0.33's prefix caching): entry ``i`` is the state after token
-``(i + 1) * block_size``; a step gets one real block, for its chunk's end, behind nulls."""
+``(i + 1) * block_size``; a step gets one real block, for its chunk's end, behind nulls.
+
+Align mode may also take a prefill checkpoint (spec ``num_prefill_checkpoint_blocks``): a
+prompt's last chunk runs past its last hash boundary and the kernel exports the state at
+that boundary into one more block, next to the running state (docs/runtime.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pagedkv.runtime.block_pool import NULL_BLOCK
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 from pagedkv.specs.base import cdiv
+from pagedkv.specs.mamba import prefill_checkpoint_exportable, prefill_checkpoint_position
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
@@ -20,17 +25,40 @@ class MambaManager(SingleTypeKVCacheManager):
 
     skips_tokens = True
     sparse_retention = True
+    supports_fine_grained_hits = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.align = getattr(self.kv_cache_spec, "mamba_cache_mode", "none") == "align"
+        spec = self.kv_cache_spec
+        self.align = getattr(spec, "mamba_cache_mode", "none") == "align"
+        self.num_speculative_blocks: int = getattr(spec, "num_speculative_blocks", 0)
+        self.checkpoint_alignment: int | None = getattr(spec, "prefill_checkpoint_alignment", None)
+        self.has_checkpoint_blocks = (
+            self.align and getattr(spec, "num_prefill_checkpoint_blocks", 0) > 0
+        )
+        # Speculative decoding sets these (EAGLE's replay boundary, lookahead hashes).
+        self.drop_eagle_checkpoint_block = False
+        self.num_hash_lookahead_tokens = 0
+        # Whether cache_blocks also keys states that end inside a step (checkpoints, a
+        # prompt tail finer than the block): the KVCacheManager's fast path skips those.
+        self.exports_tail_states = self.align and (
+            self.has_checkpoint_blocks
+            or self.hash_block_size != self.block_size
+            or self.alignment_tokens != self.hash_block_size
+        )
         self._cached_this_step: set[Any] = set()  # hashes
         self._last_state: dict[str, int] = {}  # index of the block the current step reads
         self._retired: dict[str, int] = {}  # positions below this are all null
+        self._allocated: set[str] = set()  # requests that allocated a step (not only hits)
+        # The checkpoint the latest allocation reserves: (token position, table index).
+        self._checkpoints: dict[str, tuple[int, int]] = {}
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
         block_size = query.spec.block_size
+        unit = query.alignment_tokens
+        if unit < block_size and block_size % unit == 0:
+            return cls._find_partial_hit(query)
         hashes = query.hashes()
         get = query.block_pool.get_cached_block
         for i in range(min(query.max_length // block_size, len(hashes)) - 1, -1, -1):
@@ -41,12 +69,46 @@ class MambaManager(SingleTypeKVCacheManager):
                 return [[NULL_BLOCK] * i + [b] for b in blocks], (i + 1) * block_size
         return [[] for _ in query.group_ids], 0
 
+    @classmethod
+    def _find_partial_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
+        # Hits end on any hash boundary: the state there sits in the block it ends in.
+        unit = query.alignment_tokens
+        per_block = query.spec.block_size // unit
+        hashes = query.block_hashes
+        get = query.block_pool.get_cached_block
+        for i in range(min(query.max_length // unit, len(hashes)) - 1, -1, -1):
+            blocks = get(hashes[i], query.group_ids)
+            if blocks is not None:
+                nulls = [NULL_BLOCK] * (i // per_block)
+                return [[*nulls, b] for b in blocks], (i + 1) * unit
+        return [[] for _ in query.group_ids], 0
+
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return max(num_computed_tokens - 1, 0)
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         end = num_tokens // self.block_size
         return max(end - 1, 0), end
+
+    def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
+        """A hit needs only the state ending on it: the last block of every
+        ``retention_interval`` tokens and those ending on a replay boundary (None: all)."""
+        keep = self._interval_blocks(start, end)
+        if keep is None:
+            return None
+        return keep | self.boundary_blocks(request, start, end)
+
+    def _interval_blocks(self, start: int, end: int) -> set[int] | None:
+        interval = self.retention_interval
+        if interval is None:
+            return None
+        if not interval:
+            return set()
+        per_segment = interval // self.block_size
+        if per_segment <= 1:
+            return None
+        first = (start + per_segment) // per_segment * per_segment - 1
+        return set(range(first, end, per_segment))
 
     def get_num_blocks_to_allocate(
         self,
@@ -56,39 +118,156 @@ class MambaManager(SingleTypeKVCacheManager):
         total_computed_tokens: int,
         num_tokens_main_model: int,
         apply_admission_cap: bool = False,
+        prefill_end: int = 0,
     ) -> int:
         pool = self.block_pool
         hits = new_computed_blocks
         if hits and pool.block_hash[hits[-1]] in self._cached_this_step:
             return pool.num_blocks + 1  # the state is written this step: not yet
-        if self.align:
-            num_new = cdiv(num_tokens_main_model, self.block_size)
-            num_new -= len(hits) + len(self.req_to_blocks.get(request_id, ()))
-            refs = [pool.ref_cnt[b] for b in hits if b]
-            return (min(num_new, 1) if num_new > 0 else 0) + refs.count(0)
-        args = (num_tokens, hits, total_computed_tokens, num_tokens_main_model)
-        return super().get_num_blocks_to_allocate(request_id, *args, apply_admission_cap)
+        if not self.align:
+            if self.num_speculative_blocks:
+                num_tokens += self.block_size * self.num_speculative_blocks
+            args = (num_tokens, hits, total_computed_tokens, num_tokens_main_model)
+            return super().get_num_blocks_to_allocate(request_id, *args, apply_admission_cap)
+        # Lookahead tokens get no state block (draft models have no Mamba layers).
+        num_tokens = num_tokens_main_model
+        table = self.req_to_blocks.get(request_id, ())
+        num_new = cdiv(num_tokens, self.block_size) + self.num_speculative_blocks
+        num_new -= len(hits) + len(table)
+        partial = bool(hits and total_computed_tokens % self.block_size) or (
+            request_id in self._partial_hits
+        )
+        if partial:
+            num_new = max(num_new, 0) + 1  # the copy of a shared partial state
+        checkpoint = self._checkpoint_for(
+            request_id, total_computed_tokens, num_tokens, prefill_end, table
+        )
+        if not apply_admission_cap:
+            if checkpoint:
+                self._checkpoints[request_id] = checkpoint
+            else:
+                self._checkpoints.pop(request_id, None)
+        if num_new > 0:
+            # One block for the chunk's end state, one for a checkpoint, and the
+            # speculative blocks the first allocation adds.
+            cap = 1 + partial + (checkpoint is not None)
+            if request_id not in self._allocated:
+                cap += self.num_speculative_blocks
+            num_new = min(num_new, cap)
+        refs = [pool.ref_cnt[b] for b in hits if b]
+        return num_new + refs.count(0)
+
+    def _checkpoint_for(
+        self,
+        request_id: str,
+        query_start: int,
+        query_end: int,
+        prefill_end: int,
+        table: Sequence[int],
+    ) -> tuple[int, int] | None:
+        """The (position, table index) of the prefill checkpoint a chunk ``[query_start,
+        query_end)`` reserves a block for, or None."""
+        if not self.has_checkpoint_blocks or query_end < prefill_end:
+            return None
+        position = prefill_checkpoint_position(
+            query_end,
+            self.alignment_tokens,
+            self.drop_eagle_checkpoint_block,
+            self.num_hash_lookahead_tokens,
+        )
+        index = cdiv(query_end, self.block_size) - 2
+        if index < 0 or not prefill_checkpoint_exportable(
+            query_start,
+            query_end,
+            position,
+            self.hash_block_size,
+            self.block_size,
+            self.checkpoint_alignment,
+        ):
+            return None
+        free_slot = (
+            index >= len(table)
+            or table[index] == NULL_BLOCK
+            or (request_id in self._allocated and index >= len(table) - self.num_speculative_blocks)
+        )
+        return (position, index) if free_slot else None
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
     ) -> list[int]:
         if not self.align:
+            if self.num_speculative_blocks:
+                num_tokens += self.block_size * self.num_speculative_blocks
             return super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
         table = self.req_to_blocks[request_id]
         start = len(table)
-        required = cdiv(num_tokens_main_model, self.block_size)
-        if required <= start:
-            return []
+        num_spec = self.num_speculative_blocks
+        required = cdiv(num_tokens_main_model, self.block_size) + num_spec
+        checkpoint = int(request_id in self._checkpoints)
+        partial = self._partial_hits.get(request_id) if self._partial_hits else None
         pool = self.block_pool
+        allocated = request_id in self._allocated
+        if required <= start and not checkpoint and partial is None:
+            if not allocated:
+                self._mark_allocated(request_id)
+            return []
         pool.record(self._undo_allocate, request_id, start, self._last_state.get(request_id))
-        if start > 0:
-            self._last_state[request_id] = start - 1  # the block this step reads
-        table.extend([NULL_BLOCK] * (required - 1 - start))
-        table.extend(pool.get_new_blocks(1))
-        return table[start:]
+        if allocated:
+            self._last_state[request_id] = start - 1 - num_spec  # the running state
+        elif start > 0:
+            self._last_state[request_id] = start - 1  # the hit's state
+        num_skipped = required - num_spec - 1
+        if start < num_skipped:
+            table.extend([NULL_BLOCK] * (num_skipped - checkpoint - start))
+        if allocated:
+            # Speculative blocks this step leaves behind move to the end (one stays at
+            # the checkpoint index: the kernel exports the checkpoint into it).
+            for index in range(start - num_spec, start):
+                if index >= num_skipped - checkpoint:
+                    break
+                pool.record(table.__setitem__, index, table[index])
+                table.append(table[index])
+                table[index] = NULL_BLOCK
+        num_new = max(required - len(table), 0) + (partial is not None)
+        new = pool.get_new_blocks(num_new)
+        returned = table[start:]
+        if partial is not None:
+            copy, new = new[0], new[1:]  # (the pool's journal holds the list it returned)
+            self._pop_partial(request_id)
+            if allocated:
+                self._preserve_partial_tail(*partial, copy)
+            else:
+                self._apply_copy(request_id, partial[0], partial[1], copy)
+                returned.insert(0, copy)
+        table.extend(new)
+        if not allocated:
+            self._mark_allocated(request_id)
+        return returned + new
+
+    def _preserve_partial_tail(self, index: int, source: int, copy: int) -> None:
+        """The request keeps writing ``source`` (its table only grows): the prefix cache's
+        key moves to ``copy``, which the engine fills from ``source`` before this step."""
+        pool = self.block_pool
+        pool.move_block_keys(source, copy)
+        self._queue_copy(source, copy)
+        pool.ref_cnt[source] += 1
+        pool.record(pool.ref_cnt.__setitem__, source, pool.ref_cnt[source] - 1)
+        h = pool.block_hash[copy]
+        if h is not None and h not in self._cached_this_step:
+            # Filled only by this step's copy: a same-step hit on it must wait.
+            self._cached_this_step.add(h)
+            pool.record(self._cached_this_step.discard, h)
+
+    def _mark_allocated(self, request_id: str) -> None:
+        self._allocated.add(request_id)
+        self.block_pool.record(self._allocated.discard, request_id)
 
     def remove_skipped_blocks(
-        self, request_id: str, num_computed_tokens: int, peers: Sequence[Any] = ()
+        self,
+        request_id: str,
+        num_computed_tokens: int,
+        peers: Sequence[Any] = (),
+        num_prompt_tokens: int | None = None,
     ) -> None:
         if not self.align:
             super().remove_skipped_blocks(request_id, num_computed_tokens, peers)
@@ -120,17 +299,87 @@ class MambaManager(SingleTypeKVCacheManager):
         super().cache_blocks(request, num_tokens)
         last = self.num_cached_block[request_id]
         hashes = self.block_pool.block_hash
-        this_step = self._cached_this_step
         added = {hashes[b] for b in self.req_to_blocks[request_id][first:last] if b}
+        if self.exports_tail_states:
+            tail = self._cache_tail_state(request, num_tokens)
+            if tail is not None:
+                added.add(tail)
         added.discard(None)
+        this_step = self._cached_this_step
         added -= this_step
         if added:
             this_step |= added
             self.block_pool.record(this_step.difference_update, added)  # on rollback
 
+    def _cache_tail_state(self, request: Request, num_tokens: int) -> Any:
+        """Key the state a step leaves inside its last block: the reserved checkpoint,
+        or the prompt's last hash boundary. Returns the hash keyed now, if any."""
+        request_id = request.request_id
+        checkpoint = self._checkpoints.get(request_id)
+        if checkpoint is not None:
+            return self._cache_checkpoint(request, *checkpoint)
+        hash_block_size = self.hash_block_size
+        if num_tokens <= 0 or num_tokens % hash_block_size:
+            return None
+        boundary = prefill_checkpoint_position(
+            request.num_prompt_tokens,
+            hash_block_size,
+            self.drop_eagle_checkpoint_block,
+            self.num_hash_lookahead_tokens,
+        )
+        if num_tokens != boundary:
+            return None
+        table = self.req_to_blocks[request_id]
+        index = cdiv(num_tokens, self.block_size) - 1
+        if index >= len(table) or table[index] == NULL_BLOCK:
+            return None
+        source = table[index]
+        pool = self.block_pool
+        if pool.keyed_at(source, num_tokens, self.block_size):
+            return None  # keyed by a hit or an earlier step: re-keying would defer siblings
+        h = pool.cache_partial_block(
+            request, source, num_tokens, self.kv_cache_group_id, self.block_size
+        )
+        if num_tokens % self.block_size:
+            # This request produced a partial tail: its next step keeps writing the
+            # block, so that step moves the key to a copy (copy on write).
+            self._set_partial(request_id, index, source)
+            pool.record(
+                self.num_cached_block.__setitem__, request_id, self.num_cached_block[request_id]
+            )
+            self.num_cached_block[request_id] = index
+        return h
+
+    def _cache_checkpoint(self, request: Request, position: int, index: int) -> Any:
+        block = self.req_to_blocks[request.request_id][index]
+        prompt_checkpoint = position == prefill_checkpoint_position(
+            request.num_prompt_tokens,
+            self.alignment_tokens,
+            self.drop_eagle_checkpoint_block,
+            self.num_hash_lookahead_tokens,
+        )
+        retained = False
+        if position % self.block_size == 0:
+            block_index = position // self.block_size - 1
+            kept = self._interval_blocks(block_index, block_index + 1)
+            retained = kept is None or block_index in kept
+        pool = self.block_pool
+        if not (prompt_checkpoint or retained or position == request.shared_prefix_boundary):
+            # A transient state: the next chunk overwrites it, so it must not hit.
+            pool.uncache_block(block)
+            return None
+        if pool.keyed_at(block, position, self.block_size):
+            return None
+        group_id = self.kv_cache_group_id
+        return pool.cache_partial_block(
+            request, block, position, group_id, self.block_size, replace=True
+        )
+
     def free(self, request_id: str, priority: int = 0) -> None:
         self._last_state.pop(request_id, None)
         self._retired.pop(request_id, None)
+        self._allocated.discard(request_id)
+        self._checkpoints.pop(request_id, None)
         super().free(request_id, priority)
 
     def new_step_starts(self) -> None:

@@ -10,6 +10,7 @@ from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 from pagedkv.specs.base import cdiv
 
 if TYPE_CHECKING:
+    from pagedkv.runtime.request import Request
     from pagedkv.specs.base import KVCacheSpec
 
 
@@ -70,6 +71,28 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         end = num_tokens // self.block_size
         return max(end - _window_blocks(self.kv_cache_spec), 0), end
+
+    def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
+        """A hit ending at an aligned boundary needs the window's blocks before it: with
+        interval ``n`` the last window of every ``n``-token segment, the windows before the
+        replay boundaries (all intervals but None) and, with None, every aligned boundary's
+        window (every block once a window spans a segment)."""
+        block_size = self.block_size
+        alignment = self.alignment_tokens
+        if alignment % block_size:
+            return None  # a sub-block alignment: only caching everything is exact
+        interval = self.retention_interval
+        keep: set[int] = set()
+        if interval != 0:
+            per_segment = (alignment if interval is None else interval) // block_size
+            need = _window_blocks(self.kv_cache_spec)
+            if need >= per_segment:
+                return None
+            tail = per_segment - need
+            keep.update(i for i in range(start, end) if i % per_segment >= tail)
+        if interval is not None:
+            keep |= self.boundary_blocks(request, start, end)
+        return keep
 
 
 def _blocks(

@@ -1,0 +1,38 @@
+"""Cross-layer KV sharing (vLLM's ``kv_sharing_target_layer_name``): a layer that reads
+another layer's cache has no spec of its own, so planning never sizes it; it joins its
+target's group once the configs are placed, and its tensors are its target's."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping
+
+from pagedkv.errors import PlanningError
+from pagedkv.planning.types import KVCacheConfig
+
+
+def check_kv_sharing(shared: Mapping[str, str], layers_with_specs: Collection[str]) -> None:
+    """PlanningError naming the first sharing layer whose pairing cannot hold."""
+    for layer, target in shared.items():
+        if layer == target:
+            raise PlanningError(f"layer {layer!r} cannot share its own KV cache")
+        if layer in layers_with_specs:
+            raise PlanningError(
+                f"layer {layer!r} shares the KV cache of {target!r} but has a KV cache spec "
+                "of its own; a sharing layer must have none"
+            )
+        if target not in layers_with_specs:
+            raise PlanningError(
+                f"layer {layer!r} shares the KV cache of {target!r}, which has no KV cache "
+                "spec (targets must own a cache; they cannot share one themselves)"
+            )
+
+
+def add_kv_sharing_layers(config: KVCacheConfig, shared: Mapping[str, str]) -> KVCacheConfig:
+    """``config`` with the sharing layers whose target it holds joined to that target's
+    group (``KVCacheConfig.group_layer_names``)."""
+    own = {name for group in config.kv_cache_groups for name in group.layer_names}
+    pairs = tuple((layer, target) for layer, target in shared.items() if target in own)
+    if not pairs:
+        return config
+    return dataclasses.replace(config, shared_kv_cache_layers=pairs)

@@ -1,0 +1,116 @@
+"""HiSparse's GPU-side groups. The host pool that holds a request's history, and the
+coordinator that moves pages between it and the GPU, are HiSparse's own (outside this
+layer); these managers keep the GPU block tables those parts read and write."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pagedkv.runtime.block_pool import NULL_BLOCK
+from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
+from pagedkv.specs.base import cdiv
+
+if TYPE_CHECKING:
+    from pagedkv.runtime.request import Request
+
+
+class _HiSparseGPUManager(SingleTypeKVCacheManager):
+    """No hits and no caching: the host source group owns prefix caching."""
+
+    @classmethod
+    def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
+        return [[] for _ in query.group_ids], 0
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        return
+
+
+class HiSparseHotManager(_HiSparseGPUManager):
+    """A hot region of ``blocks_per_request`` blocks, taken once the request reads host
+    history: it resumes a host prefix, or ``require_hot`` asked for it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.blocks_per_request: int = self.kv_cache_spec.blocks_per_request  # type: ignore[attr-defined]
+        self.hot_required: set[str] = set()
+
+    def require_hot(self, request_id: str) -> None:
+        """The request needs its hot region from its next allocation on."""
+        if request_id not in self.hot_required:
+            self.hot_required.add(request_id)
+            self.block_pool.record(self.hot_required.discard, request_id)
+
+    def has_hot(self, request_id: str) -> bool:
+        return len(self.req_to_blocks.get(request_id, ())) == self.blocks_per_request
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
+        prefill_end: int = 0,
+    ) -> int:
+        resumes = total_computed_tokens > 0 and request_id not in self.num_cached_block
+        if resumes or request_id in self.hot_required:
+            return max(self.blocks_per_request - len(self.req_to_blocks.get(request_id, ())), 0)
+        return 0
+
+    def add_local_computed_blocks(
+        self, request_id: str, new_computed_blocks: Sequence[int], total_computed_tokens: int
+    ) -> None:
+        super().add_local_computed_blocks(request_id, (), total_computed_tokens)
+        if total_computed_tokens > 0:
+            self.require_hot(request_id)
+
+    def allocate_new_blocks(
+        self, request_id: str, num_tokens: int, num_tokens_main_model: int
+    ) -> list[int]:
+        table = self.req_to_blocks[request_id]
+        num_new = self.blocks_per_request - len(table)
+        if request_id not in self.hot_required or num_new <= 0:
+            return []
+        new = self.block_pool.get_new_blocks(num_new)
+        self.block_pool.record(self._truncate, table, len(table))
+        table.extend(new)
+        return new
+
+    def free(self, request_id: str, priority: int = 0) -> None:
+        self.hot_required.discard(request_id)
+        super().free(request_id, priority)
+
+
+class HiSparseResidentManager(_HiSparseGPUManager):
+    """GPU pages for the tokens being computed; a host-resident prefix is null entries
+    (the coordinator may point them at pinned copies). Admission is capped at the pages
+    of the in-flight tokens."""
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
+        prefill_end: int = 0,
+    ) -> int:
+        required = cdiv(num_tokens, self.block_size)
+        if apply_admission_cap:
+            cap = self.max_admission_blocks()
+            if cap is not None and cap < required:
+                required = cap
+        existing = len(self.req_to_blocks.get(request_id, ()))
+        host_pages = cdiv(total_computed_tokens, self.block_size)
+        return max(required - max(existing, host_pages), 0)
+
+    def add_local_computed_blocks(
+        self, request_id: str, new_computed_blocks: Sequence[int], total_computed_tokens: int
+    ) -> None:
+        super().add_local_computed_blocks(request_id, (), 0)
+        table = self.req_to_blocks[request_id]
+        table.extend([NULL_BLOCK] * cdiv(total_computed_tokens, self.block_size))
+        self.num_cached_block[request_id] = 0

@@ -1,0 +1,46 @@
+"""Ring buffer: one block per request, claimed at its first allocation, held to the end."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
+
+if TYPE_CHECKING:
+    from pagedkv.runtime.request import Request
+
+
+class CircularBufferManager(SingleTypeKVCacheManager):
+    """The request's table is one block whatever its length: the layer writes its tokens
+    round the ring. No hits, no caching, nothing skipped."""
+
+    @classmethod
+    def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
+        return [[] for _ in query.group_ids], 0
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
+        prefill_end: int = 0,
+    ) -> int:
+        return 0 if self.req_to_blocks.get(request_id) else 1
+
+    def allocate_new_blocks(
+        self, request_id: str, num_tokens: int, num_tokens_main_model: int
+    ) -> list[int]:
+        table = self.req_to_blocks[request_id]
+        if table:
+            return []
+        new = self.block_pool.get_new_blocks(1)
+        self.block_pool.record(self._truncate, table, 0)
+        table.extend(new)
+        return new
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        return
