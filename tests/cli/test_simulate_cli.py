@@ -114,17 +114,18 @@ def test_human_summary_and_sweep_tables():
 
 def test_defaults_with_bound_and_a_planned_sweep():
     # no model, trace or size: Llama-3.1-8B, Mooncake, the H100-80GB plan
-    # (with the replay's 64 seqs in the activation reserve: 28,582 blocks)
+    # (vllm serve's 1024 seqs and 8192 tokens in the activation reserve, as `pagedkv plan`:
+    # 28,347 blocks)
     proc = _run("simulate", "--limit", "3", "--bound", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert (data["model"], data["trace"]) == ("Llama-3.1-8B", "mooncake_conversation")
-    assert data["num_blocks"] == 28582 and data["requests_done"] == 3
+    assert data["num_blocks"] == 28347 and data["requests_done"] == 3
     assert data["bound_hit_rate"] >= data["hit_rate"]
     proc = _run("simulate", "--limit", "3", "--sweep", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["sweep"]
-    assert [r["num_blocks"] for r in rows] == [3572, 7145, 14291, 28582, 57164, 114328]
+    assert [r["num_blocks"] for r in rows] == [3543, 7086, 14173, 28347, 56694, 113388]
 
 
 def test_num_blocks_too_small_for_an_explicit_max_model_len_is_a_one_line_error():

@@ -13,6 +13,8 @@ from .helpers import make_engine, make_trace
 
 
 def _run(engine, trace, **settings):
+    # the hand-worked cases below have every request waiting at t=0
+    settings.setdefault("arrivals", "all")
     return engine.simulator(SchedulerSettings(**settings)).run(trace)
 
 
@@ -75,7 +77,7 @@ def test_preemption_by_recomputation_and_readmission():
 
 
 def test_evictions_come_from_the_manager_counter_without_events():
-    sim = make_engine(5).simulator(SchedulerSettings(max_num_seqs=2))
+    sim = make_engine(5).simulator(SchedulerSettings(arrivals="all", max_num_seqs=2))
     trace = make_trace((((1, 8),), 5), (((2, 8),), 5))
     assert sim.run(trace).evictions == sim.mgr.num_evictions == 3
     assert sim.mgr.take_events() == []  # events off: no event handling in manager time
@@ -102,7 +104,7 @@ def test_chunked_prefill_and_token_budget():
     res = _run(make_engine(64), trace, max_prefill_chunk=8, max_num_batched_tokens=8)
     assert res.steps == 5
     assert res.manager_calls_by_kind["allocate_slots"] == 5
-    settings = SchedulerSettings(max_prefill_chunk=8, max_num_batched_tokens=8)
+    settings = SchedulerSettings(arrivals="all", max_prefill_chunk=8, max_num_batched_tokens=8)
     assert res.settings == dataclasses.asdict(settings)  # the run records what it ran with
 
 
@@ -229,7 +231,7 @@ def test_admission_tells_the_manager_whether_anything_runs():
     # then). K=2. Step 1 admits R0 (nothing runs) and R1 (R0 runs); R0 finishes in step 1.
     # Step 2 admits R2 while R1 decodes.
     trace = make_trace((((1, 4),), 1), (((2, 4),), 2), (((3, 4),), 1))
-    sim = make_engine(64).simulator(SchedulerSettings(max_num_seqs=2))
+    sim = make_engine(64).simulator(SchedulerSettings(arrivals="all", max_num_seqs=2))
     recorder = _AdmissionRecorder(sim.mgr)
     sim.mgr = recorder
     res = sim.run(trace)
@@ -273,7 +275,7 @@ def test_admission_waits_until_the_whole_prompt_fits():
     # fit into the 4 free blocks, though its first chunk would; it starts once R0 is done,
     # and nothing is preempted. Admitting on the first chunk alone over-commits the cache.
     trace = make_trace((((1, 4),), 8), (((2, 20),), 1))
-    settings = SchedulerSettings(max_prefill_chunk=4)
+    settings = SchedulerSettings(arrivals="all", max_prefill_chunk=4)
     sim = make_engine(6).simulator(settings)
     res = sim.run(trace)
     assert (res.requests_done, res.preemptions, res.steps) == (2, 0, 8 + 5)

@@ -216,14 +216,11 @@ def use_platform(value: str | None) -> str | None:
 
 
 def vllm_scheduler_defaults(device_bytes: int | None, device_name: str) -> tuple[int, int]:
-    """``vllm serve``'s (max_num_seqs, max_num_batched_tokens) for a device.
+    """``vllm serve``'s (max_num_seqs, max_num_batched_tokens) for a device (see
+    ``pagedkv.sim.scheduler.vllm_serve_defaults``)."""
+    from pagedkv.sim.scheduler import vllm_serve_defaults
 
-    vLLM picks larger defaults on devices with at least 70 GiB, except A100s (slower
-    there); an unknown device (memory not given) gets the small ones.
-    """
-    if (device_bytes or 0) >= 70 * 2**30 and "a100" not in device_name.lower():
-        return 1024, 8192
-    return 256, 2048
+    return vllm_serve_defaults(device_bytes, device_name)
 
 
 PLATFORM_OPTION = typer.Option(
