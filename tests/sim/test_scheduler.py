@@ -282,3 +282,62 @@ def test_admission_waits_until_the_whole_prompt_fits():
     eager = make_engine(6).simulator(settings)
     eager.mgr = _IgnoresFullSequence(eager.mgr)
     assert eager.run(trace).preemptions > 0
+
+
+def _finish_order(engine, trace, settings):
+    loop = engine.simulator(settings).loop(trace)
+    order: list[int] = []
+    while loop.has_work:
+        order += loop.step().finished
+    return order, loop
+
+
+def test_priority_policy_serves_the_lowest_priority_value_first():
+    # three requests at t=0, one running at a time: priorities 2, 0, 1 -> R1, R2, R0
+    reqs = make_trace((((1, 8),), 2), (((2, 8),), 2), (((3, 8),), 2)).requests
+    trace = make_trace()._replace(
+        requests=tuple(r._replace(arrival_s=0.0, priority=p) for r, p in zip(reqs, (2, 0, 1)))
+    )
+    fcfs = SchedulerSettings(arrivals="all", max_num_seqs=1)
+    assert _finish_order(make_engine(64), trace, fcfs)[0] == [0, 1, 2]
+    priority = dataclasses.replace(fcfs, policy="priority")
+    assert _finish_order(make_engine(64), trace, priority)[0] == [1, 2, 0]
+
+
+def test_priority_policy_preempts_the_largest_priority_value():
+    # 4 usable blocks. R0 (priority 0) and R1 (priority 5) each take 2 blocks at t=0; R0's
+    # decode needs a 3rd block: FCFS preempts the newest (R1), priority R1 as well; with
+    # the priorities swapped, FCFS still preempts R1 but priority preempts R0 itself.
+    reqs = make_trace((((1, 8),), 5), (((2, 8),), 5)).requests
+    for priorities, victim in (((0, 5), 1), ((5, 0), 0)):
+        trace = make_trace()._replace(
+            requests=tuple(r._replace(arrival_s=0.0, priority=p) for r, p in zip(reqs, priorities))
+        )
+        settings = SchedulerSettings(arrivals="all", max_num_seqs=2, policy="priority")
+        seen: list[int] = []
+        loop = make_engine(5).simulator(settings).loop(trace)
+        loop.scheduler.on_preempt = lambda seq, seen=seen: seen.append(seq.index)
+        while loop.has_work:
+            loop.step()
+        assert seen[0] == victim
+
+
+def test_long_prefill_threshold_applies_only_while_another_request_is_eligible():
+    # vLLM: a long prefill alone may use the whole budget; beside another it is capped
+    alone = make_trace((((1, 20),), 1))
+    settings = SchedulerSettings(arrivals="all", long_prefill_token_threshold=8)
+    assert _run(make_engine(64), alone, arrivals="all", long_prefill_token_threshold=8).steps == 1
+    both = make_trace((((1, 20),), 1), (((2, 20),), 1))
+    loop = make_engine(64).simulator(settings).loop(both)
+    assert loop.step().num_scheduled_tokens == 16  # 8 + 8
+    adaptive = dataclasses.replace(settings, long_prefill_token_threshold_adaptive=True,
+                                   max_num_batched_tokens=40)  # fmt: skip
+    loop = make_engine(64).simulator(adaptive).loop(both)
+    assert loop.step().num_scheduled_tokens == 40  # floor: 40 // 2 requests = 20 each
+
+
+def test_no_per_request_prefill_cap_by_default():
+    # vLLM has no per-request chunk limit: a 5000-token prompt takes the 8192 budget
+    trace = make_trace((((1, 5000),), 1))
+    res = _run(make_engine(2048, max_model_len=8192), trace, arrivals="all")
+    assert res.steps == 1 and res.settings["max_prefill_chunk"] is None

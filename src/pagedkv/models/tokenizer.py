@@ -49,6 +49,6 @@ class TextTokenizer:
                 "'messages' cannot be turned into a prompt (give 'prompt' text instead)"
             )
         ids = self._tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
-        if isinstance(ids, dict):  # BatchEncoding in newer transformers
+        if not isinstance(ids, list):  # a BatchEncoding in newer transformers
             ids = ids["input_ids"]
         return list(ids)

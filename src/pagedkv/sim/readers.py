@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import msgspec
 
-from pagedkv.errors import TraceFormatError
+from pagedkv.errors import ConfigError, TraceFormatError
 from pagedkv.sim.token_records import TEXT_FIELDS, TOKEN_FIELDS, ChunkTable, token_request
 from pagedkv.sim.trace import Segment, Trace, TraceRequest, unique_segment_id
 
@@ -189,6 +189,8 @@ def _parse_lines(
             continue
         try:
             requests.append(parse(line, len(requests)))
+        except ConfigError:
+            raise  # not the line's fault (no tokenizer): stop, do not skip
         except (ValueError, msgspec.DecodeError) as exc:
             if not skip_bad_lines:
                 raise TraceFormatError(f"{source}: line {line_no}: {exc}") from None
