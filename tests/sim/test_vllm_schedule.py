@@ -25,7 +25,8 @@ PEER_DIRS = [up / "shared" / "tools" / "vllm_peer" for up in ROOT.parents[:2]]
     reason="needs the vLLM peer venv and ../shared/tools/vllm_peer",
 )
 def test_schedules_are_vllms_step_by_step() -> None:
-    args = ["--model", "llama", "--model", "gemma", "--num-blocks", "9000", "--limit", "40"]
+    # 16,000 blocks: vLLM requires room for one max_model_len (131,072-token) request
+    args = ["--model", "llama", "--model", "gemma", "--num-blocks", "16000", "--limit", "40"]
     for variant in ("fcfs", "priority", "long-prefill-adaptive"):
         args += ["--variant", variant]
     proc = subprocess.run(
