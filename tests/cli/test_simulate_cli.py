@@ -114,7 +114,8 @@ def test_human_summary_and_sweep_tables():
 
 def test_defaults_with_bound_and_a_planned_sweep():
     # no model, trace or size: Llama-3.1-8B, Mooncake, the H100-80GB plan
-    # (vLLM's scheduler defaults for the GPU, as `pagedkv plan`: 27,432 blocks)
+    # (vllm serve's 1024 seqs and 8192 tokens in the activation reserve, as `pagedkv plan`:
+    # 27,432 blocks)
     proc = _run("simulate", "--limit", "3", "--bound", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)

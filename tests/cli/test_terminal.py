@@ -48,7 +48,7 @@ def test_shell_completion_completes_commands_and_flags() -> None:
 @pytest.mark.parametrize(
     ("args", "must_show"),
     [
-        (["plan"], ["sliding_window", "full_attention", "16.40 GiB", "131,072"]),
+        (["plan"], ["sliding_window", "full_attention", "15.63 GiB", "131,072"]),
         (["models"], ["c4ai-command-r7b-12", "Qwen3-Next-80B-A3B-"]),
         (["gpus"], ["RTX-6000-Ada", "GH200-141GB"]),
         (["plan", "--help"], ["--tensor-parallel-size", "--kv-cache-memory-bytes"]),
