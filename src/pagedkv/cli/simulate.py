@@ -179,7 +179,10 @@ def simulate_command(
         "waits at t=0).",
     ),
     limit: int | None = typer.Option(
-        None, "--limit", min=0, help="Replay only the first N requests [the whole trace]."
+        None,
+        "--limit",
+        min=0,
+        help="Replay only the first N requests [0 or none: the whole trace].",
     ),
     trace_block_size: int | None = typer.Option(
         None,
@@ -279,7 +282,7 @@ def simulate_command(
         loaded = load_trace(
             trace,
             skip_bad_lines=skip_bad_lines,
-            limit=limit,
+            limit=limit or None,
             block_tokens=trace_block_size or MOONCAKE_BLOCK_TOKENS,
             tokenize=tokenizer,
         )
