@@ -108,3 +108,36 @@ def test_repr_is_one_short_line() -> None:
     result = pagedkv.plan("Llama-3.1-8B", kv_cache_memory_bytes=8 << 30, max_model_len=8192)
     assert repr(result).startswith("DeploymentPlan(model='Llama-3.1-8B', where='given memory'")
     assert "\n" not in repr(result)
+
+
+STARTUP_CASES = [
+    ({"enforce_eager": True}, ["--enforce-eager"]),
+    ({"dtype": "float16"}, ["--dtype", "float16"]),
+    ({"quantization": "fp8"}, ["--quantization", "fp8"]),
+    ({"cpu_offload_gb": 4.0}, ["--cpu-offload-gb", "4"]),
+    ({"speculative_config": '{"method": "mtp"}'}, ["--speculative-config", '{"method": "mtp"}']),
+    ({"kv_cache_layout": "BLNHC"}, ["--kv-cache-layout", "BLNHC"]),
+]
+
+
+@pytest.mark.parametrize(("flags", "argv"), STARTUP_CASES)
+def test_start_up_flags_are_vllm_flags_of_the_one_call(
+    flags: dict[str, object], argv: list[str]
+) -> None:
+    library = pagedkv.plan("Llama-3.1-8B", **flags)  # type: ignore[arg-type]
+    planned = _cli_json("plan", "Llama-3.1-8B", *argv)
+    assert library.num_blocks == planned["num_blocks"]
+    assert library.budgets[0].kv_cache_bytes == planned["memory"]["kv_cache_bytes"]  # type: ignore[index]
+
+
+def test_start_up_flags_change_the_plan() -> None:
+    default = pagedkv.plan("Llama-3.1-8B")
+    # no CUDA graph estimate: more memory left for the KV cache
+    assert pagedkv.plan("Llama-3.1-8B", enforce_eager=True).num_blocks > default.num_blocks
+    # weights kept in CPU memory leave more for the KV cache too
+    assert pagedkv.plan("Llama-3.1-8B", cpu_offload_gb=4.0).num_blocks > default.num_blocks
+    old = pagedkv.plan("Llama-3.1-8B", vllm_version="0.10.0")
+    assert old.budgets[0].kv_cache_bytes != default.budgets[0].kv_cache_bytes
+    assert pagedkv.plan("Llama-3.1-8B", kv_cache_layout="BLNHC").config.cache.kv_cache_layout == (
+        "BLNHC"
+    )
