@@ -32,6 +32,12 @@ from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.specs import FullAttentionSpec, SlidingWindowSpec
 
+# The vLLM peer replay's loop (../shared/tools/vllm_peer/replay.py): 64 running requests,
+# 2,048-token chunks, 8,192 tokens a step, every request waiting at t=0.
+PEER_SETTINGS = SchedulerSettings(
+    max_num_seqs=64, max_num_batched_tokens=8192, max_prefill_chunk=2048, arrivals="all"
+)
+
 MAX_MODEL_LEN = 131072
 
 
@@ -73,7 +79,7 @@ LAYOUTS = {"llama": _llama, "gemma": _gemma}
 
 def _one(engine: SimEngine, limit: int | None) -> dict[str, Any]:
     trace = load_trace("mooncake_conversation").head(limit)
-    res = simulate(engine, trace, SchedulerSettings())
+    res = simulate(engine, trace, PEER_SETTINGS)
     overhead = res.overhead_seconds
     return {
         "wall_seconds": round(res.wall_seconds, 3),

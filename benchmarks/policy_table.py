@@ -24,6 +24,12 @@ from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.tiers import host_blocks_for
 
+# The vLLM peer replay's loop (../shared/tools/vllm_peer/replay.py): 64 running requests,
+# 2,048-token chunks, 8,192 tokens a step, every request waiting at t=0.
+PEER_SETTINGS = SchedulerSettings(
+    max_num_seqs=64, max_num_batched_tokens=8192, max_prefill_chunk=2048, arrivals="all"
+)
+
 
 def main(argv: list[str]) -> None:
     trace_name, model, limit, gpu, policies, hosts = argv
@@ -39,7 +45,7 @@ def main(argv: list[str]) -> None:
                 engine, eviction_policy=policy, host_num_blocks=host_blocks_for(engine, gib)
             )
             start = time.perf_counter()
-            r = simulate(run, trace, SchedulerSettings(), bound=True)
+            r = simulate(run, trace, PEER_SETTINGS, bound=True)
             prompt = max(r.prompt_tokens, 1)
             row = {
                 "policy": policy,

@@ -41,6 +41,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     # extension grouping rules / builders, selected by name; the core never imports them.
     "builders": BOTTOM | {"registry", "specs", "platforms", "planning", "capacity"},
     "models": BOTTOM | {"registry", "specs"},
+    # "plan this model on that GPU with these flags": models + capacity, one call.
+    "deployment": BOTTOM | {"registry", "specs", "platforms", "planning", "capacity", "models"},
     "tensors": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "distributed"},
     "distributed": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "tensors"},
     # Extensions above the core (the core never imports them): eviction policies and the
@@ -50,7 +52,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "events": BOTTOM | {"runtime"},
     "cluster": BOTTOM | {"runtime", "events"},
     "sim": BOTTOM
-    | {"registry", "specs", "platforms", "planning", "capacity", "runtime", "models"}
+    | {"registry", "specs", "platforms", "planning", "capacity", "runtime", "models", "deployment"}
     | {"policies", "cluster", "events"},
     # compat (extension): vLLM's module paths and names, translated onto the core.
     "compat": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "events"},
@@ -61,6 +63,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     | {"events", "cluster"},
     "cli": BOTTOM
     | {"registry", "specs", "platforms", "planning", "capacity", "runtime", "models", "tensors"}
+    | {"deployment"}
     | {"distributed", "sim", "bootstrap", "pagedkv", "hf", "policies", "events", "cluster"},
     # `python -m pagedkv` runs the CLI.
     "__main__": frozenset({"cli"}),
@@ -68,6 +71,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # only the wire encoding, which needs no pyzmq).
     "pagedkv": BOTTOM
     | {"registry", "specs", "platforms", "planning", "capacity", "runtime", "models", "tensors"}
+    | {"deployment"}
     | {"distributed", "sim", "bootstrap", "cli", "events"},
 }
 

@@ -114,6 +114,9 @@ from pagedkv.models import (
     register_model_adapter,
 )
 
+# --- "plan this model on that GPU with these vLLM flags" (deployment/) ---
+from pagedkv.deployment import DeploymentPlan, PlanRequest, VLLMFlags, plan
+
 from pagedkv._version import __version__
 
 # --- simulation (sim/): imported on first use, so `import pagedkv` stays fast ---

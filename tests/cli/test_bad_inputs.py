@@ -44,7 +44,26 @@ def config(tmp_path: Path, name: str, **changes: object) -> str:
 
 @pytest.mark.parametrize("field", ["num_hidden_layers", "vocab_size"])
 @pytest.mark.parametrize("transformers", ["0", "1"])
-def test_missing_size_fields_are_refused(
+def test_missing_fields_take_the_class_defaults(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    field: str,
+    transformers: str,
+) -> None:
+    # As transformers reads the file: LlamaConfig's default, named in the plan.
+    if transformers == "1":
+        pytest.importorskip("transformers")
+    monkeypatch.setenv("PAGEDKV_TRANSFORMERS", transformers)
+    model = config(tmp_path, "m", **{field: None})
+    assert main(["plan", model, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert field in data["config_defaults"]["fields"]
+
+
+@pytest.mark.parametrize("field", ["num_hidden_layers", "vocab_size"])
+@pytest.mark.parametrize("transformers", ["0", "1"])
+def test_missing_fields_of_an_unknown_model_type_are_refused(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -54,7 +73,7 @@ def test_missing_size_fields_are_refused(
     if transformers == "1":
         pytest.importorskip("transformers")
     monkeypatch.setenv("PAGEDKV_TRANSFORMERS", transformers)
-    model = config(tmp_path, "m", **{field: None})
+    model = config(tmp_path, "m", **{field: None, "model_type": "llama_fork"})
     fails(capsys, ["plan", model], 1, f"config field '{field}' is missing")
 
 

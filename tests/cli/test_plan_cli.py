@@ -275,8 +275,8 @@ def test_plot_curve_agrees_with_the_plan_it_draws() -> None:
     result = make_plan(PlanRequest(model="gpt-oss-20b", gpu="H100-80GB", max_model_len=32768))
     curve = dict(concurrency_curve(result))
     assert 8 <= len(curve) <= PLOT_POINTS
-    assert max(curve) == result.plan.max_model_len == 32768
-    point = result.plan.concurrency_at(32768)
+    assert max(curve) == result.kv_cache.max_model_len == 32768
+    point = result.kv_cache.concurrency_at(32768)
     assert curve[32768] == pytest.approx(point.max_concurrency)
     lengths = sorted(curve)
     assert all(curve[a] >= curve[b] for a, b in pairwise(lengths))
@@ -288,14 +288,17 @@ def test_groups_table_waste_share_is_the_planners(
     # gemma-3-27b-it on H200: one sliding group leaves layer slots of a block id empty, so
     # waste over the group's own page (25%) differs from the planner's waste over a block id
     monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
-    monkeypatch.setenv("COLUMNS", "120")  # one table row per line (at 80 the cell wraps)
+    monkeypatch.setenv("COLUMNS", "120")
     data = plan_in_process(capsys, "gemma-3-27b-it", "--gpu", "H200")
     assert main(["plan", "gemma-3-27b-it", "--gpu", "H200"]) == 0
     text = capsys.readouterr().out
     assert any(0 < g["page_size_bytes"] < data["bytes_per_block"] for g in data["groups"])
     for g in data["groups"]:
         if g["waste_bytes"]:
-            assert f"{g['waste_bytes']:,} ({g['waste_fraction']:.1%})" in text
+            # the share sits on the cell's second line, under the bytes
+            lines = text.splitlines()
+            row = next(i for i, line in enumerate(lines) if f" {g['waste_bytes']:,} │" in line)
+            assert f"({g['waste_fraction']:.1%})" in lines[row + 1]
 
 
 def test_plot_plans_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -48,7 +48,7 @@ def test_shell_completion_completes_commands_and_flags() -> None:
 @pytest.mark.parametrize(
     ("args", "must_show"),
     [
-        (["plan"], ["sliding_window", "full_attention", "16.40 GiB", "131,072"]),
+        (["plan"], ["sliding_window", "full_attention", "15.63 GiB", "131,072"]),
         (["models"], ["c4ai-command-r7b-12", "Qwen3-Next-80B-A3B-"]),
         (["gpus"], ["RTX-6000-Ada", "GH200-141GB"]),
         (["plan", "--help"], ["--tensor-parallel-size", "--kv-cache-memory-bytes"]),
@@ -114,9 +114,9 @@ def test_notebook_reprs_and_dataframes() -> None:
 
     plan = make_plan(
         PlanRequest(model="Llama-3.1-8B", kv_cache_memory="4GiB", max_model_len=8192)
-    ).plan
+    ).kv_cache
     html = plan._repr_html_()
-    assert "<table>" in html and f"{plan.num_blocks}" in html
+    assert "<table>" in html and f"{plan.num_blocks:,}" in html
     assert dict(plan.__rich_repr__())["num_blocks"] == plan.num_blocks
     engine = engine_from_model("Llama-3.1-8B", num_blocks=300)
     result = simulate(engine, load_trace("synthetic:5:1"), keep_steps=True)

@@ -43,6 +43,10 @@ EXPECTED: dict[str, list[Expectation]] = {
     ],
     "DeepSeek-V2-Lite": [att(MLA, 27, 1, 576, max_tp_shards=1)],
     "DeepSeek-V3": [att(MLA, 61, 1, 512 + 64, max_tp_shards=1)],
+    "DeepSeek-V3.2": [
+        att(MLA, 61, 1, 576, dtype="bfloat16"),
+        att(MLA, 61, 1, 128 + 4, dtype="uint8"),  # the DSA indexer key, as GLM-5's
+    ],
     "gemma-2-9b-it": [att(SW, 21, 8, 256, sliding_window=4096), att(F, 21, 8, 256)],
     "gemma-3-27b-it": [att(SW, 52, 16, 128, sliding_window=1024), att(F, 10, 16, 128)],
     "gemma-4-26B-A4B": [att(SW, 25, 8, 256, sliding_window=1024), att(F, 5, 2, 512)],
@@ -50,7 +54,8 @@ EXPECTED: dict[str, list[Expectation]] = {
         att(MLA, 78, 1, 576, dtype="bfloat16"),
         att(MLA, 78, 1, 128 + 4, dtype="uint8"),  # sparse-attention indexer: fp8 + scale
     ],
-    "gpt-oss-20b": [att(SW, 12, 8, 64, sliding_window=128), att(SINK, 12, 8, 64)],
+    # vLLM's Attention gives the sink layers a plain FullAttentionSpec
+    "gpt-oss-20b": [att(SW, 12, 8, 64, sliding_window=128), att(F, 12, 8, 64)],
     "granite-4.0-h-350m": [att(F, 4, 4, 64), mamba(28, (1536 + 2 * 128, 3), (48, 32, 128))],
     "Jamba-v0.1": [att(F, 4, 8, 128), mamba(28, (8192, 3), (8192, 16), mamba_type="mamba1")],
     "Kimi-K2-Instruct": [att(MLA, 61, 1, 576)],
@@ -60,6 +65,7 @@ EXPECTED: dict[str, list[Expectation]] = {
         att(F, 12, 8, 128),
     ],
     "mamba2-2.7b": [mamba(64, (5120 + 2 * 128, 3), (80, 64, 128), dtypes=("bfloat16",) * 2)],
+    "MiniMax-M2.7": [att(F, 62, 8, 128)],
     "Mistral-7B-v0.1": [att(SW, 32, 8, 128, sliding_window=4096)],
     "Mixtral-8x7B-v0.1": [att(F, 32, 8, 128)],
     "Nemotron-H-56B-Base-8K": [

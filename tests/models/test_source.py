@@ -102,7 +102,9 @@ def test_bad_field_names_model_and_field(
 ) -> None:
     data = dict(LLAMA)
     if value is None:
+        # A model type with no known class defaults: a missing field is truly missing.
         del data[field]
+        data["model_type"] = "llama_fork"
     else:
         data[field] = value
     model_dir = tmp_path / "broken-llama"
@@ -122,6 +124,12 @@ def test_published_values_win_over_normalised_ones() -> None:
     view = ConfigView("m", {"a": 1, "b": None}, {"a": 2, "b": 3, "c": 4})
     assert (view.get("a"), view.get("b"), view.get("c"), view.get("d", 5)) == (1, 3, 4, 5)
     assert view.sub("missing").get("x") is None
+
+
+def test_published_null_overrides_a_class_default_and_fills_are_recorded() -> None:
+    view = ConfigView("m", {"sliding_window": None}, defaults={"sliding_window": 4096, "v": 7})
+    assert not view.has("sliding_window")
+    assert view.get("v") == 7 and view.filled == {"v": 7}
 
 
 def test_transformers_normalisation_fills_derived_fields() -> None:

@@ -88,8 +88,8 @@ def test_given_the_logs_budget_the_tokens_and_concurrency_match(row: dict[str, A
     )
     assert vllm_kv_cache_tokens(low) <= row["gpu_kv_cache_tokens"] <= vllm_kv_cache_tokens(high)
     length = row["concurrency_tokens"]
-    assert low.plan.max_model_len == length
-    concurrency = [p.plan.concurrency_at(length).vllm_max_concurrency for p in (low, high)]
+    assert low.max_model_len == length
+    concurrency = [p.kv_cache.concurrency_at(length).vllm_max_concurrency for p in (low, high)]
     assert round(concurrency[0] or 0, 2) <= row["max_concurrency"] <= round(concurrency[1] or 0, 2)
 
 

@@ -14,7 +14,7 @@ from pagedkv.errors import ConfigError
 from pagedkv.policies import EvictionPolicy, get_policy, policy_names, register_policy
 
 NUM_BLOCKS = 24
-POLICIES = ["lfu", "priority", "s3fifo"]
+POLICIES = ["lfu", "priority", "s3fifo", "s3fifo-pagedkv"]
 
 
 def snapshot(policy: EvictionPolicy) -> object:
@@ -154,11 +154,14 @@ def test_lfu_keeps_hit_blocks_and_ages() -> None:
     assert policy.order() == [4, 1]  # key 2 < key 3
 
 
-def test_s3fifo_is_scan_resistant() -> None:
-    policy = get_policy("s3fifo")(100)
+@pytest.mark.parametrize(("name", "hits"), [("s3fifo", 2), ("s3fifo-pagedkv", 1)])
+def test_s3fifo_is_scan_resistant(name: str, hits: int) -> None:
+    # the published rule promotes a block hit twice in S; the variant after one hit
+    policy = get_policy(name)(100)
     hot = list(range(1, 11))
     for block in hot:
-        policy.hit(block)  # reused once while cached
+        for _ in range(hits):
+            policy.hit(block)
         policy.push(block, key=("hot", block))
     scan = list(range(11, 61))
     for block in scan:
@@ -170,3 +173,13 @@ def test_s3fifo_is_scan_resistant() -> None:
     # an evicted scan key returns through the ghost list into the main queue
     policy.push(11, key=("scan", 11))
     assert 11 in policy.in_main
+
+
+def test_s3fifo_needs_more_than_one_hit_to_promote() -> None:
+    published, variant = get_policy("s3fifo")(100), get_policy("s3fifo-pagedkv")(100)
+    for policy in (published, variant):
+        policy.hit(1)
+        for block in range(1, 5):
+            policy.push(block, key=block)
+    assert published.pop()[0] == 1  # one hit is not enough
+    assert variant.pop()[0] == 2  # the variant promoted it

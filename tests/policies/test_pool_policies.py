@@ -22,7 +22,7 @@ from runtime.test_stateful import MAX_MODEL_LEN, PREFIXES, KVCacheMachine
 
 from .test_policy_state import snapshot as policy_snapshot
 
-POLICIES = ["lru", "lfu", "priority", "s3fifo"]
+POLICIES = ["lru", "lfu", "priority", "s3fifo", "s3fifo-pagedkv"]
 
 
 class Injected(RuntimeError):

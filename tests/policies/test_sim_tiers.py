@@ -15,7 +15,14 @@ from pagedkv.sim.engine import engine_from_model
 from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
-from pagedkv.sim.tiers import CostModel, cost_model_for, host_blocks_for, tier_sweep
+from pagedkv.sim.tiers import (
+    CostModel,
+    active_params,
+    cost_model_for,
+    host_blocks_for,
+    tier_plot_lines,
+    tier_sweep,
+)
 
 ENV = {**os.environ, "PAGEDKV_TRANSFORMERS": "0"}
 
@@ -102,3 +109,49 @@ def test_cli_reports_tiers_and_sweeps(tmp_path) -> None:  # type: ignore[no-unty
     assert bad.returncode != 0 and "unknown eviction policy 'mru'" in bad.stderr
     several = _cli("--policy", "lru,lfu")
     assert several.returncode != 0 and "need --sweep" in several.stderr
+
+
+def test_cost_model_counts_tensor_parallel_gpus_and_active_params() -> None:
+    tp1 = engine_from_model("Llama-3.1-8B", num_blocks=300)
+    tp8 = engine_from_model("Llama-3.1-8B", num_blocks=300, tensor_parallel_size=8)
+    one, eight = cost_model_for(tp1, "H100-80GB"), cost_model_for(tp8, "H100-80GB")
+    # one token's FLOPs are split over 8 GPUs
+    assert eight.prefill_tokens_per_s == pytest.approx(8 * one.prefill_tokens_per_s)
+    # DeepSeek-V3: 8 of 256 routed experts per token, ~37 of 671 B parameters
+    assert 36e9 < active_params("DeepSeek-V3") < 39e9
+    assert 12e9 < active_params("Mixtral-8x7B-v0.1") < 14e9  # 2 of 8 experts
+    assert active_params("Llama-3.1-8B") == pytest.approx(8.03e9, rel=0.01)
+
+
+def test_cost_model_takes_gpu_aliases(engine) -> None:  # type: ignore[no-untyped-def]
+    assert cost_model_for(engine, "H200") == cost_model_for(engine, "H200-141GB")
+    with pytest.raises(ConfigError, match="finite"):
+        cost_model_for(engine, "H100-80GB", pcie_gbps=float("nan"))
+
+
+def test_the_bound_is_the_same_whatever_the_policy(engine) -> None:  # type: ignore[no-untyped-def]
+    trace = synthetic_trace(SyntheticTraceConfig(num_requests=80, seed=5))
+    settings = SchedulerSettings(max_num_seqs=8)
+    small = engine.with_num_blocks(120)
+    bounds = set()
+    for policy in ("lru", "lfu", "s3fifo", "priority"):
+        run = dataclasses.replace(small, eviction_policy=policy)
+        result = simulate(run, trace, settings, bound=True)
+        assert result.hit_tokens <= (result.bound_hit_tokens or 0)
+        bounds.add(result.bound_hit_tokens)
+    hosted = simulate(dataclasses.replace(small, host_num_blocks=200), trace, settings, bound=True)
+    bounds.add(hosted.bound_hit_tokens)
+    assert len(bounds) == 1
+
+
+def test_tier_plot_puts_every_host_size_on_the_device_axis(engine, trace) -> None:  # type: ignore[no-untyped-def]
+    points = tier_sweep(
+        engine, trace, SchedulerSettings(max_num_seqs=8), ["lru"], [75, 150, 300], [0, 20_000]
+    )
+    lines = tier_plot_lines(points)
+    device_only = next(line for line in lines if line.label == "lru")
+    hosted = next(line for line in lines if line.label == "lru + host 20,000 blocks")
+    # the host tier is 66x the largest device size: plotted against device + host
+    # tokens its points would crowd into the last 2% of the axis
+    assert hosted.device_tokens == device_only.device_tokens == [74 * 16, 149 * 16, 299 * 16]
+    assert any(line.label.startswith("bound, device + host") for line in lines)

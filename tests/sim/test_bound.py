@@ -27,9 +27,9 @@ def test_chain_keys_follow_token_equality():
 # The first 10 tokens of these streams are 60 distinct ids, so two segment lists below
 # have equal token prefixes exactly when their (segment, offset) runs are equal.
 _IDS = (-2, -1, 0, 1, 2, 3)
-_SEGMENTS = st.lists(st.builds(Segment, st.sampled_from(_IDS), st.integers(0, 10)), max_size=5).map(
-    tuple
-)
+_SEGMENTS = st.lists(
+    st.builds(Segment, st.sampled_from(_IDS), st.integers(0, 10), st.none()), max_size=5
+).map(tuple)
 
 
 def _tokens(segments: tuple[Segment, ...]) -> list[int]:

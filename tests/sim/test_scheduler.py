@@ -13,6 +13,8 @@ from .helpers import make_engine, make_trace
 
 
 def _run(engine, trace, **settings):
+    # the hand-worked cases below have every request waiting at t=0
+    settings.setdefault("arrivals", "all")
     return engine.simulator(SchedulerSettings(**settings)).run(trace)
 
 
@@ -75,7 +77,7 @@ def test_preemption_by_recomputation_and_readmission():
 
 
 def test_evictions_come_from_the_manager_counter_without_events():
-    sim = make_engine(5).simulator(SchedulerSettings(max_num_seqs=2))
+    sim = make_engine(5).simulator(SchedulerSettings(arrivals="all", max_num_seqs=2))
     trace = make_trace((((1, 8),), 5), (((2, 8),), 5))
     assert sim.run(trace).evictions == sim.mgr.num_evictions == 3
     assert sim.mgr.take_events() == []  # events off: no event handling in manager time
@@ -102,7 +104,7 @@ def test_chunked_prefill_and_token_budget():
     res = _run(make_engine(64), trace, max_prefill_chunk=8, max_num_batched_tokens=8)
     assert res.steps == 5
     assert res.manager_calls_by_kind["allocate_slots"] == 5
-    settings = SchedulerSettings(max_prefill_chunk=8, max_num_batched_tokens=8)
+    settings = SchedulerSettings(arrivals="all", max_prefill_chunk=8, max_num_batched_tokens=8)
     assert res.settings == dataclasses.asdict(settings)  # the run records what it ran with
 
 
@@ -229,7 +231,7 @@ def test_admission_tells_the_manager_whether_anything_runs():
     # then). K=2. Step 1 admits R0 (nothing runs) and R1 (R0 runs); R0 finishes in step 1.
     # Step 2 admits R2 while R1 decodes.
     trace = make_trace((((1, 4),), 1), (((2, 4),), 2), (((3, 4),), 1))
-    sim = make_engine(64).simulator(SchedulerSettings(max_num_seqs=2))
+    sim = make_engine(64).simulator(SchedulerSettings(arrivals="all", max_num_seqs=2))
     recorder = _AdmissionRecorder(sim.mgr)
     sim.mgr = recorder
     res = sim.run(trace)
@@ -273,10 +275,69 @@ def test_admission_waits_until_the_whole_prompt_fits():
     # fit into the 4 free blocks, though its first chunk would; it starts once R0 is done,
     # and nothing is preempted. Admitting on the first chunk alone over-commits the cache.
     trace = make_trace((((1, 4),), 8), (((2, 20),), 1))
-    settings = SchedulerSettings(max_prefill_chunk=4)
+    settings = SchedulerSettings(arrivals="all", max_prefill_chunk=4)
     sim = make_engine(6).simulator(settings)
     res = sim.run(trace)
     assert (res.requests_done, res.preemptions, res.steps) == (2, 0, 8 + 5)
     eager = make_engine(6).simulator(settings)
     eager.mgr = _IgnoresFullSequence(eager.mgr)
     assert eager.run(trace).preemptions > 0
+
+
+def _finish_order(engine, trace, settings):
+    loop = engine.simulator(settings).loop(trace)
+    order: list[int] = []
+    while loop.has_work:
+        order += loop.step().finished
+    return order, loop
+
+
+def test_priority_policy_serves_the_lowest_priority_value_first():
+    # three requests at t=0, one running at a time: priorities 2, 0, 1 -> R1, R2, R0
+    reqs = make_trace((((1, 8),), 2), (((2, 8),), 2), (((3, 8),), 2)).requests
+    trace = make_trace()._replace(
+        requests=tuple(r._replace(arrival_s=0.0, priority=p) for r, p in zip(reqs, (2, 0, 1)))
+    )
+    fcfs = SchedulerSettings(arrivals="all", max_num_seqs=1)
+    assert _finish_order(make_engine(64), trace, fcfs)[0] == [0, 1, 2]
+    priority = dataclasses.replace(fcfs, policy="priority")
+    assert _finish_order(make_engine(64), trace, priority)[0] == [1, 2, 0]
+
+
+def test_priority_policy_preempts_the_largest_priority_value():
+    # 4 usable blocks. R0 (priority 0) and R1 (priority 5) each take 2 blocks at t=0; R0's
+    # decode needs a 3rd block: FCFS preempts the newest (R1), priority R1 as well; with
+    # the priorities swapped, FCFS still preempts R1 but priority preempts R0 itself.
+    reqs = make_trace((((1, 8),), 5), (((2, 8),), 5)).requests
+    for priorities, victim in (((0, 5), 1), ((5, 0), 0)):
+        trace = make_trace()._replace(
+            requests=tuple(r._replace(arrival_s=0.0, priority=p) for r, p in zip(reqs, priorities))
+        )
+        settings = SchedulerSettings(arrivals="all", max_num_seqs=2, policy="priority")
+        seen: list[int] = []
+        loop = make_engine(5).simulator(settings).loop(trace)
+        loop.scheduler.on_preempt = lambda seq, seen=seen: seen.append(seq.index)
+        while loop.has_work:
+            loop.step()
+        assert seen[0] == victim
+
+
+def test_long_prefill_threshold_applies_only_while_another_request_is_eligible():
+    # vLLM: a long prefill alone may use the whole budget; beside another it is capped
+    alone = make_trace((((1, 20),), 1))
+    settings = SchedulerSettings(arrivals="all", long_prefill_token_threshold=8)
+    assert _run(make_engine(64), alone, arrivals="all", long_prefill_token_threshold=8).steps == 1
+    both = make_trace((((1, 20),), 1), (((2, 20),), 1))
+    loop = make_engine(64).simulator(settings).loop(both)
+    assert loop.step().num_scheduled_tokens == 16  # 8 + 8
+    adaptive = dataclasses.replace(settings, long_prefill_token_threshold_adaptive=True,
+                                   max_num_batched_tokens=40)  # fmt: skip
+    loop = make_engine(64).simulator(adaptive).loop(both)
+    assert loop.step().num_scheduled_tokens == 40  # floor: 40 // 2 requests = 20 each
+
+
+def test_no_per_request_prefill_cap_by_default():
+    # vLLM has no per-request chunk limit: a 5000-token prompt takes the 8192 budget
+    trace = make_trace((((1, 5000),), 1))
+    res = _run(make_engine(2048, max_model_len=8192), trace, arrivals="all")
+    assert res.steps == 1 and res.settings["max_prefill_chunk"] is None

@@ -136,7 +136,11 @@ class KVCachePlan:
             yield f"max_concurrency at {p.context_len:,}", p.max_concurrency
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in self.__rich_repr__())
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{k}</th>"
+            f"<td style='text-align:right;white-space:nowrap'>{_rounded(k, v)}</td></tr>"
+            for k, v in self.__rich_repr__()
+        )
         return f"<table><caption>KV cache plan</caption>{rows}</table>"
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,3 +150,19 @@ class KVCachePlan:
         for group, report in zip(out["groups"], self.groups):
             group["num_layers"] = report.num_layers
         return {**out, "num_groups": self.num_groups}
+
+
+def _rounded(label: str, value: Any) -> str:
+    """A figure as a notebook shows it: thousands separated, fractions as percentages,
+    concurrency as ``3.46x``."""
+    if isinstance(value, float) and "fraction" in label:
+        return f"{value:.2%}"
+    if isinstance(value, float) and "concurrency" in label:
+        return f"{value:,.2f}x"
+    if isinstance(value, bool) or value is None:
+        return "-" if value is None else str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return str(value)

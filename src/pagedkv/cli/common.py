@@ -14,10 +14,23 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from pagedkv.deployment.format import format_bytes, format_int, format_percent
+from pagedkv.deployment.options import DEFAULT_GPU, vllm_scheduler_defaults
 from pagedkv.dtypes import canonical_dtype_name
 from pagedkv.errors import ConfigError, UnknownDtypeError
 
-DEFAULT_GPU = "H100-80GB"
+__all__ = [
+    "DEFAULT_GPU",
+    "format_bytes",
+    "format_int",
+    "format_percent",
+    "parse_bytes",
+    "parse_human_int",
+    "parse_max_model_len",
+    "stderr_console",
+    "stdout_console",
+    "vllm_scheduler_defaults",
+]
 
 _UNITS = {
     "": 1,
@@ -55,27 +68,6 @@ def parse_bytes(text: str, option: str) -> int:
             f"{option}: size must be between 1 byte and {MAX_BYTES:,} bytes (1 PiB), got {text!r}"
         )
     return int(value)
-
-
-def format_bytes(num_bytes: float) -> str:
-    """Binary units with two decimals: ``1.50 GiB``."""
-    value = float(num_bytes)
-    sign = "-" if value < 0 else ""
-    value = abs(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
-def format_int(value: int) -> str:
-    return f"{value:,}"
-
-
-def format_percent(fraction: float | None) -> str:
-    """``0.1234`` as ``12.34 %``; ``-`` for None (not measured)."""
-    return "-" if fraction is None else f"{100 * fraction:.2f} %"
 
 
 def stdout_console() -> Console:
@@ -213,23 +205,6 @@ def use_platform(value: str | None) -> str | None:
         os.environ["PAGEDKV_PLATFORM"] = value
         set_current_platform(None)
     return value
-
-
-def vllm_scheduler_defaults(device_bytes: int | None, device_name: str) -> tuple[int, int]:
-    """``vllm serve``'s (max_num_seqs, max_num_batched_tokens) for a device.
-
-    vLLM 0.33 reads the total memory CUDA reports: 160 GiB and more (B200, B300)
-    get 16,384 tokens a step; 70 GiB and more 8,192, except A100s (slower there) and
-    the GB10 (DGX Spark: the memory without the compute); the rest, and an unknown
-    device (memory not given), get 2,048 tokens and 256 requests.
-    """
-    total = device_bytes or 0
-    name = device_name.lower()
-    if total >= 160 * 2**30:
-        return 1024, 16384
-    if total >= 70 * 2**30 and "a100" not in name and "gb10" not in name:
-        return 1024, 8192
-    return 256, 2048
 
 
 PLATFORM_OPTION = typer.Option(

@@ -6,14 +6,12 @@ once; ``plan_render`` prints the result.
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
-from pagedkv.capacity import plan_kv_cache
+from pagedkv import deployment
 from pagedkv.cli import vllm_flags as vf
 from pagedkv.cli.common import (
     BLOCK_SIZE_OPTION,
@@ -28,40 +26,27 @@ from pagedkv.cli.common import (
     TP_OPTION,
     check_hash_algo,
     check_output_dir,
-    format_bytes,
     parse_bytes,
     parse_max_model_len,
     stderr_console,
-    vllm_scheduler_defaults,
 )
 from pagedkv.cli.plan_render import PlanResult
-from pagedkv.cli.vllm_flags import startup_options, with_dtype
-from pagedkv.config import ModelConfig
-from pagedkv.errors import ConfigError, InsufficientMemoryError, PlanningError
-from pagedkv.models import (
-    GPU,
-    MemoryBudget,
-    ModelLayout,
-    ModelSource,
-    describe_model,
-    engine_config_for,
-    get_gpu,
-    get_kv_cache_specs,
-    load_model_config,
-    memory_budgets,
-)
-from pagedkv.models.gpus import LOCAL
-from pagedkv.models.profile_shape import profile_shape
+from pagedkv.deployment import VLLMFlags
+from pagedkv.deployment.plan_model import ALLOW_LONG_ENV
+from pagedkv.errors import ConfigError, PlanningError
+from pagedkv.models import ModelLayout, ModelSource
 
 # A 5:1 sliding-window hybrid on the most common serving GPU: its plan shows hybrid
 # grouping (vLLM's rule pads 8 layer slots here; --grouping least-waste shows what the
 # search weighed) and how concurrency collapses from 1K to 128K contexts, on one screen.
 DEFAULT_MODEL = "gemma-3-27b-it"
-DEFAULT_CONTEXT_LENGTHS = (1024, 4096, 16384, 65536)
 
 
 @dataclass(frozen=True)
 class PlanRequest:
+    """The command line as given (sizes as text); ``to_library`` reads it into the
+    library's ``pagedkv.deployment.PlanRequest``."""
+
     model: str | ModelSource
     gpu: str | None = None
     memory: str | None = None
@@ -95,6 +80,47 @@ class PlanRequest:
     vllm_version: str | None = None
     # None: the platform's layout (layer-outermost NHD on the generic platform).
     kv_cache_layout: str | None = None
+
+    def to_library(self) -> deployment.PlanRequest:
+        kv_memory = self.kv_cache_memory
+        flags = VLLMFlags(
+            max_model_len=self.max_model_len,
+            block_size=self.block_size,
+            kv_cache_dtype=self.kv_cache_dtype,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            kv_cache_memory_bytes=(
+                parse_bytes(kv_memory, "--kv-cache-memory-bytes") if kv_memory else None
+            ),
+            num_gpu_blocks_override=self.num_gpu_blocks_override,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            enable_prefix_caching=self.enable_prefix_caching,
+            prefix_caching_hash_algo=self.prefix_caching_hash_algo,
+            enforce_eager=self.enforce_eager,
+            dtype=self.dtype,
+            quantization=self.quantization,
+            data_parallel_size=self.data_parallel_size,
+            enable_expert_parallel=self.enable_expert_parallel,
+            speculative_config=self.speculative_config,
+            cpu_offload_gb=self.cpu_offload_gb,
+            kv_cache_layout=self.kv_cache_layout,
+        )
+        if self.gpu and self.memory:
+            raise ConfigError("--gpu and --memory are alternatives; give one")
+        return deployment.PlanRequest(
+            model=self.model,
+            gpu=self.gpu,
+            memory_bytes=parse_bytes(self.memory, "--memory") if self.memory else None,
+            tensor_parallel_size=self.tensor_parallel_size,
+            pipeline_parallel_size=self.pipeline_parallel_size,
+            flags=flags,
+            weight_bytes=None if self.weights == "auto" else parse_bytes(self.weights, "--weights"),
+            grouping=self.grouping,
+            max_kv_cache_groups=self.max_groups,
+            context_lengths=self.context_lengths,
+            revision=self.revision,
+            vllm_version=self.vllm_version,
+        )
 
 
 CONTEXT_LEN_OPTION = typer.Option(
@@ -234,124 +260,26 @@ def plan_command(
         print_tables(result, plot)
 
 
-def _device(request: PlanRequest) -> tuple[GPU | None, int | None]:
-    if request.gpu and request.memory:
-        raise ConfigError("--gpu and --memory are alternatives; give one")
-    if request.memory:
-        return None, parse_bytes(request.memory, "--memory")
-    if request.gpu or not request.kv_cache_memory:
-        gpu = get_gpu(request.gpu or DEFAULT_GPU)
-        return gpu, gpu.planning_memory_bytes
-    return None, None
-
-
-def _check_budgets(budgets: list[MemoryBudget]) -> None:
-    for worker, b in enumerate(budgets):
-        if b.kv_cache_bytes > 0:
-            continue
-        raise InsufficientMemoryError(
-            f"no memory left for the KV cache on worker {worker}: {format_bytes(b.usable_bytes)} "
-            f"usable ({format_bytes(b.device_bytes)} x {b.gpu_memory_utilization}) - "
-            f"{format_bytes(b.weight_bytes)} weights - {format_bytes(b.activation_bytes)} "
-            "activation reserve; use more GPUs (-tp/-pp), a larger --memory or "
-            "--gpu-memory-utilization, or give --kv-cache-memory-bytes"
-        )
-
-
-def _context_lengths(request: PlanRequest, max_model_len: int) -> list[int]:
-    picked = [n for n in DEFAULT_CONTEXT_LENGTHS if n < max_model_len]
-    return sorted(set(picked) | set(request.context_lengths))
-
-
-def _options(request: PlanRequest, gpu: GPU | None, device_bytes: int | None) -> dict[str, object]:
-    # vLLM reads the device's total memory (as CUDA reports it) for these defaults;
-    # for --gpu local the plan's figure is the free memory, the total is the GPU's.
-    total = gpu.memory_bytes if gpu is not None and gpu.vendor == LOCAL else device_bytes
-    seqs, tokens = vllm_scheduler_defaults(total, gpu.name if gpu else "")
-    options: dict[str, object] = {
-        "tensor_parallel_size": request.tensor_parallel_size,
-        "pipeline_parallel_size": request.pipeline_parallel_size,
-        "block_size": request.block_size,
-        "cache_dtype": request.kv_cache_dtype,
-        "gpu_memory_utilization": request.gpu_memory_utilization,
-        "max_num_seqs": request.max_num_seqs or seqs,
-        "max_num_batched_tokens": request.max_num_batched_tokens or tokens,
-        "num_gpu_blocks_override": request.num_gpu_blocks_override,
-    }
-    if request.enable_prefix_caching is not None:
-        options["enable_prefix_caching"] = request.enable_prefix_caching
-    if request.max_model_len is not None:
-        options["max_model_len"] = request.max_model_len
-    if request.max_groups is not None:
-        options["max_kv_cache_groups"] = request.max_groups
-    options["kv_cache_grouping_rule"] = request.grouping
-    if request.kv_cache_layout is not None:
-        options["kv_cache_layout"] = request.kv_cache_layout
-    return options
-
-
-ALLOW_LONG_ENV = "PAGEDKV_ALLOW_LONG_MAX_MODEL_LEN"
-
-
 def check_model_limit(layout: ModelLayout, max_model_len: int | None) -> None:
-    """vLLM refuses a max_model_len above what the model was trained for; so do we."""
-    limit = layout.max_model_len
-    if max_model_len in (None, -1) or not limit or max_model_len <= limit:
-        return
-    if os.environ.get(ALLOW_LONG_ENV, "").strip().lower() in ("1", "true", "yes"):
-        stderr_console().print(
-            f"warning: --max-model-len {max_model_len:,} is above {layout.name}'s limit "
-            f"{limit:,}; planning it because {ALLOW_LONG_ENV} is set",
-            markup=False,
-        )
-        return
-    raise ConfigError(
-        f"--max-model-len {max_model_len:,} is above {layout.name}'s limit of {limit:,} "
-        f"tokens (its position embeddings); set {ALLOW_LONG_ENV}=1 to plan it anyway, as "
-        "vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN does"
+    """The library's check, with the warning the CLI prints when it is overridden."""
+    if deployment.check_model_limit(layout, max_model_len):
+        warn_above_limit(layout, max_model_len)
+
+
+def warn_above_limit(layout: ModelLayout, max_model_len: int | None) -> None:
+    stderr_console().print(
+        f"warning: --max-model-len {max_model_len:,} is above {layout.name}'s limit "
+        f"{layout.max_model_len:,}; planning it because {ALLOW_LONG_ENV} is set",
+        markup=False,
     )
 
 
 def make_plan(request: PlanRequest) -> PlanResult:
-    """Read the model, size the memory budget, and ask the planner."""
-    source = load_model_config(request.model, revision=request.revision)
-    layout = with_dtype(describe_model(source), request.dtype)
-    check_model_limit(layout, request.max_model_len)
-    gpu, device_bytes = _device(request)
-    config = engine_config_for(layout, **_options(request, gpu, device_bytes))
-    weights = None if request.weights == "auto" else parse_bytes(request.weights, "--weights")
-    kv_memory = request.kv_cache_memory
-    kv_bytes = parse_bytes(kv_memory, "--kv-cache-memory-bytes") if kv_memory else None
-    budgets = memory_budgets(
-        layout,
-        config,
-        device_bytes=device_bytes,
-        weight_bytes=weights,
-        kv_cache_bytes=kv_bytes,
-        shape=profile_shape(layout, source),
-        options=startup_options(gpu, **{f: getattr(request, f) for f in vf.STARTUP_FLAGS}),
-    )
-    _check_budgets(budgets)
-    specs = tuple(get_kv_cache_specs(layout, config=config))
-    available = [b.kv_cache_bytes for b in budgets]
-    # Auto-fit searches up to the model's limit (or the length asked for, if larger);
-    # a model without a limit (pure Mamba) searches up to the EngineConfig default.
-    limit = max(layout.max_model_len or ModelConfig().max_model_len, config.max_model_len)
-    # One planning pass: with max_model_len=-1 the length is known only afterwards, so
-    # default context lengths at or above the fitted one are dropped from the table.
-    target = config.max_model_len if config.max_model_len > 0 else limit
-    lengths = _context_lengths(request, target)
-    plan = plan_kv_cache(
-        config, specs, available, context_lengths=lengths, max_model_len_limit=limit
-    )
-    points = tuple(
-        p
-        for p in plan.max_concurrency
-        if p.context_len <= plan.max_model_len or p.context_len in request.context_lengths
-    )
-    plan = dataclasses.replace(plan, max_concurrency=points)
-    largest = plan.largest_max_model_len
-    return PlanResult(layout, config, gpu, tuple(budgets), plan, largest, limit, specs)
+    """The library's plan for the command line (``pagedkv.plan`` with the same inputs)."""
+    result = deployment.plan_model(request.to_library())
+    if result.above_model_limit:
+        warn_above_limit(result.layout, request.max_model_len)
+    return result
 
 
 __all__ = [

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from pagedkv.capacity import KVCachePlan, concurrency_points
+from pagedkv.capacity import concurrency_points
 from pagedkv.cli.common import format_bytes, format_int, stdout_console
-from pagedkv.config import EngineConfig
+from pagedkv.deployment import DeploymentPlan
 from pagedkv.errors import ConfigError
-from pagedkv.models import GPU, MemoryBudget, ModelLayout
-from pagedkv.specs import KVCacheSpec
 
 PLOT_POINTS = 32
 # 2: max_concurrency is one number (vLLM's figure at max_model_len); the per-length
@@ -24,27 +21,17 @@ PLOT_POINTS = 32
 SCHEMA_VERSION = 3
 
 
-@dataclass(frozen=True)
-class PlanResult:
-    """What ``plan`` prints: the planner's plan plus the inputs it was given."""
-
-    layout: ModelLayout
-    config: EngineConfig
-    gpu: GPU | None
-    budgets: tuple[MemoryBudget, ...]
-    plan: KVCachePlan
-    largest_max_model_len: int
-    model_limit: int
-    kv_cache_specs: tuple[dict[str, KVCacheSpec], ...]
+# What `pagedkv plan` prints is the library's plan.
+PlanResult = DeploymentPlan
 
 
 def plan_dict(result: PlanResult) -> dict[str, Any]:
     """The JSON document: inputs, memory terms, then the planner's report."""
-    plan = result.plan.to_dict()
+    plan = result.kv_cache.to_dict()
     for group in plan["groups"]:
         group["layers"] = group.pop("layer_names")
     table = plan.pop("max_concurrency")
-    at_max = result.plan.concurrency_at(result.plan.max_model_len)
+    at_max = result.kv_cache.concurrency_at(result.kv_cache.max_model_len)
     budget = result.budgets[0]
     memory = {**budget.to_dict(), "per_worker": [b.to_dict() for b in result.budgets]}
     scheduler = result.config.scheduler
@@ -57,6 +44,11 @@ def plan_dict(result: PlanResult) -> dict[str, Any]:
         "kv_cache_dtype": result.config.kv_cache_dtype,
         "num_params": result.layout.num_params,
         "layer_kinds": result.layout.layer_kinds(),
+        # Fields the config.json left out, read from its model type's class defaults.
+        "config_defaults": {
+            "source": result.layout.defaults_from,
+            "fields": dict(result.layout.filled_fields),
+        },
         "memory": memory,
         "largest_max_model_len": result.largest_max_model_len,
         "model_max_model_len": result.model_limit,
@@ -114,9 +106,9 @@ def weights_dtype(result: PlanResult) -> str:
 
 def vllm_lines(result: PlanResult) -> tuple[str, str]:
     """vLLM's own start-up lines for this plan (null block counted, as vLLM does)."""
-    at_max = result.plan.concurrency_at(result.plan.max_model_len)
+    at_max = result.kv_cache.concurrency_at(result.kv_cache.max_model_len)
     concurrency = at_max.vllm_max_concurrency or 0.0
-    length = result.plan.max_model_len
+    length = result.kv_cache.max_model_len
     return (
         f"GPU KV cache size: {vllm_kv_cache_tokens(result):,} tokens",
         f"Maximum concurrency for {length:,} tokens per request: {concurrency:.2f}x",
@@ -125,24 +117,25 @@ def vllm_lines(result: PlanResult) -> tuple[str, str]:
 
 def vllm_kv_cache_tokens(result: PlanResult) -> int:
     """vLLM 0.33's figure: int(num_blocks / blocks per max-length request x max_model_len)."""
-    at_max = result.plan.concurrency_at(result.plan.max_model_len)
-    return int((at_max.vllm_max_concurrency or 0.0) * result.plan.max_model_len)
+    at_max = result.kv_cache.concurrency_at(result.kv_cache.max_model_len)
+    return int((at_max.vllm_max_concurrency or 0.0) * result.kv_cache.max_model_len)
 
 
 def _groups_table(result: PlanResult) -> Table:
     table = Table(title="KV cache groups (identical groups folded)", title_justify="left")
-    kinds = [g.kind for g in result.plan.groups]
-    # The kind is never cut: the other columns wrap their headers (and figures) instead.
+    kinds = [g.kind for g in result.kv_cache.groups]
+    # Nothing in this table wraps: headers break where written, so a figure is never
+    # cut at 80 columns or in a pipe.
     table.add_column("kind", no_wrap=True, min_width=max(map(len, kinds), default=4))
-    for name in ("groups", "layers each", "block size", "page bytes", "padding waste"):
-        table.add_column(name, justify="right", overflow="fold")
-    table.add_column("blocks per request", justify="right", overflow="fold")
+    for name in ("groups", "layers\neach", "block\nsize", "page\nbytes", "padding\nwaste"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("blocks\nper\nrequest", justify="right", no_wrap=True)
     rows: Counter[tuple[Any, ...]] = Counter()
-    for g in result.plan.groups:
+    for g in result.kv_cache.groups:
         key = (g.kind, g.num_layers, g.block_size, g.page_size_bytes, g.waste_bytes)
         rows[(*key, g.waste_fraction, g.blocks_per_request)] += 1
     for (kind, layers, bs, page, waste, fraction, blocks), count in rows.items():
-        share = f" ({fraction:.1%})" if waste else ""
+        share = f"\n({fraction:.1%})" if waste else ""
         table.add_row(
             kind,
             str(count),
@@ -152,14 +145,13 @@ def _groups_table(result: PlanResult) -> Table:
             format_int(waste) + share,
             format_int(blocks),
         )
-    table.caption = (
-        f"blocks per request: one group's blocks for a {result.plan.max_model_len:,}-token request"
-    )
+    length = result.kv_cache.max_model_len
+    table.caption = f"blocks per request: one group's blocks for a {length:,}-token request"
     return table
 
 
 def _summary_table(result: PlanResult) -> Table:
-    plan = result.plan
+    plan = result.kv_cache
     table = Table(title="Capacity", title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -200,7 +192,7 @@ def _concurrency_table(result: PlanResult) -> Table:
     table = Table(title="Max concurrency by context length", title_justify="left")
     for name in ("context", "blocks/request", "bytes/request", "max concurrency", "tokens"):
         table.add_column(name, justify="right")
-    for p in sorted(result.plan.max_concurrency, key=lambda p: p.context_len):
+    for p in sorted(result.kv_cache.max_concurrency, key=lambda p: p.context_len):
         table.add_row(
             format_int(p.context_len),
             format_int(p.blocks_per_request),
@@ -215,7 +207,7 @@ def _alternatives_table(result: PlanResult) -> Table:
     table = Table(title="Groupings the planner considered", title_justify="left")
     for name in ("", "grouping", "groups", "bytes/block", "waste", "bytes/request"):
         table.add_column(name, justify="left" if name in ("", "grouping") else "right")
-    for alt in result.plan.alternatives:
+    for alt in result.kv_cache.alternatives:
         table.add_row(
             "*" if alt.chosen else "",
             alt.name,
@@ -236,28 +228,35 @@ def print_tables(result: PlanResult, plot: Path | None = None) -> None:
         f"[bold]{result.layout.name}[/bold] on {where}: TP {config.parallel.tensor_parallel_size}"
         f" x PP {config.parallel.pipeline_parallel_size}, KV {config.kv_cache_dtype}; {kinds}"
     )
+    if result.layout.filled_fields:
+        filled = ", ".join(f"{k} {_figure(v)}" for k, v in result.layout.filled_fields)
+        console.print(f"left to the class defaults: {filled}")
     console.print(_memory_table(result))
     for line in vllm_lines(result):
         console.print(f"vLLM would log: {line}", markup=False)
     console.print(_groups_table(result))
     console.print(_summary_table(result))
     console.print(_concurrency_table(result))
-    if len(result.plan.alternatives) > 1:
+    if len(result.kv_cache.alternatives) > 1:
         console.print(_alternatives_table(result))
     if plot is not None:
         console.print(f"plot written to {plot}")
 
 
+def _figure(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
 def concurrency_curve(result: PlanResult) -> list[tuple[int, float]]:
     """(context length, max concurrency) at log-spaced lengths, from the plan's one pass."""
-    top = result.plan.max_model_len
-    low = max(result.plan.block_size, 16)
+    top = result.kv_cache.max_model_len
+    low = max(result.kv_cache.block_size, 16)
     lengths = sorted(
         {max(1, int(low * (top / low) ** (i / (PLOT_POINTS - 1)))) for i in range(PLOT_POINTS)}
     )
     return sorted(
         (p.context_len, p.max_concurrency)
-        for p in concurrency_points(result.plan, lengths)
+        for p in concurrency_points(result.kv_cache, lengths)
         if p.max_concurrency is not None
     )
 

@@ -40,23 +40,35 @@ from pagedkv.cli.simulate_tiers import (
     single_engine,
     tier_rows,
 )
+from pagedkv.deployment import VLLMFlags
 from pagedkv.errors import ConfigError
 
 # One full-attention group keeps the default run short (gemma-3-27b-it, 7 groups with
 # vLLM's grouping, costs ~5x more per manager call); pass a model name for others.
 DEFAULT_MODEL = "Llama-3.1-8B"
-DEFAULT_LIMIT = 1000
+TRACE_FORMATS_HELP = (
+    "Trace file, bundled name (mooncake_conversation, azure_conv, azure_code) or "
+    "synthetic[:N[:SEED]]. Files read (.gz ok): .jsonl/.json with one request per line, "
+    "either a Mooncake record (timestamp ms, input_length, output_length, hash_ids of "
+    "--trace-block-size tokens each), or a record with its prompt: token_ids, a text "
+    "prompt, or chat messages (text is tokenized by the model's tokenizer; needs "
+    "transformers), with output_length or max_tokens and an optional timestamp (ms) and "
+    "priority; .csv in Azure's LLM inference format (TIMESTAMP,ContextTokens,"
+    "GeneratedTokens). Convert any other trace to one JSONL line per request with "
+    "token_ids (or prompt/messages) and output_length."
+)
 # The pool keeps a Python object per block: more than this is a typo, not a device.
 MAX_NUM_BLOCKS = 2**24
 
 
 def _engine(
-    model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], settings: Any
+    model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], plan_flags: Any
 ) -> Any:
-    """The engine to replay on; ``model`` is a loaded ModelSource (Hub revision applied)."""
+    """The engine to replay on; ``model`` is a loaded ModelSource (Hub revision applied).
+    With a GPU the cache is ``pagedkv plan``'s for the same flags (``plan_flags``: the
+    scheduler flags as given, None where the line left them to vLLM's defaults)."""
     from pagedkv.cli.plan import PlanRequest, make_plan
-    from pagedkv.sim.engine import engine_from_model, engine_from_plan
-    from pagedkv.sim.planned import PlanInputs
+    from pagedkv.sim.engine import engine_from_deployment, engine_from_model
 
     if gpu is not None and num_blocks is not None:
         raise ConfigError("--gpu and --num-blocks are alternatives; give one")
@@ -80,15 +92,13 @@ def _engine(
             block_size=opts["block_size"],
             max_model_len=opts["max_model_len"],
             kv_cache_dtype=opts["kv_cache_dtype"],
-            # The replay's scheduler sizes the activation reserve.
-            max_num_seqs=settings.max_num_seqs,
-            max_num_batched_tokens=settings.max_num_batched_tokens,
+            # As `pagedkv plan`: vLLM's defaults for the GPU unless given on the line.
+            max_num_seqs=plan_flags.max_num_seqs,
+            max_num_batched_tokens=plan_flags.max_num_batched_tokens,
         )
     )
     fixed = opts["max_model_len"] not in (None, -1)
-    inputs = PlanInputs(result.config, result.kv_cache_specs, result.model_limit, fixed)
-    config = result.config.replace(max_model_len=result.plan.max_model_len)
-    return engine_from_plan(result.plan, config, result.layout.name, inputs)
+    return engine_from_deployment(result, fixed_max_model_len=fixed)
 
 
 def _check_outputs(steps_csv: str | None, plot: str | None, sweep: bool) -> None:
@@ -124,36 +134,62 @@ def simulate_command(
     model: str = typer.Argument(
         DEFAULT_MODEL, help="Hugging Face model id, bundled model name, directory or config."
     ),
-    trace: str = typer.Option(
-        "mooncake_conversation",
-        "--trace",
-        help="Trace file (.jsonl Mooncake, .csv Azure, .gz ok), bundled name "
-        "(mooncake_conversation, azure_conv, azure_code) or synthetic[:N[:SEED]].",
-    ),
+    trace: str = typer.Option("mooncake_conversation", "--trace", help=TRACE_FORMATS_HELP),
     gpu: str | None = typer.Option(
         None, "--gpu", help=f"Size the cache as `pagedkv plan` does for this GPU [{DEFAULT_GPU}]."
     ),
     num_blocks: int | None = typer.Option(
         None, "--num-blocks", "--num-gpu-blocks-override", min=2, help="KV cache blocks."
     ),
-    max_num_seqs: int = typer.Option(
-        64,
+    max_num_seqs: int | None = typer.Option(
+        None,
         "--max-num-seqs",
         min=1,
-        help="Running requests cap (default: the vLLM peer replay's 64, which the "
-        "benchmarks compare against; vllm serve uses 1024 on a >= 70 GiB GPU).",
+        help="Running requests cap [vllm serve's for the GPU: 1024 from 70 GiB (not "
+        "A100 or GB10), else 256; --num-blocks runs use the default GPU's]. The planned "
+        "cache uses it when given, else vLLM's default for the GPU, as `pagedkv plan` does.",
     ),
-    max_num_batched_tokens: int = typer.Option(
-        8192, "--max-num-batched-tokens", min=1, help="Token budget per step."
+    max_num_batched_tokens: int | None = typer.Option(
+        None,
+        "--max-num-batched-tokens",
+        min=1,
+        help="Token budget per step [vllm serve's for the GPU: 16384 from 160 GiB, 8192 "
+        "from 70 GiB (not A100 or GB10), else 2048]; the planned cache uses it as "
+        "`pagedkv plan` does.",
     ),
-    max_prefill_chunk: int = typer.Option(
-        2048, "--max-prefill-chunk", min=1, help="Most prompt tokens of one request per step."
+    long_prefill_token_threshold: int = typer.Option(
+        0,
+        "--long-prefill-token-threshold",
+        min=0,
+        help="vLLM's cap on one request's prefill tokens per step while others wait (0: off).",
+    ),
+    max_prefill_chunk: int | None = typer.Option(
+        None,
+        "--max-prefill-chunk",
+        min=1,
+        help="pagedkv's own cap on one request's tokens per step, always applied [none].",
+    ),
+    scheduling_policy: str = typer.Option(
+        "fcfs", "--scheduling-policy", help="fcfs or priority (the trace's priority field)."
     ),
     arrivals: str = typer.Option(
-        "all", "--arrivals", help="all (every request waits at t=0) or timestamp."
+        "timestamp",
+        "--arrivals",
+        help="timestamp (requests arrive at their trace times) or all (every request "
+        "waits at t=0).",
     ),
-    limit: int = typer.Option(
-        DEFAULT_LIMIT, "--limit", min=0, help="Replay the first N requests (0: all)."
+    limit: int | None = typer.Option(
+        None,
+        "--limit",
+        min=0,
+        help="Replay only the first N requests [0 or none: the whole trace].",
+    ),
+    trace_block_size: int | None = typer.Option(
+        None,
+        "--trace-block-size",
+        min=1,
+        help="Tokens each hash id of a Mooncake trace covers [512, Mooncake's]; a trace "
+        "whose ids do not fit it is refused.",
     ),
     tp: int = TP_OPTION,
     pp: int = PP_OPTION,
@@ -207,29 +243,49 @@ def simulate_command(
     workers: int | None = WORKERS_OPTION,
     ray_address: str | None = RAY_OPTION,
 ) -> None:
-    """Replay a request trace through the KV cache manager: hit rates, preemptions, usage."""
+    """Replay a request trace through the KV cache manager as vLLM 0.33 schedules it
+    (arrival times, chunked prefill, vllm serve's batch limits for the GPU): hit rates,
+    preemptions, usage. The whole trace by default; see --trace for the formats read."""
     import dataclasses
 
     from pagedkv.models import load_model_config
+    from pagedkv.models.tokenizer import TextTokenizer
     from pagedkv.sim.bundled import load_trace
+    from pagedkv.sim.readers import MOONCAKE_BLOCK_TOKENS
     from pagedkv.sim.run import simulate
     from pagedkv.sim.scheduler import SchedulerSettings
 
     if arrivals not in ("all", "timestamp"):
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
+    if scheduling_policy not in ("fcfs", "priority"):
+        raise ConfigError(
+            f"--scheduling-policy must be 'fcfs' or 'priority', got {scheduling_policy!r}"
+        )
     check_retention(retention)
     if (workers is not None or ray_address is not None) and not sweep:
         raise ConfigError("--workers and --ray run --sweep points; add --sweep")
     _check_outputs(steps_csv, plot, sweep)
+    tiers = parse_tier_options(policy, host_cache_gib, host_policy, pcie_gbps, gpu or DEFAULT_GPU)
     show = progress_enabled(json_output)
+    seqs, tokens = _scheduler_defaults(gpu)
     settings = SchedulerSettings(
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs or seqs,
+        max_num_batched_tokens=max_num_batched_tokens or tokens,
         max_prefill_chunk=max_prefill_chunk,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        policy=scheduling_policy,  # type: ignore[arg-type]
         arrivals=arrivals,  # type: ignore[arg-type]
     )
+    source = load_model_config(model, revision=revision)
+    tokenizer = TextTokenizer(source.path.parent if source.path else model, revision)
     with phase(f"reading {trace}", None, show):
-        loaded = load_trace(trace, skip_bad_lines=skip_bad_lines, limit=limit or None)
+        loaded = load_trace(
+            trace,
+            skip_bad_lines=skip_bad_lines,
+            limit=limit or None,
+            block_tokens=trace_block_size or MOONCAKE_BLOCK_TOKENS,
+            tokenize=tokenizer,
+        )
     opts = {
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,
@@ -237,14 +293,21 @@ def simulate_command(
         "max_model_len": parse_max_model_len(max_model_len),
         "kv_cache_dtype": kv_cache_dtype,
     }
-    source = load_model_config(model, revision=revision)
-    engine = _engine(source, gpu, num_blocks, opts, settings)
+    plan_flags = VLLMFlags(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+    engine = _engine(source, gpu, num_blocks, opts, plan_flags)
     config = engine.config
     if enable_prefix_caching is not None:
         config = config.replace(enable_prefix_caching=enable_prefix_caching)
     engine = dataclasses.replace(engine, hash_algo=hash_algo, config=config, retention=retention)
     _check_fits(engine, loaded, num_blocks)
-    tiers = parse_tier_options(policy, host_cache_gib, host_policy, pcie_gbps, gpu or DEFAULT_GPU)
+    if tiers.active:  # everything the tier figures need, checked before the replay
+        from pagedkv.sim.tiers import cost_model_for, host_blocks_for
+
+        tiers = tiers._replace(
+            cost=cost_model_for(engine, tiers.gpu, tiers.pcie_gbps, model=source)
+        )
+        for gib in tiers.host_gib:
+            host_blocks_for(engine, gib)
     if replicas > 1 or router != "round-robin":
         if steps_csv is not None:
             raise ConfigError("--steps-csv records one engine; it does not go with --replicas")
@@ -287,6 +350,16 @@ def simulate_command(
         print_summary(result, loaded, extra_rows)
         if loaded.num_skipped_lines:
             stderr_console().print(f"skipped {loaded.num_skipped_lines} malformed trace lines")
+
+
+def _scheduler_defaults(gpu: str | None) -> tuple[int, int]:
+    """vllm serve's (max_num_seqs, max_num_batched_tokens) for ``gpu`` (default GPU if
+    none: a --num-blocks run)."""
+    from pagedkv.deployment import vllm_scheduler_defaults
+    from pagedkv.models import get_gpu
+
+    device = get_gpu(gpu or DEFAULT_GPU)
+    return vllm_scheduler_defaults(device.memory_bytes, device.name)
 
 
 def _tier_phase(total: int, description: str, show: bool) -> Any:

@@ -17,6 +17,7 @@ class TierOptions(NamedTuple):
     host_policy: str
     pcie_gbps: float
     gpu: str
+    cost: Any = None  # the TTFT cost model, made before the replay (None: make it after)
 
     @property
     def active(self) -> bool:
@@ -43,6 +44,11 @@ def parse_tier_options(
         ) from None
     if not policies or not sizes:
         raise ConfigError("--policy and --host-cache-gib need at least one value")
+    from pagedkv.sim.tiers import check_host_gib, check_pcie_gbps
+
+    for size in sizes:
+        check_host_gib(size)
+    check_pcie_gbps(pcie_gbps)
     return TierOptions(policies, sizes, host_policy, pcie_gbps, gpu)
 
 
@@ -60,7 +66,7 @@ def tier_rows(result: Any, engine: Any, opts: TierOptions) -> tuple[list[tuple[s
     """Summary rows and JSON fields: hits per tier, prefill saved, estimated TTFT."""
     from pagedkv.sim.tiers import cost_model_for, point_of
 
-    cost = cost_model_for(engine, opts.gpu, opts.pcie_gbps)
+    cost = opts.cost or cost_model_for(engine, opts.gpu, opts.pcie_gbps)
     point = point_of(result, engine, cost)
     prompt = result.prompt_tokens or 1
     device_hits = result.hit_tokens - result.host_hit_tokens
@@ -125,7 +131,7 @@ def run_tier_sweep(
 
     sizes = sweep_sizes(engine.num_blocks)
     hosts = sorted({host_blocks_for(engine, g) for g in opts.host_gib})
-    cost = cost_model_for(engine, opts.gpu, opts.pcie_gbps)
+    cost = opts.cost or cost_model_for(engine, opts.gpu, opts.pcie_gbps)
     total = len(sizes) * len(hosts) * len(opts.policies)
     with progress(total, "sweeping policies and sizes") as update:
         points = tier_sweep(

@@ -1,27 +1,15 @@
-"""The ``vllm serve`` flags that change start-up memory, read into StartupOptions, and
-the options that declare them (so a whole ``vllm serve`` line pastes into ``plan``).
+"""The options that declare the ``vllm serve`` flags changing start-up memory (so a
+whole ``vllm serve`` line pastes into ``plan``); ``deployment.startup`` reads them.
 
 Flags that do not change a plan are accepted and say so in ``--help``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from typing import Any
-
 import typer
 
-from pagedkv.dtypes import canonical_dtype_name
-from pagedkv.errors import ConfigError, UnknownDtypeError
-from pagedkv.models import GPU, ModelLayout
-from pagedkv.models.startup_memory import StartupOptions
+from pagedkv.deployment.startup import VLLM_DTYPES
 
-# vLLM's --dtype choices.
-VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-# Online quantisation pagedkv sizes; other --quantization values name the
-# checkpoint's own format (read from its config) and change nothing here.
-ONLINE_QUANTIZATION = ("fp8",)
 NO_EFFECT = "Accepted for vLLM command lines; it does not change a plan."
 
 
@@ -29,74 +17,6 @@ def check_dtype(value: str) -> str:
     if value not in VLLM_DTYPES:
         raise typer.BadParameter(f"unknown dtype {value!r}; vLLM's: {', '.join(VLLM_DTYPES)}")
     return value
-
-
-def with_dtype(layout: ModelLayout, dtype: str) -> ModelLayout:
-    """``--dtype``: the model (and ``auto`` KV cache) dtype vLLM runs in."""
-    if dtype == "auto":
-        return layout
-    name = {"half": "float16", "float": "float32"}.get(dtype, dtype)
-    try:
-        return dataclasses.replace(layout, dtype=canonical_dtype_name(name))
-    except UnknownDtypeError:
-        raise ConfigError(f"--dtype {dtype!r} is not a dtype pagedkv knows") from None
-
-
-def parse_speculative_config(text: str | None) -> dict[str, Any]:
-    """``--speculative-config``: vLLM's JSON object (``{"method": "mtp", ...}``)."""
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"--speculative-config is not JSON: {exc.msg} at column {exc.colno}"
-        ) from None
-    if not isinstance(value, dict):
-        raise ConfigError('--speculative-config must be a JSON object, e.g. \'{"method": "mtp"}\'')
-    return value
-
-
-# PlanRequest fields startup_options reads.
-STARTUP_FLAGS = (
-    "enforce_eager",
-    "cpu_offload_gb",
-    "quantization",
-    "enable_expert_parallel",
-    "data_parallel_size",
-    "speculative_config",
-    "vllm_version",
-)
-
-
-def startup_options(
-    gpu: GPU | None,
-    *,
-    enforce_eager: bool = False,
-    cpu_offload_gb: float = 0.0,
-    quantization: str | None = None,
-    enable_expert_parallel: bool = False,
-    data_parallel_size: int = 1,
-    speculative_config: str | None = None,
-    vllm_version: str | None = None,
-) -> StartupOptions:
-    """The start-up accounting the flags and vLLM release ask for."""
-    speculative = parse_speculative_config(speculative_config)
-    tokens = speculative.get("num_speculative_tokens", 0)
-    if cpu_offload_gb < 0:
-        raise ConfigError(f"--cpu-offload-gb must be 0 or more, got {cpu_offload_gb!r}")
-    flags: dict[str, Any] = {
-        "enforce_eager": enforce_eager,
-        "cpu_offload_bytes": int(cpu_offload_gb * 2**30),
-        "quantization": quantization,
-        "enable_expert_parallel": enable_expert_parallel,
-        "data_parallel_size": data_parallel_size,
-        "speculative_method": speculative.get("method"),
-        "num_speculative_tokens": tokens if isinstance(tokens, int) else 0,
-        "blackwell": gpu is not None and gpu.name.upper().startswith(("B200", "B300", "GB200")),
-    }
-    options = StartupOptions(**flags)
-    return StartupOptions.for_vllm_version(vllm_version, options) if vllm_version else options
 
 
 ENFORCE_EAGER_OPTION = typer.Option(

@@ -170,6 +170,10 @@ class ModelLayout:
     # From the checkpoint's safetensors index, when it says (Hub or local directory).
     checkpoint_params: int | None = None
     checkpoint_bytes: int | None = None
+    # Config fields the file left out, read from its class defaults (field, value), and
+    # where those defaults came from (transformers' class, or pagedkv's copy of them).
+    filled_fields: tuple[tuple[str, Any], ...] = ()
+    defaults_from: str | None = None
 
     @property
     def layers(self) -> list[LayerDesc]:

@@ -162,9 +162,6 @@ def load_model_config(name_or_path: ModelLike, *, revision: str | None = None) -
 
 _MISSING: Any = object()
 ENV_TRANSFORMERS = "PAGEDKV_TRANSFORMERS"
-# Sizes a config must state: transformers' class defaults for them (32 layers, a
-# 32,000 vocabulary) describe some other model, so a plan built on them would be wrong.
-MUST_BE_PUBLISHED = frozenset({"num_hidden_layers", "vocab_size", "hidden_size"})
 # Layer counts are checked before anything builds per-layer lists.
 LAYER_COUNT_KEYS = frozenset(
     {"num_hidden_layers", "num_layers", "n_layer", "encoder_layers", "decoder_layers"}
@@ -173,7 +170,15 @@ MAX_LAYERS = 10_000
 
 
 class ConfigView:
-    """One (sub-)config: ``get`` reads published values, then normalised ones."""
+    """One (sub-)config as its config class reads it.
+
+    ``get`` reads, in order: the published value (an explicit ``null`` included, except
+    where transformers' completion fills it), transformers' completion of the file
+    (``normalized``, when it was used), then the class ``defaults`` of the config's
+    model type. Every field read that the file left out is recorded in ``filled``
+    (shared with sub-views), so a plan can say which values came from defaults.
+    ``origin`` names the file in errors.
+    """
 
     def __init__(
         self,
@@ -181,36 +186,51 @@ class ConfigView:
         published: Mapping[str, Any],
         normalized: Mapping[str, Any] | None = None,
         prefix: str = "",
+        *,
+        defaults: Mapping[str, Any] | None = None,
+        origin: str | None = None,
+        filled: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.published = published
         self.normalized = normalized or {}
+        self.defaults = defaults or {}
         self.prefix = prefix
-        # What ``get`` reads: published values win, normalised ones fill the gaps.
-        self._values = {**self.normalized, **{k: v for k, v in published.items() if v is not None}}
+        self.origin = origin
+        self.filled: dict[str, Any] = {} if filled is None else filled
+        # A published null overrides a class default (``"sliding_window": null`` is no window).
+        values = {k: v for k, v in self.defaults.items() if k not in published}
+        values.update({k: v for k, v in self.normalized.items() if v is not None})
+        values.update({k: v for k, v in published.items() if v is not None})
+        self._values = values
 
     def _missing(self, key: str) -> ModelConfigError:
-        return ModelConfigError(f"{self.model}: config field {self.prefix}{key!r} is missing")
+        where = f" in {self.origin}" if self.origin else ""
+        why = "" if self.defaults else " and its model type has no known class defaults"
+        return ModelConfigError(
+            f"{self.model}: config field {self.prefix}{key!r} is missing{where}{why}"
+        )
+
+    def _value(self, key: str) -> Any:
+        value = self._values.get(key)
+        if value is not None and key not in self.published:
+            self.filled[f"{self.prefix}{key}"] = value
+        return value
 
     def has(self, key: str) -> bool:
-        return self._values.get(key) is not None
+        return self._value(key) is not None
 
     def get(self, key: str, default: Any = None) -> Any:
-        value = self._values.get(key)
+        value = self._value(key)
         return default if value is None else value
 
     def int(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> int:
         """A positive (or ``>= minimum``) integer field; ``default`` when absent."""
-        value = self._values.get(key)
+        value = self._value(key)
         if value is None:
             if default is _MISSING:
                 raise self._missing(key)
             return int(default)
-        if default is _MISSING and key in MUST_BE_PUBLISHED and self.published.get(key) is None:
-            raise ModelConfigError(
-                f"{self.model}: config field {self.prefix}{key!r} is missing (transformers "
-                f"would fill in its class default {value!r}, which belongs to another model)"
-            )
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -231,8 +251,7 @@ class ConfigView:
             if self.has(key):
                 return self.int(key)
         if default is _MISSING:
-            names = " / ".join(repr(k) for k in keys)
-            raise ModelConfigError(f"{self.model}: config field {self.prefix}{names} is missing")
+            raise self._missing(" / ".join(keys))
         return int(default)
 
     def list(self, key: str) -> list[Any] | None:
@@ -251,7 +270,14 @@ class ConfigView:
         normalized = self.normalized.get(key) or {}
         if not isinstance(published, Mapping) or not isinstance(normalized, Mapping):
             raise ModelConfigError(f"{self.model}: config field {self.prefix}{key!r} is not a dict")
-        return ConfigView(self.model, published, normalized, f"{self.prefix}{key}.")
+        return ConfigView(
+            self.model,
+            published,
+            normalized,
+            f"{self.prefix}{key}.",
+            origin=self.origin,
+            filled=self.filled,
+        )
 
 
 def transformers_mode(use_transformers: bool | None) -> bool | None:

@@ -1,12 +1,29 @@
-"""``s3fifo``: S3-FIFO (Yang et al., SOSP'23), scan-resistant with three FIFO queues.
+"""``s3fifo``: S3-FIFO as published (Yang et al., SOSP'23, and its authors' reference
+simulator), and ``s3fifo-pagedkv``, this project's earlier variant.
 
-Freed blocks enter a small queue S (about 10% of the free cached blocks); a block
-whose content was evicted recently (its key is on the ghost list G) or that already
-earned a place in the main queue M enters M. Eviction takes from S while S holds at
-least 10%: a block hit since it was cached moves to M, an untouched one is evicted and
-its key goes to G. From M, a block with hits left is moved back to the tail with one
-hit fewer (at most 3 count), one without is evicted. One-off prompts (a scan) thus pass
-through S without flushing the blocks that are reused. Amortized O(1).
+Three FIFO queues over the free cached blocks: a small queue S, a main queue M and a
+ghost queue G of recently evicted *keys* (no blocks). A freed block whose key is on G
+enters M (the key leaves G); a block revived from M and freed again goes back to M; any
+other block enters S. Each block counts its cache hits since it was cached (capped at 3
+where it is read). Eviction takes from S while S holds at least 10% of the queued blocks
+(or M is empty), else from M:
+
+- from S, a block hit at least twice (``promote_min_hits``) moves to M's tail with its
+  count cleared; any other is evicted and its key goes to G;
+- from M, a block with hits left moves back to M's tail with one hit fewer; one without
+  is evicted.
+
+G holds as many keys as M can hold blocks (90% of the pool) and forgets the oldest
+first. One-off prompts (a scan) thus pass through S without flushing reused blocks.
+
+A block in the KV pool is evictable only while free: a hit takes it out of its queue and
+the next free puts it back at the tail of its queue, where the paper's cache leaves a
+hit object in place. Blocks freed with ``evict_first`` (dense retention's contract) sit
+in a queue of their own that is emptied before S or M is looked at, the latest first;
+their keys do not go to G. Every operation is amortized O(1) and undoable.
+
+``s3fifo-pagedkv`` differs in three rules: one hit promotes from S to M, the count is
+kept on promotion, and G holds as many keys as the pool has blocks.
 """
 
 from __future__ import annotations
@@ -18,29 +35,35 @@ from pagedkv.policies.base import EvictionPolicy, HitCounts
 from pagedkv.policies.linked import LinkedQueue
 from pagedkv.policies.registry import register_policy
 
+__all__ = ["MAX_FREQ", "S3FIFOPagedKVPolicy", "S3FIFOPolicy"]
+
 MAX_FREQ = 3
-SMALL, MAIN = 0, 1
+SMALL, MAIN, EARLY = 0, 1, 2
 
 
 @register_policy("s3fifo")
 class S3FIFOPolicy(EvictionPolicy):
     small_fraction = 0.1
+    promote_min_hits = 2  # the paper's "accessed more than once" while in S
+    clear_on_promotion = True
+    ghost_fraction = 0.9  # G holds as many keys as M holds blocks
     uses_keys = True
 
     def __init__(self, num_blocks: int, ghost_size: int | None = None) -> None:
         super().__init__(num_blocks)
-        self.queues = (LinkedQueue(), LinkedQueue())
+        self.queues = (LinkedQueue(), LinkedQueue(), LinkedQueue())
         self.freq = HitCounts()
         self.in_main: set[int] = set()
         self.keys: dict[int, Any] = {}
         self.ghost: OrderedDict[Any, None] = OrderedDict()
-        self.ghost_size = max(1, num_blocks if ghost_size is None else ghost_size)
+        default = int(num_blocks * self.ghost_fraction)
+        self.ghost_size = max(1, default if ghost_size is None else ghost_size)
 
     def __len__(self) -> int:
-        return len(self.queues[SMALL]) + len(self.queues[MAIN])
+        return sum(len(q) for q in self.queues)
 
     def __contains__(self, block: int) -> bool:
-        return block in self.queues[SMALL] or block in self.queues[MAIN]
+        return any(block in q for q in self.queues)
 
     def push(self, block: int, priority: int = 0, key: Any = None) -> None:
         if key is not None:
@@ -52,15 +75,20 @@ class S3FIFOPolicy(EvictionPolicy):
     def push_early(self, block: int, key: Any = None) -> None:
         if key is not None:
             self.keys[block] = key
-        self.queues[SMALL].appendleft(block)
+        self.queues[EARLY].appendleft(block)
 
     def _evict_from_small(self) -> bool:
         small = len(self.queues[SMALL])
-        return small > 0 and (small >= self.small_fraction * len(self) or not self.queues[MAIN])
+        main = len(self.queues[MAIN])
+        return small > 0 and (small >= self.small_fraction * (small + main) or not main)
 
     def pop(self) -> tuple[int, Any]:
         if not len(self):
-            raise IndexError("pop from an empty S3FIFOPolicy")
+            raise IndexError(f"pop from an empty {type(self).__name__}")
+        early = self.queues[EARLY]
+        if early:
+            block = early.popleft()
+            return block, (EARLY, (), self.keys.pop(block, None), False, False, None)
         main = self.queues[MAIN]
         freq = self.freq
         moves: list[tuple[int, int, int]] = []
@@ -68,16 +96,21 @@ class S3FIFOPolicy(EvictionPolicy):
             region = SMALL if self._evict_from_small() else MAIN
             block = self.queues[region].popleft()
             count = freq.get(block, 0)
-            if count == 0:
+            if region == SMALL and count < self.promote_min_hits:
+                break
+            if region == MAIN and count == 0:
                 break
             moves.append((block, region, count))
             if region == SMALL:
                 self.in_main.add(block)
+                if self.clear_on_promotion:
+                    del freq[block]
             elif count > 1:
                 freq[block] = min(count, MAX_FREQ) - 1
             else:
                 del freq[block]
             main.append(block)
+        freq.pop(block, None)
         key = self.keys.pop(block, None)
         was_main = block in self.in_main
         self.in_main.discard(block)
@@ -87,17 +120,22 @@ class S3FIFOPolicy(EvictionPolicy):
             self.ghost[key] = None
             if len(self.ghost) > self.ghost_size:
                 dropped = self.ghost.popitem(last=False)[0]
-        return block, (region, moves, key, was_main, added, dropped)
+        return block, (region, moves, key, was_main, added, dropped, count)
 
     def unpop(self, block: int, token: Any) -> None:
-        region, moves, key, was_main, added, dropped = token
+        region, moves, key, was_main, added, dropped, *rest = token
+        if key is not None:
+            self.keys[block] = key
+        if region == EARLY:
+            self.queues[EARLY].appendleft(block)
+            return
+        if rest and rest[0]:
+            self.freq[block] = rest[0]
         if added:
             del self.ghost[key]
             if dropped is not None:
                 self.ghost[dropped] = None
                 self.ghost.move_to_end(dropped, last=False)
-        if key is not None:
-            self.keys[block] = key
         if was_main:
             self.in_main.add(block)
         self.queues[region].appendleft(block)
@@ -110,7 +148,7 @@ class S3FIFOPolicy(EvictionPolicy):
             self.queues[src].appendleft(moved)
 
     def remove(self, block: int) -> Any:
-        region = MAIN if block in self.queues[MAIN] else SMALL
+        region = next(r for r in (SMALL, MAIN, EARLY) if block in self.queues[r])
         return region, self.queues[region].remove(block)
 
     def restore(self, block: int, token: Any) -> None:
@@ -127,6 +165,16 @@ class S3FIFOPolicy(EvictionPolicy):
         self.freq.pop(block, None)
         self.in_main.discard(block)
         self.keys.pop(block, None)
+
+
+@register_policy("s3fifo-pagedkv")
+class S3FIFOPagedKVPolicy(S3FIFOPolicy):
+    """The earlier variant: one hit promotes from S, promotion keeps the count, and G
+    holds as many keys as the pool has blocks."""
+
+    promote_min_hits = 1
+    clear_on_promotion = False
+    ghost_fraction = 1.0
 
 
 _ABSENT = object()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from pagedkv.errors import TraceFormatError
-from pagedkv.sim.readers import read_azure, read_mooncake
+from pagedkv.sim.readers import MOONCAKE_BLOCK_TOKENS, read_azure, read_mooncake
 from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
 from pagedkv.sim.trace import Trace
 
@@ -47,21 +49,41 @@ def _synthetic(spec: str, limit: int | None) -> Trace:
         config = dataclasses.replace(config, num_requests=values[0])
     if len(values) == 2:
         config = dataclasses.replace(config, seed=values[1])
-    return synthetic_trace(config, limit)
+    return synthetic_trace(config, limit)._replace(num_source_requests=config.num_requests)
+
+
+class TraceReadOptions(NamedTuple):
+    """How a trace file is read: hash-id block size, tokenizer for text prompts."""
+
+    skip_bad_lines: bool = False
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    tokenize: Callable[[Any], list[int]] | None = None
 
 
 def load_trace(
-    name_or_path: str | Path, *, skip_bad_lines: bool = False, limit: int | None = None
+    name_or_path: str | Path,
+    *,
+    skip_bad_lines: bool = False,
+    limit: int | None = None,
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+    tokenize: Callable[[Any], list[int]] | None = None,
 ) -> Trace:
     """Load a bundled trace by name, generate ``synthetic[:N[:SEED]]``, or read a file;
     only the first ``limit`` requests are read or generated.
 
-    Files ending in ``.jsonl``/``.json`` (optionally ``.gz``) are Mooncake traces,
-    ``.csv`` (optionally ``.gz``) Azure LLM inference traces."""
+    Files ending in ``.jsonl``/``.json`` (optionally ``.gz``) are JSONL traces: Mooncake
+    records whose hash ids cover ``block_tokens`` tokens each, or records with
+    ``token_ids``, a ``prompt`` or chat ``messages`` (text needs ``tokenize``, the
+    model's tokenizer); ``.csv`` (optionally ``.gz``) Azure LLM inference traces."""
+    if not isinstance(block_tokens, int) or block_tokens < 1:
+        raise TraceFormatError(
+            f"the trace block size must be an integer >= 1, got {block_tokens!r}"
+        )
+    options = TraceReadOptions(skip_bad_lines, block_tokens, tokenize)
     text = str(name_or_path)
     key = text.replace("-", "_")
     if key in BUNDLED_TRACES:
-        return _read_file(TRACE_DIR / BUNDLED_TRACES[key], skip_bad_lines, key, limit)
+        return _read_file(TRACE_DIR / BUNDLED_TRACES[key], options, key, limit)
     if key == "synthetic" or key.startswith("synthetic:"):
         return _synthetic(text, limit)
     path = Path(text)
@@ -70,14 +92,22 @@ def load_trace(
         raise TraceFormatError(
             f"trace {text!r} is not a file nor a bundled trace ({names}, synthetic[:N[:SEED]])"
         )
-    return _read_file(path, skip_bad_lines, path.name, limit)
+    return _read_file(path, options, path.name, limit)
 
 
-def _read_file(path: Path, skip_bad_lines: bool, name: str, limit: int | None) -> Trace:
+def _read_file(path: Path, options: TraceReadOptions, name: str, limit: int | None) -> Trace:
     suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
     kind = suffixes[-1] if suffixes else ""
+    skip = options.skip_bad_lines
     if kind in (".jsonl", ".json"):
-        return read_mooncake(path, skip_bad_lines=skip_bad_lines, name=name, limit=limit)
+        return read_mooncake(
+            path,
+            skip_bad_lines=skip,
+            name=name,
+            limit=limit,
+            block_tokens=options.block_tokens,
+            tokenize=options.tokenize,
+        )
     if kind == ".csv":
-        return read_azure(path, skip_bad_lines=skip_bad_lines, name=name, limit=limit)
+        return read_azure(path, skip_bad_lines=skip, name=name, limit=limit)
     raise TraceFormatError(f"{path}: unknown trace format (expected .jsonl, .json or .csv)")

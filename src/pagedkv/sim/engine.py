@@ -9,6 +9,7 @@ from typing import Any
 from pagedkv.capacity.plan import full_attention_token_capacity, inner_specs, is_full_attention
 from pagedkv.capacity.report import KVCachePlan
 from pagedkv.config import EngineConfig
+from pagedkv.deployment import DeploymentPlan
 from pagedkv.errors import ConfigError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.sim.planned import PlanInputs, plan_inputs_for, plan_with_num_blocks
@@ -164,6 +165,16 @@ def engine_from_plan(
     )
 
 
+def engine_from_deployment(result: DeploymentPlan, *, fixed_max_model_len: bool) -> SimEngine:
+    """Simulate on a ``pagedkv.plan`` result: its worker-0 config, at the planned
+    max_model_len, able to plan again for another block count (sweeps)."""
+    inputs = PlanInputs(
+        result.config, result.kv_cache_specs, result.model_limit, fixed_max_model_len
+    )
+    config = result.config.replace(max_model_len=result.kv_cache.max_model_len)
+    return engine_from_plan(result.kv_cache, config, result.layout.name, inputs)
+
+
 def engine_from_model(
     model: str,
     *,
@@ -176,28 +187,40 @@ def engine_from_model(
     kv_cache_dtype: str = "auto",
     max_model_len: int | None = None,
     gpu_memory_utilization: float = 0.9,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> SimEngine:
-    """Plan the model's KV cache as ``pagedkv plan`` does: for ``gpu`` (its memory minus
-    weights and the activation reserve), for ``kv_cache_bytes`` per worker, or with
-    ``num_blocks`` given directly (``num_gpu_blocks_override``). With ``num_blocks`` and no
-    ``max_model_len`` the planner fits the length to the blocks (at most the model's);
-    with an explicit ``max_model_len`` too small a count is an ``InsufficientMemoryError``."""
-    from pagedkv.capacity import plan_kv_cache
-    from pagedkv.models import (
-        describe_model,
-        engine_config_for,
-        get_gpu,
-        load_model_config,
-        memory_budgets,
-    )
-    from pagedkv.models.profile_shape import profile_shape
+    """Plan the model's KV cache as ``pagedkv.plan`` (and ``pagedkv plan``) does: for
+    ``gpu`` (its memory minus weights and the activation reserve), for ``kv_cache_bytes``
+    per worker, or with ``num_blocks`` given directly (``num_gpu_blocks_override``).
+    ``max_num_seqs`` / ``max_num_batched_tokens`` size the activation reserve (None:
+    vLLM's defaults for the GPU). With ``num_blocks`` and no ``max_model_len`` the planner
+    fits the length to the blocks (at most the model's); with an explicit
+    ``max_model_len`` too small a count is an ``InsufficientMemoryError``."""
+    from pagedkv.deployment import plan as plan_deployment
+    from pagedkv.models import describe_model, engine_config_for
 
     if sum(x is not None for x in (gpu, num_blocks, kv_cache_bytes)) != 1:
         raise ConfigError("give exactly one of gpu, num_blocks and kv_cache_bytes")
     if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 2):
         raise ConfigError(f"num_blocks must be an integer >= 2, got {num_blocks!r}")
-    source = load_model_config(model)
-    layout = describe_model(source)
+    fixed = max_model_len not in (None, -1)
+    if num_blocks is None:
+        result = plan_deployment(
+            model,
+            gpu=gpu,
+            tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            max_model_len=max_model_len,
+            block_size=block_size,
+            kv_cache_dtype=kv_cache_dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory_bytes=kv_cache_bytes,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+        return engine_from_deployment(result, fixed_max_model_len=fixed)
+    layout = describe_model(model)
     options: dict[str, Any] = {
         "block_size": block_size,
         "cache_dtype": kv_cache_dtype,
@@ -208,17 +231,6 @@ def engine_from_model(
     if max_model_len is not None:
         options["max_model_len"] = max_model_len
     config = engine_config_for(layout, **options)
-    inputs = plan_inputs_for(layout, config, fixed_max_model_len=max_model_len not in (None, -1))
-    if num_blocks is not None:
-        plan, planned_config = plan_with_num_blocks(inputs, num_blocks)
-        return engine_from_plan(plan, planned_config, layout.name, inputs)
-    device = get_gpu(gpu).planning_memory_bytes if gpu is not None else None
-    shape = profile_shape(layout, source)
-    budgets = memory_budgets(
-        layout, config, device_bytes=device, kv_cache_bytes=kv_cache_bytes, shape=shape
-    )
-    available = [b.kv_cache_bytes for b in budgets]
-    specs = list(inputs.kv_cache_specs)
-    plan = plan_kv_cache(config, specs, available, max_model_len_limit=inputs.max_model_len_limit)
-    planned_config = config.replace(max_model_len=plan.max_model_len)
+    inputs = plan_inputs_for(layout, config, fixed_max_model_len=fixed)
+    plan, planned_config = plan_with_num_blocks(inputs, num_blocks)
     return engine_from_plan(plan, planned_config, layout.name, inputs)

@@ -21,7 +21,7 @@ def chain_keys(segments: tuple[Segment, ...], block_size: int, num_blocks: int) 
     parent = 0
     pieces: list[tuple[int, int, int]] = []
     room = block_size
-    for seg_id, length in segments:
+    for seg_id, length, *_ in segments:
         # CPython hashes -1 like -2 (the per-request output and filler ids of request 0);
         # doubled ids hash apart (Python's int hash is the identity below 2**61 - 1
         # except for -1, which no doubled id is).

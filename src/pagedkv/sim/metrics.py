@@ -63,6 +63,8 @@ class SimResult:
     host_hit_tokens: int = 0
     # Bound of one cache holding device and host capacity together (with a host tier).
     tiered_bound_hit_tokens: int | None = None
+    # Requests of the whole trace source (more than ``requests`` when a limit cut it).
+    trace_requests: int | None = None
 
     @property
     def usable_blocks(self) -> int:
@@ -102,6 +104,7 @@ class SimResult:
             ("KV cache blocks", f"{self.num_blocks:,} x {self.block_size} tokens"),
             *([("prefix-cache retention", self.retention)] if self.retention else []),
             ("requests (done / replayed)", f"{self.requests_done:,} / {self.requests:,}"),
+            ("replayed of the trace", self._replayed_share()),
             ("rejected (prompt >= max_model_len)", f"{self.requests_rejected_too_long:,}"),
             ("unservable (cache too small)", f"{self.requests_unservable:,}"),
             ("prompt tokens", f"{self.prompt_tokens:,}"),
@@ -123,6 +126,12 @@ class SimResult:
             ("manager time", f"{self.manager_seconds:.2f} s ({rate})"),
             ("wall time", f"{self.wall_seconds:.2f} s"),
         ]
+
+    def _replayed_share(self) -> str:
+        total = self.requests if self.trace_requests is None else self.trace_requests
+        if total == self.requests:
+            return f"all {total:,} requests"
+        return f"{self.requests:,} of {total:,} requests"
 
     def to_dataframe(self) -> Any:
         """The per-step series as a pandas DataFrame (``STEP_COLUMNS``; needs pandas and

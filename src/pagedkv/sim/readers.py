@@ -1,9 +1,11 @@
-"""Trace file readers: Mooncake JSONL and Azure LLM inference CSV (plain or gzipped)."""
+"""Trace file readers: JSONL (Mooncake hash ids, token ids, text prompts, chat messages)
+and Azure LLM inference CSV, plain or gzipped."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import math
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,7 +15,8 @@ from typing import IO, Any
 
 import msgspec
 
-from pagedkv.errors import TraceFormatError
+from pagedkv.errors import ConfigError, TraceFormatError
+from pagedkv.sim.token_records import TEXT_FIELDS, TOKEN_FIELDS, ChunkTable, token_request
 from pagedkv.sim.trace import Segment, Trace, TraceRequest, unique_segment_id
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -66,19 +69,32 @@ def _non_negative_int(record: dict[str, Any], field: str, minimum: int = 0) -> i
     return value
 
 
+def _arrival_s(record: dict[str, Any]) -> float:
+    timestamp = record.get("timestamp", 0)
+    if not isinstance(timestamp, int | float) or isinstance(timestamp, bool) or timestamp < 0:
+        raise ValueError(f"field 'timestamp' must be a number >= 0, got {timestamp!r}")
+    return timestamp / 1000.0
+
+
+def _priority(record: dict[str, Any]) -> int:
+    value = record.get("priority", 0)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"field 'priority' must be an integer, got {value!r}")
+    return value
+
+
 def mooncake_request(
     record: Any, index: int, block_tokens: int = MOONCAKE_BLOCK_TOKENS
 ) -> TraceRequest:
     """One Mooncake record -> request; hash ids become segments of ``block_tokens`` tokens.
 
     The last block is cut to the prompt length (it stays partial); hash ids short of the
-    prompt length are padded with a per-request segment; extra ids are ignored.
+    prompt length are padded with a per-request segment; extra ids are ignored (the
+    reader refuses a trace where they occur: see ``HashBlockCheck``).
     """
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object, got {type(record).__name__}")
-    timestamp = record.get("timestamp", 0)
-    if not isinstance(timestamp, int | float) or isinstance(timestamp, bool) or timestamp < 0:
-        raise ValueError(f"field 'timestamp' must be a number >= 0, got {timestamp!r}")
+    arrival_s = _arrival_s(record)
     num_input = _non_negative_int(record, "input_length", 1)
     num_output = _non_negative_int(record, "output_length")
     hash_ids = record.get("hash_ids", [])
@@ -97,7 +113,59 @@ def mooncake_request(
     if left > 0:
         segments.append(Segment(unique_segment_id(index, 1), left))
     output_id = unique_segment_id(index, 0)
-    return TraceRequest(timestamp / 1000.0, tuple(segments), num_output, output_id)
+    return TraceRequest(arrival_s, tuple(segments), num_output, output_id, _priority(record))
+
+
+class HashBlockCheck:
+    """Whether a trace's hash ids fit the block size the reader was told.
+
+    A Mooncake record has one hash id per ``block_tokens`` tokens of its prompt (the
+    last block partial): ``ceil(input_length / block_tokens)`` ids. More ids than that
+    cannot be: the trace was hashed on smaller blocks, and reading it on larger ones
+    would make every hash stand for far more shared tokens than it does.
+    """
+
+    def __init__(self, block_tokens: int) -> None:
+        self.block_tokens = block_tokens
+        self.num_records = self.num_too_many = self.num_too_few = 0
+        self.example: tuple[int, int, int] | None = None  # (line, ids, input_length)
+        self.tokens_per_id: list[float] = []
+
+    def add(self, line_no: int, record: Any) -> None:
+        if not isinstance(record, dict) or not isinstance(record.get("hash_ids"), list):
+            return
+        num_ids = len(record["hash_ids"])
+        num_input = record.get("input_length")
+        if not isinstance(num_input, int) or num_input < 1 or not num_ids:
+            return
+        self.num_records += 1
+        expected = -(-num_input // self.block_tokens)
+        if num_ids > expected:
+            self.num_too_many += 1
+            self.tokens_per_id.append(num_input / num_ids)
+            if self.example is None:
+                self.example = (line_no, num_ids, num_input)
+        elif num_ids < expected:
+            self.num_too_few += 1
+
+    def suggested_block_tokens(self) -> int:
+        """The power of two nearest the median prompt tokens per hash id."""
+        ratios = sorted(self.tokens_per_id)
+        median = ratios[len(ratios) // 2] if ratios else float(self.block_tokens)
+        return 1 << round(math.log2(median)) if median >= 1 else 1
+
+    def error(self, source: str) -> TraceFormatError | None:
+        if not self.num_too_many or self.example is None:
+            return None
+        line_no, num_ids, num_input = self.example
+        suggested = self.suggested_block_tokens()
+        return TraceFormatError(
+            f"{source}: {self.num_too_many:,} of {self.num_records:,} records have more hash "
+            f"ids than {self.block_tokens}-token blocks allow (line {line_no}: {num_ids} ids "
+            f"for a {num_input:,}-token prompt, at most {-(-num_input // self.block_tokens)}); "
+            f"the trace was hashed on smaller blocks, about {suggested} tokens each: give "
+            f"--trace-block-size {suggested} (or the size the trace was made with)"
+        )
 
 
 def _parse_lines(
@@ -106,16 +174,23 @@ def _parse_lines(
     source: str,
     skip_bad_lines: bool,
     limit: int | None = None,
+    rest: list[int] | None = None,
 ) -> tuple[list[TraceRequest], int]:
+    """Parse every line; with ``limit``, lines past it are only counted into ``rest[0]``."""
+    rest = rest if rest is not None else [0]
     requests: list[TraceRequest] = []
     skipped = 0
     for line_no, line in lines:
         if limit is not None and len(requests) >= limit:
-            break
+            if line.strip():
+                rest[0] += 1
+            continue
         if not line.strip():
             continue
         try:
             requests.append(parse(line, len(requests)))
+        except ConfigError:
+            raise  # not the line's fault (no tokenizer): stop, do not skip
         except (ValueError, msgspec.DecodeError) as exc:
             if not skip_bad_lines:
                 raise TraceFormatError(f"{source}: line {line_no}: {exc}") from None
@@ -130,27 +205,45 @@ def read_mooncake(
     block_tokens: int = MOONCAKE_BLOCK_TOKENS,
     name: str | None = None,
     limit: int | None = None,
+    tokenize: Callable[[Any], list[int]] | None = None,
 ) -> Trace:
-    """Read a Mooncake JSONL trace (``timestamp`` ms, ``input_length``, ``output_length``,
-    ``hash_ids``). Malformed lines raise TraceFormatError naming the file and line,
-    or are skipped and counted with ``skip_bad_lines``; reading stops after ``limit``
-    requests. A file without requests (empty, blank, all lines skipped) is an error."""
+    """Read a JSONL trace. Each line is a Mooncake record (``timestamp`` ms,
+    ``input_length``, ``output_length``, ``hash_ids`` of ``block_tokens``-token blocks)
+    or a record with its prompt (``token_ids``, or ``prompt`` / ``messages`` that
+    ``tokenize`` turns into ids; see :mod:`pagedkv.sim.token_records`).
+
+    Malformed lines raise TraceFormatError naming the file and line, or are skipped and
+    counted with ``skip_bad_lines``; hash ids that do not fit ``block_tokens`` are an
+    error (the trace was hashed on other blocks). Only the first ``limit`` requests are
+    parsed (the rest are counted). A file without requests is an error."""
     path = Path(path)
     decode = msgspec.json.Decoder().decode
     lines = [0]
+    check = HashBlockCheck(block_tokens)
+    chunks = ChunkTable()
 
     def parse(line: str, index: int) -> TraceRequest:
-        return mooncake_request(decode(line), index, block_tokens)
+        record = decode(line)
+        if isinstance(record, dict) and any(f in record for f in (*TOKEN_FIELDS, *TEXT_FIELDS)):
+            arrival_s, priority = _arrival_s(record), _priority(record)
+            return token_request(record, index, chunks, tokenize, arrival_s, priority)
+        request = mooncake_request(record, index, block_tokens)
+        check.add(lines[0], record)
+        return request
 
     def numbered(f: IO[str]) -> Iterator[tuple[int, str]]:
         for lines[0], line in enumerate(f, 1):
             yield lines[0], line
 
+    rest = [0]
     with _readable(path), open_text(path) as f:
-        requests, skipped = _parse_lines(numbered(f), parse, str(path), skip_bad_lines, limit)
+        requests, skipped = _parse_lines(numbered(f), parse, str(path), skip_bad_lines, limit, rest)
+    error = check.error(str(path))
+    if error is not None:
+        raise error
     if not requests and limit != 0:
         raise _no_requests(path, lines[0], skipped, "blank lines")
-    return Trace(name or path.name, tuple(requests), skipped)
+    return Trace(name or path.name, tuple(requests), skipped, len(requests) + rest[0])
 
 
 def _azure_time_s(text: str) -> float:
@@ -192,11 +285,14 @@ def read_azure(
             seg = Segment(unique_segment_id(index, 1), ctx)
             return TraceRequest(0.0, (seg,), gen, unique_segment_id(index, 0))
 
-        requests, skipped = _parse_lines(enumerate(f, 2), parse, str(path), skip_bad_lines, limit)
+        rest = [0]
+        requests, skipped = _parse_lines(
+            enumerate(f, 2), parse, str(path), skip_bad_lines, limit, rest
+        )
     if not requests and limit != 0:
         raise _no_requests(path, 1, skipped, "the header")
     start = min((t for t, _, _ in rows), default=0.0)
     timed = tuple(
         req._replace(arrival_s=t - start) for req, (t, _, _) in zip(requests, rows, strict=True)
     )
-    return Trace(name or path.name, timed, skipped)
+    return Trace(name or path.name, timed, skipped, len(timed) + rest[0])

@@ -27,22 +27,31 @@ def simulate(
 ) -> SimResult:
     """Replay ``trace`` on a fresh manager; with ``bound`` also the clairvoyant hit count;
     with ``keep_steps`` the per-step series too (``result.to_dataframe()``). ``stage(name)``
-    is called when a phase after the replay starts (``"bound"``)."""
+    is called when a phase after the replay starts (``"bound"``).
+
+    The bound is taken over the accesses of vLLM's own schedule: the replay with LRU and
+    no host tier at this cache size. With another policy or a host tier that is a second
+    replay, so every policy is measured against the same bound."""
     geometry = bound_geometry(engine.kv_cache_config) if bound else None
     if bound and geometry is None:
         raise ConfigError(
             "the prefix-cache bound needs a full-attention KV cache group (a window hit "
             "does not need the whole prefix cached)"
         )
-    log = AccessLog() if bound else None
+    reference = dataclasses.replace(engine, eviction_policy="lru", host_num_blocks=0)
+    own_log = bound and engine.eviction_policy == "lru" and not engine.host_num_blocks
+    log = AccessLog() if own_log else None
     result = engine.simulator(settings).run(
         trace, access_log=log, steps_path=steps_path, keep_steps=keep_steps, progress=progress
     )
-    if log is None or geometry is None:
+    if not bound or geometry is None:
         return result
     block_size, capacity = geometry
     if stage is not None:
         stage("bound")
+    if log is None:
+        log = AccessLog()
+        reference.simulator(settings).run(trace, access_log=log)
     found = belady_bound(trace.requests, log, block_size, capacity)
     result = dataclasses.replace(result, bound_hit_tokens=found.hit_tokens)
     if engine.host_num_blocks:  # the bound of one cache as large as both tiers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -96,4 +97,5 @@ class Simulator:
             keep_steps=keep_steps,
             progress=progress,
         )
-        return loop.run()
+        result = loop.run()
+        return dataclasses.replace(result, trace_requests=trace.total_requests)

@@ -4,16 +4,19 @@ and the sweep that crosses policies with device and host sizes.
 Cost model (stated, simple): a request's time to first token is its prefill compute,
 ``(prompt tokens - hit tokens) / prefill tokens per s``, plus the copy of its host hit,
 ``host hit tokens * KV bytes per token / host-to-device bandwidth``; no queueing, no
-overlap of copies with compute. Prefill throughput is ``MFU * peak dense BF16 FLOP/s /
-(2 * parameters)`` (a forward pass costs about two FLOPs per parameter per token; the
-attention term is left out, which flatters long prompts).
+overlap of copies with compute. Prefill throughput is ``MFU * peak dense BF16 FLOP/s *
+tensor-parallel GPUs / (2 * active parameters)`` (a forward pass costs about two FLOPs per
+parameter a token passes through: all of a dense model's, the routed share of a MoE's
+experts; tensor parallelism splits each token's FLOPs over its GPUs; the attention term is
+left out, which flatters long prompts).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError
 from pagedkv.sim.engine import SimEngine
@@ -22,21 +25,35 @@ from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduler import SchedulerSettings
 from pagedkv.sim.trace import Trace
 
-# Vendor peak dense BF16 tensor throughput (no sparsity), TFLOP/s, keyed like the GPU table.
+# Vendor peak dense BF16 tensor throughput (no sparsity), TFLOP/s, keyed like the GPU
+# table (``pagedkv gpus``; aliases resolve through it).
 PEAK_BF16_TFLOPS = {
     "A100-40GB": 312.0,
     "A100-80GB": 312.0,
     "H100-80GB": 989.0,
+    "H100-PCIe": 756.0,
+    "H100-NVL": 835.0,
+    "H20": 148.0,
     "H200-141GB": 989.0,
+    "GH200-96GB": 989.0,
+    "GH200-141GB": 989.0,
     "B200": 2250.0,
+    "GB200": 2500.0,
     "L4": 121.0,
     "L40S": 362.0,
+    "A10": 125.0,
     "A10G": 125.0,
     "RTX-4090": 165.0,
+    "MI250X": 383.0,
     "MI300X": 1307.0,
+    "MI325X": 1307.0,
 }
 DEFAULT_MFU = 0.5
 DEFAULT_PCIE_GBPS = 25.0  # PCIe 4.0 x16, effective
+# The host pool keeps a Python object per block, as the device pool does.
+MAX_HOST_BLOCKS = 2**24
+_EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k")
 
 
 def kv_bytes_per_token(engine: SimEngine) -> float:
@@ -48,13 +65,48 @@ def kv_bytes_per_token(engine: SimEngine) -> float:
     )
 
 
+def check_host_gib(host_gib: float) -> None:
+    """A host tier size must be a finite number of GiB >= 0."""
+    if not isinstance(host_gib, int | float) or not math.isfinite(host_gib) or host_gib < 0:
+        raise ConfigError(f"--host-cache-gib must be a finite number >= 0, got {host_gib}")
+
+
 def host_blocks_for(engine: SimEngine, host_gib: float) -> int:
-    """Host blocks that ``host_gib`` GiB per worker holds (0 for 0)."""
-    if host_gib < 0:
-        raise ConfigError(f"--host-cache-gib must be >= 0, got {host_gib}")
+    """Host blocks that ``host_gib`` GiB per worker holds (0 for 0); more than
+    ``MAX_HOST_BLOCKS`` is refused here, before any replay allocates them."""
+    check_host_gib(host_gib)
     groups = [g for g in engine.kv_cache_config.kv_cache_groups if g.layer_names]
     per_block = max(g.kv_cache_spec.page_size_bytes * len(g.layer_names) for g in groups)
-    return int(host_gib * 2**30 // per_block)
+    blocks = int(host_gib * 2**30 // per_block)
+    if blocks > MAX_HOST_BLOCKS:
+        most = MAX_HOST_BLOCKS * per_block / 2**30
+        raise ConfigError(
+            f"--host-cache-gib {host_gib:g} is {blocks:,} host blocks of {per_block:,} bytes, "
+            f"more than the {MAX_HOST_BLOCKS:,} the simulator keeps (one object each); "
+            f"give at most {most:,.0f} GiB"
+        )
+    return blocks
+
+
+def active_params(model: Any) -> float:
+    """Parameters one token passes through: all of them for a dense model; for a MoE,
+    the dense part plus ``experts per token / experts`` of the expert weights (the
+    config's ``num_experts_per_tok`` and expert count)."""
+    from pagedkv.models import describe_model, load_model_config
+
+    source = load_model_config(model)
+    layout = describe_model(source)
+    total = float(layout.num_params)
+    experts = sum(u.expert_params for u in layout.units)
+    if not experts:
+        return total
+    config = source.text_config
+    num_experts = next((config[k] for k in _EXPERT_COUNT_KEYS if config.get(k)), 0)
+    per_token = next((config[k] for k in _EXPERTS_PER_TOKEN_KEYS if config.get(k)), 0)
+    if not num_experts or not per_token:
+        return total
+    idle = experts * (1 - min(per_token / num_experts, 1.0))
+    return total * (1 - idle / layout.config_params) if layout.config_params else total
 
 
 class CostModel(NamedTuple):
@@ -73,22 +125,42 @@ class CostModel(NamedTuple):
         return (compute + copy) / num_requests
 
 
-def cost_model_for(
-    engine: SimEngine, gpu: str, pcie_gbps: float = DEFAULT_PCIE_GBPS, mfu: float = DEFAULT_MFU
-) -> CostModel:
-    from pagedkv.models import describe_model
-    from pagedkv.models.engine import bytes_per_param, estimate_weight_bytes
+def check_pcie_gbps(pcie_gbps: float) -> None:
+    if not isinstance(pcie_gbps, int | float) or not math.isfinite(pcie_gbps) or pcie_gbps <= 0:
+        raise ConfigError(f"--pcie-gbps must be a finite number > 0, got {pcie_gbps}")
 
-    tflops = PEAK_BF16_TFLOPS.get(gpu)
+
+def peak_tflops(gpu: str) -> float:
+    """Peak dense BF16 TFLOP/s of ``gpu`` (a GPU table name or alias)."""
+    from pagedkv.models import get_gpu
+
+    name = get_gpu(gpu).name
+    tflops = PEAK_BF16_TFLOPS.get(name)
     if tflops is None:
         known = ", ".join(PEAK_BF16_TFLOPS)
-        raise ConfigError(f"no peak BF16 FLOP/s for GPU {gpu!r} in the cost model; known: {known}")
-    if pcie_gbps <= 0:
-        raise ConfigError(f"--pcie-gbps must be positive, got {pcie_gbps}")
-    layout = describe_model(engine.model_name)
-    params = estimate_weight_bytes(layout) / bytes_per_param(layout)[0]
+        raise ConfigError(
+            f"no peak BF16 FLOP/s for GPU {name!r} in the TTFT cost model; known: {known}"
+        )
+    return tflops
+
+
+def cost_model_for(
+    engine: SimEngine,
+    gpu: str,
+    pcie_gbps: float = DEFAULT_PCIE_GBPS,
+    mfu: float = DEFAULT_MFU,
+    *,
+    model: Any = None,
+) -> CostModel:
+    """The TTFT cost model of ``engine`` on ``gpu``; ``model`` is what the engine was
+    planned from (a ModelSource, directory or name; default: the engine's model name).
+    Tensor parallelism is the engine config's."""
+    check_pcie_gbps(pcie_gbps)
+    tflops = peak_tflops(gpu)
+    params = active_params(engine.model_name if model is None else model)
+    tp = engine.config.parallel.tensor_parallel_size
     return CostModel(
-        mfu * tflops * 1e12 / (2 * params), pcie_gbps * 1e9, kv_bytes_per_token(engine)
+        mfu * tflops * 1e12 * tp / (2 * params), pcie_gbps * 1e9, kv_bytes_per_token(engine)
     )
 
 
@@ -104,6 +176,7 @@ class TierPoint(NamedTuple):
     bound_hit_rate: float | None
     tiered_bound_hit_rate: float | None
     mean_ttft_s: float | None
+    device_tokens: int = 0  # device capacity alone
 
 
 def with_tiers(engine: SimEngine, policy: str, host_num_blocks: int, host_policy: str) -> SimEngine:
@@ -125,8 +198,8 @@ def point_of(result: SimResult, engine: SimEngine, cost: CostModel | None) -> Ti
         )
     from pagedkv.sim.engine import host_block_tokens
 
-    tokens = (engine.num_blocks - 1) * result.block_size
-    tokens += engine.host_num_blocks * host_block_tokens(engine)
+    device = (engine.num_blocks - 1) * result.block_size
+    tokens = device + engine.host_num_blocks * host_block_tokens(engine)
     return TierPoint(
         engine.eviction_policy,
         engine.num_blocks,
@@ -137,6 +210,7 @@ def point_of(result: SimResult, engine: SimEngine, cost: CostModel | None) -> Ti
         result.bound_hit_rate,
         None if tiered is None else tiered / prompt,
         ttft,
+        device,
     )
 
 
@@ -180,38 +254,57 @@ def _tier_point(
     return point_of(simulate(engine, trace, settings, bound=bound), engine, cost)
 
 
-def plot_tier_sweep(points: Sequence[TierPoint], path: str, *, title: str) -> None:
-    """Hit rate against total cache (device + host tokens): one line per policy and host
-    size, the bound of a cache that large dashed."""
-    from pagedkv.sim.plot import hit_rate_axes, new_figure, save_figure
+class PlotLine(NamedTuple):
+    label: str
+    style: str
+    device_tokens: list[int]
+    hit_rates: list[float]  # percent
 
-    fig = new_figure(figsize=(7.5, 4.5), dpi=120)
-    ax = fig.subplots()
+
+def tier_plot_lines(points: Sequence[TierPoint]) -> list[PlotLine]:
+    """The lines of the tier sweep plot, against the *device* cache size: one per policy
+    and host size (dotted with a host tier) and each host size's bound (dashed). A host
+    tier is a line of its own rather than a shift to the right: on the log axis, device
+    plus a host tier many times larger would pile every host point at the right edge."""
+    out: list[PlotLine] = []
     lines: dict[tuple[int, str], list[TierPoint]] = {}
     for p in points:
         lines.setdefault((p.host_num_blocks, p.policy), []).append(p)
     markers = "osD^v<>"
     policies = sorted({p.policy for p in points})
     for (host, policy), line in sorted(lines.items()):
-        line.sort(key=lambda p: p.cache_tokens)
+        line.sort(key=lambda p: p.num_blocks)
         label = policy if not host else f"{policy} + host {host:,} blocks"
         marker = markers[policies.index(policy) % len(markers)]
         style = f"{marker}-" if not host else f"{marker}:"
-        xs = [p.cache_tokens for p in line]
-        ax.plot(xs, [100 * p.hit_rate for p in line], style, label=label, alpha=0.85)
-    for host, name, style in (
-        (False, "bound, device only", "k--"),
-        (True, "bound, device + host", "k-."),
-    ):
+        xs = [_device_tokens(p) for p in line]
+        out.append(PlotLine(label, style, xs, [100 * p.hit_rate for p in line]))
+    for host in sorted({p.host_num_blocks for p in points}):
         bound = sorted(
-            {
-                (p.cache_tokens, p.tiered_bound_hit_rate if host else p.bound_hit_rate)
-                for p in points
-                if bool(p.host_num_blocks) == host and p.policy == policies[0]
-            }
+            (_device_tokens(p), p.tiered_bound_hit_rate if host else p.bound_hit_rate)
+            for p in points
+            if p.host_num_blocks == host and p.policy == policies[0]
         )
-        if bound and all(b is not None for _, b in bound):
-            ax.plot([t for t, _ in bound], [100 * (b or 0.0) for _, b in bound], style, label=name)
-    hit_rate_axes(ax, xlabel="KV cache, device + host (tokens)", title=title, legend_size=7)
+        if not bound or any(b is None for _, b in bound):
+            continue
+        name = "bound, device only" if not host else f"bound, device + host {host:,} blocks"
+        ys = [100 * (b or 0.0) for _, b in bound]
+        out.append(PlotLine(name, "k--" if not host else "k-.", [t for t, _ in bound], ys))
+    return out
+
+
+def _device_tokens(point: TierPoint) -> int:
+    return point.device_tokens
+
+
+def plot_tier_sweep(points: Sequence[TierPoint], path: str, *, title: str) -> None:
+    """Hit rate against the device cache size (``tier_plot_lines``)."""
+    from pagedkv.sim.plot import hit_rate_axes, new_figure, save_figure
+
+    fig = new_figure(figsize=(7.5, 4.5), dpi=120)
+    ax = fig.subplots()
+    for line in tier_plot_lines(points):
+        ax.plot(line.device_tokens, line.hit_rates, line.style, label=line.label, alpha=0.85)
+    hit_rate_axes(ax, xlabel="KV cache on the device (tokens)", title=title, legend_size=7)
     fig.tight_layout()
     save_figure(fig, path)

@@ -11,13 +11,18 @@ from pagedkv.sim.trace import Segment, TraceRequest
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
-def segment_tokens(segment_id: int, num_tokens: int) -> list[int]:
-    """The first ``num_tokens`` ids of stream ``segment_id``: uint16 words of a SHAKE-128 XOF.
+def segment_tokens(
+    segment_id: int, num_tokens: int, token_ids: tuple[int, ...] | None = None
+) -> list[int]:
+    """The first ``num_tokens`` ids of stream ``segment_id``: uint16 words of a SHAKE-128 XOF
+    (or of ``token_ids``, a trace's own tokens).
 
     An extendable-output function makes a shorter stream a prefix of a longer one.
     """
     if num_tokens <= 0:
         return []
+    if token_ids is not None:
+        return list(token_ids[:num_tokens])
     key = segment_id.to_bytes(16, "little", signed=True)
     words = array("H", hashlib.shake_128(key).digest(2 * num_tokens))
     if _BIG_ENDIAN:

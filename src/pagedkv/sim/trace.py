@@ -6,14 +6,17 @@ from typing import NamedTuple
 
 
 class Segment(NamedTuple):
-    """``num_tokens`` tokens of the deterministic token stream named ``segment_id``.
+    """``num_tokens`` tokens of the deterministic token stream named ``segment_id``, or
+    the first ``num_tokens`` of ``token_ids`` when the trace gave real token ids.
 
     Two segments with the same id share their common leading tokens, so a segment
-    cut short (a last partial block) is a prefix of the full one.
+    cut short (a last partial block) is a prefix of the full one. A reader that gives
+    ``token_ids`` must give equal ids to equal token lists.
     """
 
     segment_id: int
     num_tokens: int
+    token_ids: tuple[int, ...] | None = None
 
 
 class TraceRequest(NamedTuple):
@@ -23,6 +26,8 @@ class TraceRequest(NamedTuple):
     segments: tuple[Segment, ...]
     num_output_tokens: int
     output_segment_id: int
+    # vLLM's request priority (lower is served first under the priority policy)
+    priority: int = 0
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -30,17 +35,27 @@ class TraceRequest(NamedTuple):
 
 
 class Trace(NamedTuple):
-    """A named list of requests, plus how many malformed lines were skipped."""
+    """A named list of requests, plus how many malformed lines were skipped and how many
+    requests the source holds in all (``None``: exactly these; more when a limit cut it)."""
 
     name: str
     requests: tuple[TraceRequest, ...]
     num_skipped_lines: int = 0
+    num_source_requests: int | None = None
 
     def head(self, limit: int | None) -> Trace:
         """The first ``limit`` requests (all when ``limit`` is None)."""
         if limit is None or limit >= len(self.requests):
             return self
-        return self._replace(requests=self.requests[:limit])
+        total = self.total_requests
+        return self._replace(requests=self.requests[:limit], num_source_requests=total)
+
+    @property
+    def total_requests(self) -> int:
+        """Requests in the whole source (the trace file, the synthetic config)."""
+        if self.num_source_requests is None:
+            return len(self.requests)
+        return max(self.num_source_requests, len(self.requests))
 
     @property
     def num_prompt_tokens(self) -> int:

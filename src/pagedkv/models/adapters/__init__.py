@@ -8,6 +8,7 @@ adapters with ``register_model_adapter``.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 from abc import ABC, abstractmethod
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pagedkv.errors import ModelConfigError, RegistryError
+from pagedkv.models.class_defaults import ClassDefaults, class_defaults, text_model_type
 from pagedkv.models.layers import ModelLayout
 from pagedkv.models.source import (
     MAMBA_SSM_FORMAT,
@@ -53,6 +55,8 @@ BUILTIN_ADAPTERS: dict[str, tuple[str, ...]] = {
         "GlmForCausalLM",
         "Glm4ForCausalLM",
         "Glm4MoeForCausalLM",
+        # vLLM's MiniMax-M2 gives every layer plain attention (attn_type_list is not read).
+        "MiniMaxM2ForCausalLM",
         "llama",
         "mistral",
         "mixtral",
@@ -60,6 +64,7 @@ BUILTIN_ADAPTERS: dict[str, tuple[str, ...]] = {
         "glm",
         "glm4",
         "glm4_moe",
+        "minimax_m2",
     ),
     "dense.QwenAdapter": (
         "Qwen2ForCausalLM",
@@ -227,6 +232,8 @@ def find_adapter(source: ModelSource) -> ModelAdapter:
 def describe_model(model: ModelLike, *, use_transformers: bool | None = None) -> ModelLayout:
     """Read a config (bundled name, directory, file or ModelSource) into a ModelLayout.
 
+    Fields the file leaves out take the class defaults of its model type, as
+    transformers reads it; the layout lists them in ``filled_fields``.
     ``use_transformers``: True requires transformers, False never uses it, None
     (default) uses it when installed unless ``PAGEDKV_TRANSFORMERS=0``, except for
     bundled configs: tests prove both paths give the same specs for those, and
@@ -237,8 +244,34 @@ def describe_model(model: ModelLike, *, use_transformers: bool | None = None) ->
     if use_transformers is None and transformers_mode(None) is None and _is_bundled(source):
         use_transformers = False
     normalized, _ = normalize_with_transformers(source.name, source.raw, use_transformers)
-    view = ConfigView(source.name, source.text_config, normalized)
-    return adapter.describe(view, source)
+    text_type = text_model_type(source.model_type, source.text_config)
+    defaults = class_defaults(
+        text_type, use_transformers=transformers_mode(use_transformers) is not False
+    )
+    origin = str(source.path) if source.path is not None else None
+    view = ConfigView(
+        source.name,
+        source.text_config,
+        normalized,
+        defaults=defaults.values if defaults else None,
+        origin=origin,
+    )
+    layout = adapter.describe(view, source)
+    return dataclasses.replace(
+        layout,
+        filled_fields=tuple(sorted(view.filled.items())),
+        defaults_from=_defaults_label(defaults, normalized is not None),
+    )
+
+
+def _defaults_label(defaults: ClassDefaults | None, normalized: bool) -> str | None:
+    """Where filled-in fields came from, in words."""
+    if normalized:
+        return "transformers' config class"
+    if defaults is None:
+        return None
+    where = "transformers" if defaults.source == "transformers" else "pagedkv's copy"
+    return f"{defaults.model_type} class defaults ({where})"
 
 
 def _is_bundled(source: ModelSource) -> bool:

@@ -127,9 +127,9 @@ class Cohere2Adapter(Gemma3Adapter):
 
 
 class GptOssAdapter(DecoderAdapter):
-    """gpt-oss: alternating sliding / full layers with learned attention sinks."""
-
-    sinks = True
+    """gpt-oss: alternating sliding / full layers. Its learned attention sinks are one
+    value per head in the kernel: vLLM's attention layer gives the full layers a plain
+    ``FullAttentionSpec`` (``SinkFullAttentionSpec`` is for static sink tokens)."""
 
     def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
         return [SLIDING if i % 2 == 0 else FULL for i in range(num_layers)]

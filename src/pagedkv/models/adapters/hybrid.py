@@ -118,7 +118,9 @@ class JambaAdapter(HybridAdapter):
 
     def state_params(self, view: ConfigView, state: StateShape) -> int:
         assert isinstance(state, Mamba1State)
-        dt_rank = view.int("mamba_dt_rank", -(-view.int("hidden_size") // 16))
+        # "auto" (JambaConfig's default) is ceil(hidden_size / 16).
+        auto = -(-view.int("hidden_size") // 16)
+        dt_rank = auto if view.get("mamba_dt_rank") == "auto" else view.int("mamba_dt_rank", auto)
         return mamba1_params(view.int("hidden_size"), state, dt_rank)
 
     def mlp_params(self, view: ConfigView, index: int, kind: str) -> tuple[int, int]:
@@ -178,7 +180,11 @@ class GraniteHybridAdapter(HybridAdapter):
     """Granite 4.0-H: Mamba-2 and attention layers named in ``layer_types``."""
 
     def state(self, view: ConfigView) -> StateShape:
-        heads, head_dim = view.int("mamba_n_heads"), view.int("mamba_d_head")
+        heads = view.int("mamba_n_heads")
+        if view.get("mamba_d_head") == "auto":  # GraniteMoeHybridConfig: expand x hidden / heads
+            head_dim = view.int("mamba_expand") * view.int("hidden_size") // heads
+        else:
+            head_dim = view.int("mamba_d_head")
         return Mamba2State(
             heads * head_dim,
             heads,
