@@ -88,7 +88,8 @@ class KVCacheManager:
         runtime_config = dcp_kv_cache_config(kv_cache_config, dcp_world_size)
         options = _optional_options(
             use_eagle=use_eagle,
-            num_hash_lookahead_tokens=num_hash_lookahead_tokens,
+            # vLLM takes any int, a bool included (its tests pass one)
+            num_hash_lookahead_tokens=int(num_hash_lookahead_tokens),
             num_prefill_lookahead=num_prefill_lookahead,
             enable_mamba_shared_prefix_checkpoint=enable_mamba_shared_prefix_checkpoint,
         )

@@ -131,7 +131,7 @@ def get_request_block_hasher(
             raise NotImplementedError(
                 "num_hash_lookahead_tokens needs pagedkv's lookahead block hashing"
             )
-        options["num_lookahead_tokens"] = num_hash_lookahead_tokens
+        options["num_lookahead_tokens"] = int(num_hash_lookahead_tokens)  # a bool too
     return BlockHasher(hash_block_size, algo_name(caching_hash_fn), seed=_none_hash_seed, **options)
 
 
