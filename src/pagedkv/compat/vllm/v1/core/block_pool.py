@@ -188,6 +188,18 @@ class BlockPool:
             request, ids, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, keep
         )
 
+    def emit_cached_block_events(
+        self,
+        request: Any,
+        num_cached_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int,
+    ) -> None:
+        """A BlockStored event for the request's first blocks, reused from the cache."""
+        self.impl.emit_cached_block_events(
+            request, num_cached_blocks, block_size, kv_cache_group_id
+        )
+
     def cache_partial_block(
         self,
         request: Any,
