@@ -24,27 +24,37 @@ MEDIUM_GPU = "GPU"
 
 class BlockHashToBlockMap:
     """vLLM's ``cache key -> block`` map, read from (and written to) pagedkv's per-group
-    hash maps of one pool."""
+    hash maps of one pool; built without a pool, a map of its own (keys to the blocks
+    inserted under them, the first inserted answering lookups)."""
 
     def __init__(self, pool: BlockPool | None = None) -> None:
         self._owner = pool
+        self._own: dict[BlockHashWithGroupId, dict[int, KVCacheBlock]] = {}
 
     @property
     def _pool(self) -> BlockPool:
         if self._owner is None:
-            raise ValueError("BlockHashToBlockMap is a view of a BlockPool's cache")
+            raise ValueError("this BlockHashToBlockMap has no BlockPool behind it")
         return self._owner
 
     def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
+        if self._owner is None:
+            blocks = self._own.get(key)
+            return next(iter(blocks.values())) if blocks else None
         block_id = self._pool.impl.hash_map(get_group_id(key)).get(get_block_hash(key))
         return None if block_id is None else self._pool.blocks[block_id]
 
     def contain(self, key: BlockHashWithGroupId, block_id: int) -> bool:
+        if self._owner is None:
+            return block_id in self._own.get(key, ())
         pool = self._pool.impl
         return pool.key_of(block_id) == (get_block_hash(key), get_group_id(key))
 
     def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
         """Cache ``block`` under ``key`` (pagedkv's pool keeps later duplicates aside)."""
+        if self._owner is None:
+            self._own.setdefault(key, {})[block.block_id] = block
+            return
         pool = self._pool.impl
         group_id, block_hash = get_group_id(key), get_block_hash(key)
         pool.block_hash[block.block_id] = block_hash
@@ -56,6 +66,12 @@ class BlockHashToBlockMap:
             cached[block_hash] = block.block_id
 
     def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
+        if self._owner is None:
+            blocks = self._own.get(key, {})
+            block = blocks.pop(block_id, None)
+            if not blocks:
+                self._own.pop(key, None)
+            return block
         if not self.contain(key, block_id):
             return None
         self._pool.impl.evict_blocks([block_id])
@@ -65,8 +81,11 @@ class BlockHashToBlockMap:
     @property
     def _cache(self) -> dict[BlockHashWithGroupId, Any]:
         """Every key with its block (or ``{block_id: block}`` for duplicates)."""
-        from pagedkv.compat.vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
-
+        if self._owner is None:
+            return {
+                k: next(iter(v.values())) if len(v) == 1 else dict(v)
+                for k, v in self._own.items()
+            }
         pool, blocks = self._pool.impl, self._pool.blocks
         out: dict[BlockHashWithGroupId, Any] = {}
         for group_id, cached in enumerate(pool._maps):
@@ -80,6 +99,8 @@ class BlockHashToBlockMap:
         return out
 
     def __len__(self) -> int:
+        if self._owner is None:
+            return len(self._own)
         return sum(len(m) for m in self._pool.impl._maps)
 
 
