@@ -3,6 +3,7 @@ vLLM's block objects, cache-key map view and free-queue view."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -122,20 +123,51 @@ class FreeBlockQueueView:
         return iter(self.get_all_free_blocks())
 
     @property
-    def fake_free_list_head(self) -> Any:
-        return _ListEnd(self.get_all_free_blocks(), head=True)
+    def fake_free_list_head(self) -> _ListEnd:
+        return self._ends[0]
 
     @property
-    def fake_free_list_tail(self) -> Any:
-        return _ListEnd(self.get_all_free_blocks(), head=False)
+    def fake_free_list_tail(self) -> _ListEnd:
+        return self._ends[1]
+
+    def neighbours(self, block_id: int) -> tuple[Any, Any]:
+        """The free-queue entries before and after free block ``block_id`` (a list end
+        past either end); (None, None) for a block not in the queue."""
+        order = self._pool.impl.queue.order()
+        try:
+            i = order.index(block_id)
+        except ValueError:
+            return None, None
+        blocks = self._pool.blocks
+        before = blocks[order[i - 1]] if i else self._ends[0]
+        after = blocks[order[i + 1]] if i + 1 < len(order) else self._ends[1]
+        return before, after
+
+    @functools.cached_property
+    def _ends(self) -> tuple[_ListEnd, _ListEnd]:
+        return _ListEnd(self, head=True), _ListEnd(self, head=False)
 
 
 class _ListEnd:
-    """The sentinel ends of vLLM's linked list, read as the first/last free block."""
+    """A sentinel end of vLLM's doubly linked free list, over pagedkv's free queue order."""
 
-    def __init__(self, blocks: list[KVCacheBlock], head: bool) -> None:
-        self.next_free_block = blocks[0] if head and blocks else None
-        self.prev_free_block = blocks[-1] if not head and blocks else None
+    def __init__(self, queue: FreeBlockQueueView, head: bool) -> None:
+        self._queue = queue
+        self._head = head
+
+    @property
+    def next_free_block(self) -> Any:
+        if not self._head:
+            return None
+        blocks = self._queue.get_all_free_blocks()
+        return blocks[0] if blocks else self._queue.fake_free_list_tail
+
+    @property
+    def prev_free_block(self) -> Any:
+        if self._head:
+            return None
+        blocks = self._queue.get_all_free_blocks()
+        return blocks[-1] if blocks else self._queue.fake_free_list_head
 
 
 class BlockPool:

@@ -180,6 +180,16 @@ class KVCacheBlock:
         """Tokens a sub-block primary key covers (None for a whole-block key)."""
         return None if self._pool is None else self._pool._key_tokens.get(self.block_id)
 
+    @property
+    def prev_free_block(self) -> Any:
+        """The entry before this block in its pool's free queue (None if not free)."""
+        return None if self.pool is None else self.pool.free_block_queue.neighbours(self.block_id)[0]
+
+    @property
+    def next_free_block(self) -> Any:
+        """The entry after this block in its pool's free queue (None if not free)."""
+        return None if self.pool is None else self.pool.free_block_queue.neighbours(self.block_id)[1]
+
     def set_block_hash(
         self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None
     ) -> None:
