@@ -4,7 +4,7 @@ vLLM's block objects, cache-key map view and free-queue view."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
@@ -80,29 +80,67 @@ class BlockHashToBlockMap:
         return self._pool.blocks[block_id]
 
     @property
-    def _cache(self) -> dict[BlockHashWithGroupId, Any]:
-        """Every key with its block (or ``{block_id: block}`` for duplicates)."""
+    def _cache(self) -> MutableMapping[BlockHashWithGroupId, Any]:
+        """Every key with its block (or ``{block_id: block}`` for duplicates); with a
+        pool, a live view: removing a key unmaps it (the block keeps its hash, as in
+        vLLM), setting one maps it again."""
         if self._owner is None:
             return {
                 k: next(iter(v.values())) if len(v) == 1 else dict(v)
                 for k, v in self._own.items()
             }
-        pool, blocks = self._pool.impl, self._pool.blocks
-        out: dict[BlockHashWithGroupId, Any] = {}
-        for group_id, cached in enumerate(pool._maps):
-            for block_hash, block_id in cached.items():
-                key = make_block_hash_with_group_id(block_hash, group_id)
-                dups = pool._dups[group_id].get(block_hash)
-                if dups:
-                    out[key] = {b: blocks[b] for b in (block_id, *dups)}
-                else:
-                    out[key] = blocks[block_id]
-        return out
+        return _CacheView(self._pool)
 
     def __len__(self) -> int:
         if self._owner is None:
             return len(self._own)
         return sum(len(m) for m in self._pool.impl._maps)
+
+
+class _CacheView(MutableMapping[BlockHashWithGroupId, Any]):
+    """A pool's hash maps as vLLM's ``{key: block | {block_id: block}}`` dict."""
+
+    def __init__(self, pool: BlockPool) -> None:
+        self._pool = pool
+
+    def __getitem__(self, key: BlockHashWithGroupId) -> Any:
+        impl, blocks = self._pool.impl, self._pool.blocks
+        group_id, block_hash = get_group_id(key), get_block_hash(key)
+        if group_id >= len(impl._maps) or block_hash not in impl._maps[group_id]:
+            raise KeyError(key)
+        first = impl._maps[group_id][block_hash]
+        dups = impl._dups[group_id].get(block_hash)
+        if dups:
+            return {b: blocks[b] for b in (first, *dups)}
+        return blocks[first]
+
+    def __setitem__(self, key: BlockHashWithGroupId, value: Any) -> None:
+        impl = self._pool.impl
+        group_id, block_hash = get_group_id(key), get_block_hash(key)
+        ids = [value.block_id] if isinstance(value, KVCacheBlock) else list(value)
+        impl.hash_map(group_id)[block_hash] = ids[0]
+        if ids[1:]:
+            impl._dups[group_id][block_hash] = ids[1:]
+        else:
+            impl._dups[group_id].pop(block_hash, None)
+
+    def __delitem__(self, key: BlockHashWithGroupId) -> None:
+        self[key]  # noqa: B018  (KeyError for a key not mapped)
+        impl = self._pool.impl
+        group_id, block_hash = get_group_id(key), get_block_hash(key)
+        del impl._maps[group_id][block_hash]
+        impl._dups[group_id].pop(block_hash, None)
+
+    def __iter__(self) -> Iterator[BlockHashWithGroupId]:
+        for group_id, cached in enumerate(self._pool.impl._maps):
+            for block_hash in list(cached):
+                yield make_block_hash_with_group_id(block_hash, group_id)
+
+    def __len__(self) -> int:
+        return sum(len(m) for m in self._pool.impl._maps)
+
+    def __copy__(self) -> dict[BlockHashWithGroupId, Any]:
+        return dict(self.items())  # a snapshot, as copying vLLM's dict gives
 
 
 class FreeBlockQueueView:
