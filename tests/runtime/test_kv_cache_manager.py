@@ -270,3 +270,16 @@ def test_remove_skipped_blocks_nulls_every_windowed_group_and_ignores_unknown_re
     manager.remove_skipped_blocks("unknown", 20)
     assert manager.num_free_blocks == free_before + sum(nulls)
     check_invariants(manager, {"a": 20})
+
+
+def test_a_request_skipping_prefix_cache_reads_finds_no_hit_but_caches() -> None:
+    manager = make_manager([full()], num_blocks=12)
+    manager.free(admit(manager, "a", list(range(16))))
+    b = Request("b", list(range(17)))
+    b.skip_reading_prefix_cache = True  # e.g. prompt logprobs need every token computed
+    assert manager.get_computed_blocks(b) == (manager.get_computed_blocks(Request("x", [99])))
+    hit, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 0 and not any(hit.blocks)
+    assert manager.allocate_slots(b, 17) is not None
+    c = Request("c", list(range(17)))
+    assert manager.get_computed_blocks(c)[1] == 16  # a reader still hits

@@ -237,8 +237,9 @@ class KVCacheManager:
         return KVCacheBlocks(self.get_block_ids(request_id))
 
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
-        """Longest cached prefix (blocks per group, tokens) of at most ``num_tokens - 1``."""
-        if not self.enable_caching:
+        """Longest cached prefix (blocks per group, tokens) of at most ``num_tokens - 1``
+        (none for a request that skips reading the prefix cache)."""
+        if not self.enable_caching or request.skip_reading_prefix_cache:
             return self._empty, 0
         if request.hasher is not self.hasher:
             self._attach_hasher(request)
