@@ -151,6 +151,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
                     keep.update(range(max(hit_end - need, 0, start), min(hit_end, end)))
         return keep
 
+
 def _blocks(
     maps: list[dict[Any, int]], window: list[Any], start: int, last: bool
 ) -> tuple[list[list[int]], int]:

@@ -86,8 +86,7 @@ class BlockHashToBlockMap:
         vLLM), setting one maps it again."""
         if self._owner is None:
             return {
-                k: next(iter(v.values())) if len(v) == 1 else dict(v)
-                for k, v in self._own.items()
+                k: next(iter(v.values())) if len(v) == 1 else dict(v) for k, v in self._own.items()
             }
         return _CacheView(self._pool)
 
@@ -125,9 +124,10 @@ class _CacheView(MutableMapping[BlockHashWithGroupId, Any]):
             impl._dups[group_id].pop(block_hash, None)
 
     def __delitem__(self, key: BlockHashWithGroupId) -> None:
-        self[key]  # noqa: B018  (KeyError for a key not mapped)
         impl = self._pool.impl
         group_id, block_hash = get_group_id(key), get_block_hash(key)
+        if group_id >= len(impl._maps) or block_hash not in impl._maps[group_id]:
+            raise KeyError(key)
         del impl._maps[group_id][block_hash]
         impl._dups[group_id].pop(block_hash, None)
 

@@ -183,12 +183,16 @@ class KVCacheBlock:
     @property
     def prev_free_block(self) -> Any:
         """The entry before this block in its pool's free queue (None if not free)."""
-        return None if self.pool is None else self.pool.free_block_queue.neighbours(self.block_id)[0]
+        if self.pool is None:
+            return None
+        return self.pool.free_block_queue.neighbours(self.block_id)[0]
 
     @property
     def next_free_block(self) -> Any:
         """The entry after this block in its pool's free queue (None if not free)."""
-        return None if self.pool is None else self.pool.free_block_queue.neighbours(self.block_id)[1]
+        if self.pool is None:
+            return None
+        return self.pool.free_block_queue.neighbours(self.block_id)[1]
 
     def set_block_hash(
         self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None
