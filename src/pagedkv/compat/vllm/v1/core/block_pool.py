@@ -274,7 +274,10 @@ class BlockPool:
         keep = None
         if block_mask is not None:
             keep = {num_cached_blocks + i for i, on in enumerate(block_mask) if on}
-        ids = [b.block_id for b in blocks]
+        # The pool reads only the blocks it hashes (vLLM's callers may pass anything
+        # before them).
+        ids = [_pool.NULL_BLOCK] * num_cached_blocks
+        ids += [b.block_id for b in blocks[num_cached_blocks:num_full_blocks]]
         self.impl.cache_full_blocks(
             request, ids, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, keep
         )

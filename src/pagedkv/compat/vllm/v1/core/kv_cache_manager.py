@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,11 +22,13 @@ from pagedkv.compat.vllm.v1.request import Request
 from pagedkv.config import EngineConfig
 from pagedkv.runtime import kv_cache_manager as _kvm
 from pagedkv.runtime.blocks import KVCacheBlocks as _IdBlocks
-from pagedkv.runtime.events import KVCacheEvent
+from pagedkv.runtime.events import BlockStored, KVCacheEvent
 from pagedkv.runtime.stats import PrefixCacheStats
 from pagedkv.specs import AttentionSpec, UniformTypeKVCacheSpecs
 
 __all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -234,7 +237,14 @@ class KVCacheManager:
         return [0] * self.num_kv_cache_groups
 
     def take_events(self) -> list[KVCacheEvent]:
-        return self.impl.take_events()
+        """pagedkv's events; a BlockStored naming a group this model lacks is logged."""
+        events = self.impl.take_events()
+        num_groups = self.num_kv_cache_groups
+        for event in events:
+            gid = getattr(event, "group_idx", None)
+            if isinstance(event, BlockStored) and gid is not None and not 0 <= gid < num_groups:
+                logger.warning("Group index `%s` not in KV cache metadata", gid)
+        return events
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
         return self._blocks(self.impl.get_block_ids(request_id))
