@@ -32,6 +32,7 @@ class KVCacheCoordinator:
         scheduler_block_size: int,
         retention_interval: int | None,
         use_eagle: bool = False,
+        dcp_world_size: int = 1,
     ) -> None:
         self.impl = impl
         self.block_pool = block_pool
@@ -46,6 +47,7 @@ class KVCacheCoordinator:
                 m.kv_cache_spec,
                 block_pool,
                 scheduler_block_size=scheduler_block_size,
+                dcp_world_size=dcp_world_size if dcp_sharded(g.kv_cache_spec) else 1,
                 impl=m,
             )
             for m, g in zip(impl.managers, kv_cache_config.kv_cache_groups, strict=True)
@@ -72,6 +74,16 @@ class KVCacheCoordinator:
     def new_step_starts(self) -> None:
         for m in self.single_type_managers:
             m.new_step_starts()
+
+
+def dcp_sharded(spec: Any) -> bool:
+    """Whether decode context parallelism shards the group's blocks across ranks
+    (attention kinds unless their spec says otherwise; never Mamba state)."""
+    from pagedkv.specs import AttentionSpec, UniformTypeKVCacheSpecs
+
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return all(dcp_sharded(s) for s in spec.kv_cache_specs.values())
+    return bool(getattr(spec, "dcp_sharded", isinstance(spec, AttentionSpec)))
 
 
 KVCacheCoordinatorNoPrefixCache = KVCacheCoordinator

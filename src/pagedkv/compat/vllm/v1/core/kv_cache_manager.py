@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
-from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
+from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator, dcp_sharded
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
     KVCacheBlock,
     KVCacheBlockCopy,
@@ -24,7 +24,7 @@ from pagedkv.runtime import kv_cache_manager as _kvm
 from pagedkv.runtime.blocks import KVCacheBlocks as _IdBlocks
 from pagedkv.runtime.events import BlockStored, KVCacheEvent
 from pagedkv.runtime.stats import PrefixCacheStats
-from pagedkv.specs import AttentionSpec, UniformTypeKVCacheSpecs
+from pagedkv.specs import UniformTypeKVCacheSpecs
 
 __all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
 
@@ -132,6 +132,7 @@ class KVCacheManager:
             self.scheduler_block_size,
             interval,
             use_eagle,
+            dcp_world_size,
         )
         self.coordinator.enable_partial_hash_hits = bool(
             getattr(self.impl, "enable_partial_hash_hits", False)
@@ -307,8 +308,7 @@ def _dcp_spec(spec: Any, dcp_world_size: int) -> Any:
         layers = {n: _dcp_spec(s, dcp_world_size) for n, s in spec.kv_cache_specs.items()}
         sizes = {s.block_size for s in layers.values()}
         return dataclasses.replace(spec, block_size=sizes.pop(), kv_cache_specs=layers)
-    sharded = getattr(spec, "dcp_sharded", isinstance(spec, AttentionSpec))
-    if not sharded:
+    if not dcp_sharded(spec):
         return spec
     return spec.copy_with_new_block_size(spec.block_size * dcp_world_size)
 
