@@ -86,6 +86,20 @@ def dcp_sharded(spec: Any) -> bool:
     return bool(getattr(spec, "dcp_sharded", isinstance(spec, AttentionSpec)))
 
 
-KVCacheCoordinatorNoPrefixCache = KVCacheCoordinator
-UnitaryKVCacheCoordinator = KVCacheCoordinator
-HybridKVCacheCoordinator = KVCacheCoordinator
+class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
+    """The coordinator of a manager without prefix caching."""
+
+
+class UnitaryKVCacheCoordinator(KVCacheCoordinator):
+    """The coordinator of a one-group model."""
+
+
+class HybridKVCacheCoordinator(KVCacheCoordinator):
+    """The coordinator of a model with several groups."""
+
+
+def coordinator_class(enable_caching: bool, num_groups: int) -> type[KVCacheCoordinator]:
+    """vLLM's choice of coordinator class (pagedkv's one coordinator does the work)."""
+    if not enable_caching:
+        return KVCacheCoordinatorNoPrefixCache
+    return UnitaryKVCacheCoordinator if num_groups == 1 else HybridKVCacheCoordinator

@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
-from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator, dcp_sharded
+from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import (
+    coordinator_class,
+    dcp_sharded,
+)
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
     KVCacheBlock,
     KVCacheBlockCopy,
@@ -125,7 +128,8 @@ class KVCacheManager:
         self.block_pool = BlockPool(
             0, False, 0, metrics_collector=metrics_collector, impl=self.impl.block_pool
         )
-        self.coordinator = KVCacheCoordinator(
+        coordinator = coordinator_class(self.enable_caching, self.num_kv_cache_groups)
+        self.coordinator = coordinator(
             self.impl.coordinator,
             self.block_pool,
             kv_cache_config,
