@@ -182,10 +182,15 @@ class KVCacheManager:
         self._adopt_hasher(request)
         if max_cache_hit_length is not None:
             raise NotImplementedError("max_cache_hit_length needs pagedkv support")
+        pinned = request.shared_prefix_boundary
         blocks, num_tokens = self.impl.get_computed_blocks(request)
+        # vLLM's lookup reports the shared-prefix junction (on a miss too) and its caller
+        # decides whether the request keeps it; pagedkv's keeps it at once.
+        boundary = request.shared_prefix_boundary
+        request.shared_prefix_boundary = pinned
         if not num_tokens:
-            return self.empty_kv_cache_blocks, 0, 0
-        return self._blocks(blocks.blocks), num_tokens, request.shared_prefix_boundary
+            return self.empty_kv_cache_blocks, 0, boundary
+        return self._blocks(blocks.blocks), num_tokens, boundary
 
     def allocate_slots(
         self,
