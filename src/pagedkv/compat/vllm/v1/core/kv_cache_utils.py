@@ -177,8 +177,11 @@ class KVCacheBlock:
 
     @property
     def block_hash_num_tokens(self) -> int | None:
-        """Tokens a sub-block primary key covers (None for a whole-block key)."""
-        return None if self._pool is None else self._pool._key_tokens.get(self.block_id)
+        """Tokens the block's hash covers (None while it has none)."""
+        pool = self._pool
+        if pool is None or pool.block_hash[self.block_id] is None:
+            return None
+        return pool.key_num_tokens[self.block_id]
 
     @property
     def prev_free_block(self) -> Any:
