@@ -283,3 +283,15 @@ def test_a_request_skipping_prefix_cache_reads_finds_no_hit_but_caches() -> None
     assert manager.allocate_slots(b, 17) is not None
     c = Request("c", list(range(17)))
     assert manager.get_computed_blocks(c)[1] == 16  # a reader still hits
+
+
+def test_reserved_blocks_stay_free_for_other_sequences() -> None:
+    manager = make_manager([full()], num_blocks=11)  # ten usable blocks
+    # The first chunk (1 block) must leave the reserve free; the whole prompt need not.
+    req = Request("a", list(range(32)))
+    assert manager.allocate_slots(req, 3, reserved_blocks=10) is None
+    assert manager.allocate_slots(req, 3, reserved_blocks=9, full_sequence_must_fit=True)
+    req.num_computed_tokens = 3
+    # A step that needs no block still fails while the reserve is not free.
+    assert manager.allocate_slots(req, 1, reserved_blocks=10) is None
+    assert manager.allocate_slots(req, 1, reserved_blocks=9) is not None

@@ -291,10 +291,13 @@ class KVCacheManager:
         *,
         full_sequence_must_fit: bool = False,
         has_scheduled_reqs: bool = True,
+        reserved_blocks: int = 0,
     ) -> KVCacheBlocks | None:
         """Blocks for ``num_new_tokens`` more tokens (plus lookahead), or None if they do
-        not fit. A new request adopts ``new_computed_blocks``; full blocks are cached unless
-        ``delay_cache_blocks``. If anything raises midway, the allocation is undone."""
+        not fit beside ``reserved_blocks`` kept free for other sequences (not counted
+        against the full sequence). A new request adopts ``new_computed_blocks``; full
+        blocks are cached unless ``delay_cache_blocks``. If anything raises midway, the
+        allocation is undone."""
         request_id = request.request_id
         if num_new_tokens <= 0 or num_lookahead_tokens < 0:
             if num_lookahead_tokens < 0:
@@ -381,6 +384,8 @@ class KVCacheManager:
             if not work and self._tail_keyers:
                 work = any(m.tail_key_pending(request, cache_tokens) for m in self._tail_keyers)
             if not work:
+                if reserved_blocks and reserved_blocks > self.num_free_blocks:
+                    return None  # vLLM's: nothing to allocate still needs the reserve
                 return self._empty
         if growth is None or not self._fast_alloc:
             needed = self._reserve(running, has_scheduled_reqs) + self._num_blocks_needed(
@@ -394,7 +399,7 @@ class KVCacheManager:
                 self._prefill_end_of(request),
             )
         pool = self.block_pool
-        if needed > pool.num_free_blocks:
+        if needed + reserved_blocks > pool.num_free_blocks:
             return None
         if self.enable_caching and request.hasher is not self.hasher:
             self._attach_hasher(request)

@@ -93,14 +93,16 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 
     def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
         """``reachable_positions`` for this manager and the request's replay boundaries."""
+        interval = self.retention_interval
+        boundaries = () if interval is None else self.replay_boundaries(request)
         return self.reachable_positions(
             self.kv_cache_spec,
             start,
             end,
             self.alignment_tokens,
             self.use_eagle,
-            self.retention_interval,
-            self.replay_boundaries(request),
+            interval,
+            boundaries,
         )
 
     @classmethod

@@ -208,7 +208,7 @@ class KVCacheManager:
         skip_zeroing_group_ids: tuple[int, ...] = (),
     ) -> KVCacheBlocks | None:
         self._adopt_hasher(request)
-        if num_external_computed_tokens or reserved_blocks:
+        if num_external_computed_tokens:
             raise NotImplementedError("external computed tokens need a KV connector")
         hits = None
         if new_computed_blocks is not None:
@@ -223,6 +223,7 @@ class KVCacheManager:
             num_encoder_tokens,
             full_sequence_must_fit=full_sequence_must_fit,
             has_scheduled_reqs=has_scheduled_reqs,
+            reserved_blocks=reserved_blocks,
         )
         return None if new is None else self._blocks(new.blocks)
 
