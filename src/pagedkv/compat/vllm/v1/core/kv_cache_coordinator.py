@@ -12,6 +12,7 @@ from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import (
     wrapper_class_for,
 )
 from pagedkv.runtime import coordinators as _coord
+from pagedkv.runtime.managers.base import HitQuery
 
 __all__ = [
     "HybridKVCacheCoordinator",
@@ -66,6 +67,35 @@ class KVCacheCoordinator:
         )
         blocks = tuple(self.block_pool.ids_to_blocks(ids) for ids in lists)
         return blocks, num_hit, (longest - num_hit if longest > num_hit else 0)
+
+    def find_longest_cache_hit_per_group(
+        self, block_hashes: list[Any], max_cache_hit_length: int
+    ) -> tuple[tuple[list[KVCacheBlock], ...], tuple[int, ...]]:
+        """Each spec group's own hit (pagedkv's search of its kind), not combined; an EAGLE
+        group looks one block past the bound first, as in the combined search."""
+        impl = self.impl
+        num_hashed = len(block_hashes) * impl.hash_block_size
+        blocks: list[list[KVCacheBlock]] = [[] for _ in impl.managers]
+        lengths = [0] * len(impl.managers)
+        for sg in impl.spec_groups:
+            bound = max_cache_hit_length
+            if sg.use_eagle and sg.manager_cls.looks_past_eagle_block and impl.eagle_margin:
+                bound = min(bound + impl._eagle_margin(sg), num_hashed)
+            query = HitQuery(
+                block_hashes,
+                bound,
+                sg.group_ids,
+                impl.block_pool,
+                sg.spec,
+                impl.alignment_tokens,
+                impl.hash_block_size,
+                drop_eagle_block=sg.use_eagle,
+            )
+            found, hit = sg.manager_cls.find_longest_cache_hit(query)
+            for gid, ids in zip(sg.group_ids, found, strict=True):
+                blocks[gid] = self.block_pool.ids_to_blocks(ids)
+                lengths[gid] = hit
+        return tuple(blocks), tuple(lengths)
 
     def free(self, request_id: str) -> None:
         for m in self.single_type_managers:
