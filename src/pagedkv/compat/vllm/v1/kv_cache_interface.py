@@ -206,6 +206,11 @@ class KVCacheConfig(_types.KVCacheConfig):
     hisparse_host_block_stride: int | None = None
     hisparse_shared_host_pool: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # vLLM's groups are a list its callers edit in place
+        object.__setattr__(self, "kv_cache_groups", list(self.kv_cache_groups))
+
     @property
     def transfer_group_ids(self) -> tuple[int, ...]:
         return tuple(

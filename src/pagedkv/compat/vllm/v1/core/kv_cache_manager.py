@@ -208,8 +208,6 @@ class KVCacheManager:
         skip_zeroing_group_ids: tuple[int, ...] = (),
     ) -> KVCacheBlocks | None:
         self._adopt_hasher(request)
-        if num_external_computed_tokens:
-            raise NotImplementedError("external computed tokens need a KV connector")
         hits = None
         if new_computed_blocks is not None:
             hits = _IdBlocks(tuple(_ids(g) for g in new_computed_blocks.blocks))
@@ -224,6 +222,7 @@ class KVCacheManager:
             full_sequence_must_fit=full_sequence_must_fit,
             has_scheduled_reqs=has_scheduled_reqs,
             reserved_blocks=reserved_blocks,
+            num_external_computed_tokens=num_external_computed_tokens,
         )
         return None if new is None else self._blocks(new.blocks)
 

@@ -145,9 +145,9 @@ class SingleTypeKVCacheManager:
         num_local_computed_tokens: int,
         num_external_computed_tokens: int = 0,
     ) -> None:
-        self.impl.add_local_computed_blocks(
-            request_id, _ids(new_computed_blocks), num_local_computed_tokens
-        )
+        total = num_local_computed_tokens + num_external_computed_tokens
+        local = num_local_computed_tokens if num_external_computed_tokens else None
+        self.impl.add_local_computed_blocks(request_id, _ids(new_computed_blocks), total, local)
 
     def allocate_external_computed_blocks(
         self,
@@ -162,7 +162,7 @@ class SingleTypeKVCacheManager:
         total = num_local_computed_tokens + num_external_computed_tokens
         self.impl.req_to_blocks.setdefault(request_id, [])
         self.impl.num_cached_block.setdefault(request_id, 0)
-        self.impl.allocate_new_blocks(request_id, total, total)
+        self.impl.allocate_external_computed_blocks(request_id, total)
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int | None = None
