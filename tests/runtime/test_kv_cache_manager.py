@@ -270,3 +270,57 @@ def test_remove_skipped_blocks_nulls_every_windowed_group_and_ignores_unknown_re
     manager.remove_skipped_blocks("unknown", 20)
     assert manager.num_free_blocks == free_before + sum(nulls)
     check_invariants(manager, {"a": 20})
+
+
+def test_a_request_skipping_prefix_cache_reads_finds_no_hit_but_caches() -> None:
+    manager = make_manager([full()], num_blocks=12)
+    manager.free(admit(manager, "a", list(range(16))))
+    b = Request("b", list(range(17)))
+    b.skip_reading_prefix_cache = True  # e.g. prompt logprobs need every token computed
+    assert manager.get_computed_blocks(b) == (manager.get_computed_blocks(Request("x", [99])))
+    hit, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 0 and not any(hit.blocks)
+    assert manager.allocate_slots(b, 17) is not None
+    c = Request("c", list(range(17)))
+    assert manager.get_computed_blocks(c)[1] == 16  # a reader still hits
+
+
+def test_reserved_blocks_stay_free_for_other_sequences() -> None:
+    manager = make_manager([full()], num_blocks=11)  # ten usable blocks
+    # The first chunk (1 block) must leave the reserve free; the whole prompt need not.
+    req = Request("a", list(range(32)))
+    assert manager.allocate_slots(req, 3, reserved_blocks=10) is None
+    assert manager.allocate_slots(req, 3, reserved_blocks=9, full_sequence_must_fit=True)
+    req.num_computed_tokens = 3
+    # A step that needs no block still fails while the reserve is not free.
+    assert manager.allocate_slots(req, 1, reserved_blocks=10) is None
+    assert manager.allocate_slots(req, 1, reserved_blocks=9) is not None
+
+
+def test_external_computed_tokens_get_blocks_after_the_adopted_hits() -> None:
+    manager = make_manager([full(), swa(8)], num_blocks=16, prefix_cache_retention_interval=None)
+    manager.free(admit(manager, "a", list(range(8))))  # 2 cached blocks per group
+    b = Request("b", list(range(20)))
+    hit, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 8
+    hits = [list(g) for g in hit.blocks]
+    free_before = manager.num_free_blocks
+    new = manager.allocate_slots(b, 4, num_hit, hit, num_external_computed_tokens=8)
+    assert new is not None
+    full_table, swa_table = manager.get_block_ids("b")
+    # Full attention: the hits, 2 blocks for the loaded tokens, 1 for the new ones.
+    assert full_table[:2] == hits[0] and len(full_table) == 5
+    assert new.blocks[0] == full_table[4:]
+    # The window (8 tokens) of 16 computed ones: blocks before it are nulls.
+    assert swa_table[:2] == [0, 0] and 0 not in swa_table[2:] and len(swa_table) == 5
+    assert manager.num_free_blocks == free_before - 3 - 3 - 2  # hits left the queue too
+    check_invariants(manager, {"b": 20})
+
+
+def test_external_computed_tokens_without_a_local_hit_may_need_no_new_tokens() -> None:
+    manager = make_manager([full()], num_blocks=8)
+    req = Request("a", list(range(12)))
+    assert manager.allocate_slots(req, 0, num_external_computed_tokens=8) is not None
+    assert len(manager.get_block_ids("a")[0]) == 2
+    with pytest.raises(KVCacheRuntimeError, match="num_external_computed_tokens"):
+        manager.allocate_slots(Request("b", [1]), 1, num_external_computed_tokens=-1)

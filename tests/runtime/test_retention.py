@@ -161,3 +161,46 @@ def test_retention_is_chosen_by_name_on_the_engine_config_or_the_manager() -> No
         manager.allocate_slots(req, 24)
         window = manager.get_block_ids("a")[1]
         assert sum(manager.block_pool.block_hash[b] is not None for b in window) == num_cached
+
+
+def test_window_positions_keep_each_segment_tail_and_the_boundary_windows() -> None:
+    from pagedkv.runtime.managers import SlidingWindowManager
+
+    spec = swa(window=9, block_size=4)  # a hit needs cdiv(8, 4) = 2 blocks
+    rule = SlidingWindowManager.reachable_positions
+    # 16-token segments (4 blocks): the last 2 blocks of each.
+    assert rule(spec, 0, 12, 4, False, 16) == {2, 3, 6, 7, 10, 11}
+    # Interval 0: only the window before each boundary (floored to alignment 8).
+    assert rule(spec, 0, 12, 8, False, 0, (23,)) == {2, 3}
+    # EAGLE keeps the block past the window too.
+    assert rule(spec, 0, 12, 8, True, 0, (23,)) == {2, 3, 4}
+    # A window as long as a segment: every block.
+    assert rule(spec, 0, 12, 8, False, None) is None
+    # A sub-block alignment cannot be expressed per block: every block.
+    assert rule(spec, 0, 12, 6, False, 0) is None
+
+
+def test_window_positions_keep_the_final_short_segment_window() -> None:
+    from pagedkv.runtime.managers import SlidingWindowManager
+
+    spec = swa(window=9, block_size=4)
+    rule = SlidingWindowManager.reachable_positions
+    # Segments of 4 blocks; the request ends before block 11, inside segment 8..11.
+    assert rule(spec, 4, 11, 4, False, 16) == {6, 7, 10}
+    assert rule(spec, 4, 11, 4, False, 16, final_segment_end=11) == {6, 7, 9, 10}
+    # Not under EAGLE, and not when the last segment is whole.
+    eagle = {4, 6, 7, 8, 10}
+    assert rule(spec, 4, 11, 4, True, 16) == eagle
+    assert rule(spec, 4, 11, 4, True, 16, final_segment_end=11) == eagle
+    assert rule(spec, 4, 11, 4, False, 16, final_segment_end=8) == {6, 7, 10}
+
+
+def test_mamba_positions_keep_one_state_per_segment_and_the_boundary_states() -> None:
+    from pagedkv.runtime.managers import MambaManager
+
+    rule = MambaManager.reachable_positions
+    assert rule(4, 0, 16, 4, None, (63,)) is None
+    assert rule(4, 0, 16, 4, 4, (63,)) is None  # every block ends a segment
+    assert rule(4, 0, 16, 4, 16, (55,)) == {3, 7, 11, 12, 15}
+    assert rule(4, 0, 16, 8, 0, (55, 21)) == {3, 11}
+    assert rule(4, 5, 16, 4, 0, (8, 400)) == set()  # boundaries outside the range

@@ -47,6 +47,7 @@ class BlockPool:
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_hash: list[Any] = [None] * num_blocks  # None: not cached
         self.block_group: list[int] = [0] * num_blocks
+        self.key_num_tokens: list[int] = [0] * num_blocks  # tokens the primary key covers
         self.queue = LRUFreeQueue(num_blocks) if free_queue is None else free_queue
         if len(self.queue) != num_blocks - 1:
             raise KVCacheRuntimeError(
@@ -105,6 +106,7 @@ class BlockPool:
         blocks, token = queue.pop(num_blocks)
         ref = self.ref_cnt
         hashes, groups, maps, dups = self.block_hash, self.block_group, self._maps, self._dups
+        key_num_tokens = self.key_num_tokens
         plain = self._events is None and not self._key_tokens and not self._extra_keys
         evicted: list[tuple[Any, ...]] = []
         for block in blocks:
@@ -116,7 +118,7 @@ class BlockPool:
                 if plain and m.get(h) == block and h not in dups[gid]:  # _drop_key's common case
                     del m[h]
                     hashes[block] = None
-                    evicted.append((block, h, gid, 0))
+                    evicted.append((block, h, gid, 0, key_num_tokens[block]))
                 else:
                     evicted.append(self._drop_all_keys(block))
         self.num_evictions += len(evicted)
@@ -178,6 +180,7 @@ class BlockPool:
         scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
         m = self.hash_map(group_id)
         block_hash = self.block_hash
+        key_num_tokens = self.key_num_tokens
         stored = []
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
@@ -193,6 +196,7 @@ class BlockPool:
                 self._remove_keys(block)
             block_hash[block] = h
             self.block_group[block] = group_id
+            key_num_tokens[block] = (i + 1) * block_size
             if h in m:
                 self._dups[group_id].setdefault(h, []).append(block)
             else:
@@ -327,7 +331,8 @@ class BlockPool:
             self._remove_keys(block)
             known = False
         if not known:
-            self._add_key(block, h, group_id, num_tokens if num_tokens % block_size else None)
+            sub_block = num_tokens if num_tokens % block_size else None
+            self._add_key(block, h, group_id, sub_block, num_tokens)
             if self._events is not None:
                 self._events.append(self._tail_event(request, num_hashes, group_id))
         return h
@@ -340,9 +345,10 @@ class BlockPool:
             return
         self._journal_keys([source, destination], keys)
         tokens = self._key_tokens.get(source)
+        covered = self.key_num_tokens[source]
         self._remove_keys(source, emit=False)
         for i, (h, gid) in enumerate(keys):
-            self._add_key(destination, h, gid, tokens if i == 0 else None)
+            self._add_key(destination, h, gid, tokens if i == 0 else None, covered)
 
     def _tokens_of(self, block: int) -> int:
         tokens = self._key_tokens.get(block)
@@ -354,11 +360,15 @@ class BlockPool:
             return []
         return [(h, self.block_group[block]), *self._extra_keys.get(block, ())]
 
-    def _add_key(self, block: int, h: Any, group_id: int, tokens: int | None) -> None:
+    def _add_key(
+        self, block: int, h: Any, group_id: int, tokens: int | None, num_tokens: int
+    ) -> None:
+        # tokens: a sub-block primary key's (None: whole block); num_tokens: the key's.
         m = self.hash_map(group_id)
         if self.block_hash[block] is None:
             self.block_hash[block] = h
             self.block_group[block] = group_id
+            self.key_num_tokens[block] = num_tokens
             if tokens is not None:
                 self._key_tokens[block] = tokens
         else:
@@ -398,7 +408,7 @@ class BlockPool:
 
     def _drop_all_keys(self, block: int) -> tuple[Any, ...]:
         """Drop every key of the block; returns what undoes it: ``(block, hash, group,
-        index)`` for ``_restore_key``, or ``(undo, args)``."""
+        index, tokens)`` for ``_restore_key``, or ``(undo, args)``."""
         if block not in self._extra_keys and block not in self._key_tokens:
             return (block, *self._drop_key(block))
         snapshot = self._snapshot([block], self._keys_of(block))
@@ -421,6 +431,7 @@ class BlockPool:
                 self.block_group[b],
                 list(self._extra_keys.get(b, ())),
                 self._key_tokens.get(b),
+                self.key_num_tokens[b],
             )
             for b in blocks
         ]
@@ -437,9 +448,10 @@ class BlockPool:
                 self._dups[gid][h] = list(dups)
             else:
                 self._dups[gid].pop(h, None)
-        for block, h, gid, extras, tokens in states:
+        for block, h, gid, extras, tokens, num_tokens in states:
             self.block_hash[block] = h
             self.block_group[block] = gid
+            self.key_num_tokens[block] = num_tokens
             if extras:
                 self._extra_keys[block] = list(extras)
             else:
@@ -483,7 +495,7 @@ class BlockPool:
             self._events.append(AllBlocksCleared())
         return True
 
-    def _drop_key(self, block: int) -> tuple[Any, int, int]:
+    def _drop_key(self, block: int) -> tuple[Any, int, int, int]:
         h, gid = self.block_hash[block], self.block_group[block]
         self.block_hash[block] = None
         m, dups = self._maps[gid], self._dups[gid]
@@ -501,11 +513,12 @@ class BlockPool:
             del dups[h]
         if self._events is not None:
             self._events.append(BlockRemoved(block_hashes=[h], medium=self.medium, group_idx=gid))
-        return h, gid, index
+        return h, gid, index, self.key_num_tokens[block]
 
-    def _restore_key(self, block: int, h: Any, gid: int, index: int) -> None:
+    def _restore_key(self, block: int, h: Any, gid: int, index: int, num_tokens: int) -> None:
         self.block_hash[block] = h
         self.block_group[block] = gid
+        self.key_num_tokens[block] = num_tokens
         m = self.hash_map(gid)
         if h not in m:
             m[h] = block

@@ -237,8 +237,9 @@ class KVCacheManager:
         return KVCacheBlocks(self.get_block_ids(request_id))
 
     def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
-        """Longest cached prefix (blocks per group, tokens) of at most ``num_tokens - 1``."""
-        if not self.enable_caching:
+        """Longest cached prefix (blocks per group, tokens) of at most ``num_tokens - 1``
+        (none for a request that skips reading the prefix cache)."""
+        if not self.enable_caching or request.skip_reading_prefix_cache:
             return self._empty, 0
         if request.hasher is not self.hasher:
             self._attach_hasher(request)
@@ -290,10 +291,15 @@ class KVCacheManager:
         *,
         full_sequence_must_fit: bool = False,
         has_scheduled_reqs: bool = True,
+        reserved_blocks: int = 0,
+        num_external_computed_tokens: int = 0,
     ) -> KVCacheBlocks | None:
         """Blocks for ``num_new_tokens`` more tokens (plus lookahead), or None if they do
-        not fit. A new request adopts ``new_computed_blocks``; full blocks are cached unless
-        ``delay_cache_blocks``. If anything raises midway, the allocation is undone."""
+        not fit beside ``reserved_blocks`` kept free for other sequences (not counted
+        against the full sequence). A new request adopts ``new_computed_blocks``, then
+        gets blocks for ``num_external_computed_tokens`` a KV connector loads after them;
+        full blocks are cached unless ``delay_cache_blocks``. If anything raises midway,
+        the allocation is undone."""
         request_id = request.request_id
         if num_new_tokens <= 0 or num_lookahead_tokens < 0:
             if num_lookahead_tokens < 0:
@@ -301,7 +307,7 @@ class KVCacheManager:
                     f"request {request_id!r}: num_lookahead_tokens must be >= 0, "
                     f"got {num_lookahead_tokens}"
                 )
-            if num_new_tokens < 0 or num_new_computed_tokens == 0:
+            if num_new_tokens < 0 or not (num_new_computed_tokens or num_external_computed_tokens):
                 raise KVCacheRuntimeError(
                     f"request {request_id!r}: num_new_tokens must be > 0 when there are "
                     f"no computed tokens to adopt, got {num_new_tokens}"
@@ -326,6 +332,13 @@ class KVCacheManager:
                 f"request {request_id!r} adopts {num_new_computed_tokens} computed tokens "
                 f"after {request.num_computed_tokens}, but it has {request.num_tokens} tokens"
             )
+        if num_external_computed_tokens:
+            if num_external_computed_tokens < 0:
+                raise KVCacheRuntimeError(
+                    f"request {request_id!r}: num_external_computed_tokens must be >= 0, "
+                    f"got {num_external_computed_tokens}"
+                )
+            total_computed += num_external_computed_tokens
         max_len = self.max_model_len
         num_main = total_computed + num_new_tokens
         if num_main > max_len:
@@ -380,6 +393,8 @@ class KVCacheManager:
             if not work and self._tail_keyers:
                 work = any(m.tail_key_pending(request, cache_tokens) for m in self._tail_keyers)
             if not work:
+                if reserved_blocks and reserved_blocks > self.num_free_blocks:
+                    return None  # vLLM's: nothing to allocate still needs the reserve
                 return self._empty
         if growth is None or not self._fast_alloc:
             needed = self._reserve(running, has_scheduled_reqs) + self._num_blocks_needed(
@@ -393,12 +408,21 @@ class KVCacheManager:
                 self._prefill_end_of(request),
             )
         pool = self.block_pool
-        if needed > pool.num_free_blocks:
+        if needed + reserved_blocks > pool.num_free_blocks:
             return None
         if self.enable_caching and request.hasher is not self.hasher:
             self._attach_hasher(request)
+        external = 0 if running else num_external_computed_tokens
         return self._transaction(
-            request, running, hits, total_computed, num_slots, num_main, num_encoder_tokens, cache
+            request,
+            running,
+            hits,
+            total_computed,
+            num_slots,
+            num_main,
+            num_encoder_tokens,
+            cache,
+            external,
         )
 
     def _transaction(
@@ -411,6 +435,7 @@ class KVCacheManager:
         num_main: int,
         num_encoder_tokens: int,
         cache: bool,
+        external: int = 0,
     ) -> KVCacheBlocks:
         request_id = request.request_id
         pool = self.block_pool
@@ -419,8 +444,17 @@ class KVCacheManager:
             if not running:
                 # Every group adopts its hits before any allocates, so an allocation can
                 # never evict another group's hit blocks.
-                for m, hit in zip(self.managers, hits):
-                    m.add_local_computed_blocks(request_id, hit, total_computed)
+                if external:
+                    local = total_computed - external
+                    for m, hit in zip(self.managers, hits):
+                        m.add_local_computed_blocks(request_id, hit, total_computed, local)
+                    # After every group adopted its hits, as above.
+                    for m, cross in zip(self.managers, self._cross):
+                        if not cross:
+                            m.allocate_external_computed_blocks(request_id, total_computed)
+                else:
+                    for m, hit in zip(self.managers, hits):
+                        m.add_local_computed_blocks(request_id, hit, total_computed)
             new_blocks = tuple(
                 [
                     m.allocate_new_blocks(

@@ -35,6 +35,7 @@ class Request:
         "request_id",
         "session_id",
         "shared_prefix_boundary",
+        "skip_reading_prefix_cache",
     )
 
     def __init__(
@@ -71,6 +72,8 @@ class Request:
         # "full": KV events re-announce this request's prefix-cache hits as BlockStored.
         self.kv_cache_report_mode = kv_cache_report_mode
         self.session_id = session_id  # reported in its BlockStored events
+        # Lookups find no hit (vLLM sets it for prompt logprobs); the blocks still cache.
+        self.skip_reading_prefix_cache = False
         self.mm_features: tuple[MultiModalFeature, ...] = tuple(
             sorted((MultiModalFeature(*f) for f in mm_features), key=lambda f: f.offset)
         )

@@ -29,6 +29,10 @@ class SamplingParams:
         self.n = int(fields.pop("n", 1))
         self.structured_outputs = fields.pop("structured_outputs", None)
         self.extra_args = fields.pop("extra_args", None)
+        skip = fields.pop("skip_reading_prefix_cache", None)
+        if skip is None:  # vLLM: prompt logprobs need every prompt token computed
+            skip = prompt_logprobs is not None or fields.get("prompt_logprob_token_ids") is not None
+        self.skip_reading_prefix_cache: bool = skip
         for name, value in fields.items():
             setattr(self, name, value)
         self.eos_token_id: int | None = None

@@ -142,9 +142,15 @@ class SingleTypeKVCacheManager(ABC):
         return num_new + refs.count(0) - kept.count(NULL_BLOCK)
 
     def add_local_computed_blocks(
-        self, request_id: str, new_computed_blocks: Sequence[int], total_computed_tokens: int
+        self,
+        request_id: str,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_local_computed_tokens: int | None = None,
     ) -> None:
-        """Start the request's table with its cache hits (touched), nulls where skipped."""
+        """Start the request's table with its cache hits (touched), nulls where skipped.
+        ``num_local_computed_tokens``: where the hits end, when a KV connector loads
+        tokens after them (``total_computed_tokens`` counts those too)."""
         skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
         kept = list(new_computed_blocks[skipped:])
         if kept:
@@ -153,11 +159,30 @@ class SingleTypeKVCacheManager(ABC):
         self.req_to_blocks[request_id] = table
         self.num_cached_block[request_id] = len(table)
         self.block_pool.record(self._forget, request_id)
-        if kept and total_computed_tokens % self.block_size:
+        local = num_local_computed_tokens
+        if local is None:
+            local = total_computed_tokens
+        if kept and local % self.block_size:
             # The hit ends inside its last block: the request copies it before writing.
-            index = total_computed_tokens // self.block_size
+            index = local // self.block_size
             self._set_partial(request_id, index, kept[-1])
             self.num_cached_block[request_id] = index
+
+    def allocate_external_computed_blocks(
+        self, request_id: str, total_computed_tokens: int
+    ) -> None:
+        """Blocks for the tokens a KV connector loads, up to ``total_computed_tokens``
+        (after the adopted hits); none where they fall outside the window."""
+        table = self.req_to_blocks[request_id]
+        skipped = self.get_num_skipped_tokens(total_computed_tokens)
+        if skipped >= total_computed_tokens:
+            return
+        num_new = cdiv(total_computed_tokens, self.block_size) - len(table)
+        if num_new <= 0:
+            return
+        new = self.block_pool.get_new_blocks(num_new)
+        self.block_pool.record(self._truncate, table, len(table))
+        table.extend(new)
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int

@@ -92,24 +92,41 @@ class MambaManager(SingleTypeKVCacheManager):
         return max(end - 1, 0), end
 
     def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
-        """A hit needs only the state ending on it: the last block of every
-        ``retention_interval`` tokens and those ending on a replay boundary (None: all)."""
-        keep = self._interval_blocks(start, end)
+        """``reachable_positions`` for this manager and the request's replay boundaries."""
+        keep = self.reachable_positions(
+            self.block_size, start, end, self.alignment_tokens, self.retention_interval
+        )
         if keep is None:
             return None
         return keep | self.boundary_blocks(request, start, end)
 
-    def _interval_blocks(self, start: int, end: int) -> set[int] | None:
-        interval = self.retention_interval
-        if interval is None:
+    @staticmethod
+    def reachable_positions(
+        block_size: int,
+        start: int,
+        end: int,
+        alignment_tokens: int,
+        retention_interval: int | None,
+        boundaries: Sequence[int] = (),
+    ) -> set[int] | None:
+        """Table positions in ``[start, end)`` a hit can use (None: every one). A hit needs
+        only the state ending on it: the last block of every ``retention_interval``
+        tokens and the block ending on each of ``boundaries`` (token positions, floored
+        to ``alignment_tokens``)."""
+        if retention_interval is None:
             return None
-        if not interval:
-            return set()
-        per_segment = interval // self.block_size
-        if per_segment <= 1:
-            return None
-        first = (start + per_segment) // per_segment * per_segment - 1
-        return set(range(first, end, per_segment))
+        keep: set[int] = set()
+        if retention_interval:
+            per_segment = retention_interval // block_size
+            if per_segment <= 1:
+                return None
+            first = (start + per_segment) // per_segment * per_segment - 1
+            keep.update(range(first, end, per_segment))
+        for boundary in boundaries:
+            block = boundary // alignment_tokens * alignment_tokens // block_size - 1
+            if start <= block < end:
+                keep.add(block)
+        return keep
 
     def get_num_blocks_to_allocate(
         self,
@@ -372,7 +389,13 @@ class MambaManager(SingleTypeKVCacheManager):
         retained = False
         if position % self.block_size == 0:
             block_index = position // self.block_size - 1
-            kept = self._interval_blocks(block_index, block_index + 1)
+            kept = self.reachable_positions(
+                self.block_size,
+                block_index,
+                block_index + 1,
+                self.alignment_tokens,
+                self.retention_interval,
+            )
             retained = kept is None or block_index in kept
         pool = self.block_pool
         if not (prompt_checkpoint or retained or position == request.shared_prefix_boundary):

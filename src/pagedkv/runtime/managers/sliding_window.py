@@ -3,6 +3,7 @@ blocks entirely before the window are freed and replaced by the null block."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pagedkv.runtime.block_pool import NULL_BLOCK
@@ -91,29 +92,65 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         return max(end - _window_blocks(self.kv_cache_spec), 0), end + 1
 
     def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
-        """A hit ending at an aligned boundary needs the window's blocks before it: with
-        interval ``n`` the last window of every ``n``-token segment, the windows before the
-        replay boundaries (all intervals but None) and, with None, every aligned boundary's
-        window (every block once a window spans a segment). An EAGLE group also keeps the
-        block past each window (the one its lookups match and drop)."""
-        block_size = self.block_size
-        alignment = self.alignment_tokens
-        if alignment % block_size:
-            return None  # a sub-block alignment: only caching everything is exact
+        """``reachable_positions`` for this manager and the request's replay boundaries."""
         interval = self.retention_interval
+        boundaries = () if interval is None else self.replay_boundaries(request)
+        return self.reachable_positions(
+            self.kv_cache_spec,
+            start,
+            end,
+            self.alignment_tokens,
+            self.use_eagle,
+            interval,
+            boundaries,
+        )
+
+    @classmethod
+    def reachable_positions(
+        cls,
+        spec: KVCacheSpec,
+        start: int,
+        end: int,
+        alignment_tokens: int,
+        use_eagle: bool,
+        retention_interval: int | None,
+        boundaries: Sequence[int] = (),
+        final_segment_end: int | None = None,
+    ) -> set[int] | None:
+        """Table positions in ``[start, end)`` a hit ending at an aligned boundary can use
+        (None: every one). A hit needs the window's blocks before it: with interval ``n``
+        the last window of every ``n``-token segment, the windows before ``boundaries``
+        (token positions; all intervals but None) and, with None, every aligned boundary's
+        window (every block once a window spans a segment). An EAGLE group also keeps the
+        block past each window (the one its lookups match and drop). ``final_segment_end``
+        (a block index) ends the request's last, shorter segment: without EAGLE its window
+        is kept too."""
+        block_size = spec.block_size
+        if alignment_tokens % block_size:
+            return None  # a sub-block alignment: only caching everything is exact
         keep: set[int] = set()
-        if interval != 0:
-            per_segment = (alignment if interval is None else interval) // block_size
-            shift = 1 if self.use_eagle else 0
-            need = _window_blocks(self.kv_cache_spec) + shift
+        shift = 1 if use_eagle else 0
+        need = _window_blocks(spec) + shift
+        if retention_interval != 0:
+            segment = alignment_tokens if retention_interval is None else retention_interval
+            per_segment = segment // block_size
             if need >= per_segment:
                 return None
             tail = per_segment - need
             keep.update(
                 i for i in range(start, end) if i >= shift and (i - shift) % per_segment >= tail
             )
-        if interval is not None:
-            keep |= self.boundary_blocks(request, start, end)
+            if final_segment_end is not None and not use_eagle:
+                last_size = final_segment_end % per_segment
+                if last_size:
+                    first = max(final_segment_end - last_size, final_segment_end - need, start)
+                    keep.update(range(first, min(end, final_segment_end)))
+        if retention_interval is not None:
+            for boundary in boundaries:
+                if boundary >= 0:
+                    hit_end = boundary // alignment_tokens * alignment_tokens // block_size
+                    hit_end += shift
+                    keep.update(range(max(hit_end - need, 0, start), min(hit_end, end)))
         return keep
 
 

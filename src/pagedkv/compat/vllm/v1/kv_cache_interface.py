@@ -199,12 +199,17 @@ class KVCacheConfig(_types.KVCacheConfig):
     """pagedkv's per-worker config with vLLM's extra fields (retention, hash geometry)."""
 
     kv_cache_layout: Any = "NHD"
-    prefix_cache_retention_interval: int | None = 0
+    prefix_cache_retention_interval: int | None = None  # vLLM: dense
     hash_block_size: int | None = None
     cache_hit_alignment_tokens: int | None = None
     hisparse_host_num_blocks: int | None = None
     hisparse_host_block_stride: int | None = None
     hisparse_shared_host_pool: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # vLLM's groups are a list its callers edit in place
+        object.__setattr__(self, "kv_cache_groups", list(self.kv_cache_groups))
 
     @property
     def transfer_group_ids(self) -> tuple[int, ...]:

@@ -103,7 +103,7 @@ class Request(_request.Request):
         self.spec_token_ids: list[int] = []
         self.num_output_placeholders = 0
         self.kv_transfer_params: Any = None
-        self.skip_reading_prefix_cache = False
+        self.skip_reading_prefix_cache = _skips_reading(sampling_params, pooling_params)
         self.max_tokens = getattr(sampling_params, "max_tokens", None)
 
     @property
@@ -116,3 +116,12 @@ class Request(_request.Request):
 
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)
+
+
+def _skips_reading(sampling_params: Any, pooling_params: Any) -> bool:
+    """vLLM's rule: the sampling (else pooling) params' ``skip_reading_prefix_cache``."""
+    for params in (sampling_params, pooling_params):
+        skip = getattr(params, "skip_reading_prefix_cache", None)
+        if skip is not None:
+            return bool(skip)
+    return False

@@ -3,7 +3,8 @@ vLLM's block objects, cache-key map view and free-queue view."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import functools
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
@@ -24,27 +25,37 @@ MEDIUM_GPU = "GPU"
 
 class BlockHashToBlockMap:
     """vLLM's ``cache key -> block`` map, read from (and written to) pagedkv's per-group
-    hash maps of one pool."""
+    hash maps of one pool; built without a pool, a map of its own (keys to the blocks
+    inserted under them, the first inserted answering lookups)."""
 
     def __init__(self, pool: BlockPool | None = None) -> None:
         self._owner = pool
+        self._own: dict[BlockHashWithGroupId, dict[int, KVCacheBlock]] = {}
 
     @property
     def _pool(self) -> BlockPool:
         if self._owner is None:
-            raise ValueError("BlockHashToBlockMap is a view of a BlockPool's cache")
+            raise ValueError("this BlockHashToBlockMap has no BlockPool behind it")
         return self._owner
 
     def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
+        if self._owner is None:
+            blocks = self._own.get(key)
+            return next(iter(blocks.values())) if blocks else None
         block_id = self._pool.impl.hash_map(get_group_id(key)).get(get_block_hash(key))
         return None if block_id is None else self._pool.blocks[block_id]
 
     def contain(self, key: BlockHashWithGroupId, block_id: int) -> bool:
+        if self._owner is None:
+            return block_id in self._own.get(key, ())
         pool = self._pool.impl
         return pool.key_of(block_id) == (get_block_hash(key), get_group_id(key))
 
     def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
         """Cache ``block`` under ``key`` (pagedkv's pool keeps later duplicates aside)."""
+        if self._owner is None:
+            self._own.setdefault(key, {})[block.block_id] = block
+            return
         pool = self._pool.impl
         group_id, block_hash = get_group_id(key), get_block_hash(key)
         pool.block_hash[block.block_id] = block_hash
@@ -56,6 +67,12 @@ class BlockHashToBlockMap:
             cached[block_hash] = block.block_id
 
     def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
+        if self._owner is None:
+            blocks = self._own.get(key, {})
+            block = blocks.pop(block_id, None)
+            if not blocks:
+                self._own.pop(key, None)
+            return block
         if not self.contain(key, block_id):
             return None
         self._pool.impl.evict_blocks([block_id])
@@ -63,24 +80,67 @@ class BlockHashToBlockMap:
         return self._pool.blocks[block_id]
 
     @property
-    def _cache(self) -> dict[BlockHashWithGroupId, Any]:
-        """Every key with its block (or ``{block_id: block}`` for duplicates)."""
-        from pagedkv.compat.vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+    def _cache(self) -> MutableMapping[BlockHashWithGroupId, Any]:
+        """Every key with its block (or ``{block_id: block}`` for duplicates); with a
+        pool, a live view: removing a key unmaps it (the block keeps its hash, as in
+        vLLM), setting one maps it again."""
+        if self._owner is None:
+            return {
+                k: next(iter(v.values())) if len(v) == 1 else dict(v) for k, v in self._own.items()
+            }
+        return _CacheView(self._pool)
 
-        pool, blocks = self._pool.impl, self._pool.blocks
-        out: dict[BlockHashWithGroupId, Any] = {}
-        for group_id, cached in enumerate(pool._maps):
-            for block_hash, block_id in cached.items():
-                key = make_block_hash_with_group_id(block_hash, group_id)
-                dups = pool._dups[group_id].get(block_hash)
-                if dups:
-                    out[key] = {b: blocks[b] for b in (block_id, *dups)}
-                else:
-                    out[key] = blocks[block_id]
-        return out
+    def __len__(self) -> int:
+        if self._owner is None:
+            return len(self._own)
+        return sum(len(m) for m in self._pool.impl._maps)
+
+
+class _CacheView(MutableMapping[BlockHashWithGroupId, Any]):
+    """A pool's hash maps as vLLM's ``{key: block | {block_id: block}}`` dict."""
+
+    def __init__(self, pool: BlockPool) -> None:
+        self._pool = pool
+
+    def __getitem__(self, key: BlockHashWithGroupId) -> Any:
+        impl, blocks = self._pool.impl, self._pool.blocks
+        group_id, block_hash = get_group_id(key), get_block_hash(key)
+        if group_id >= len(impl._maps) or block_hash not in impl._maps[group_id]:
+            raise KeyError(key)
+        first = impl._maps[group_id][block_hash]
+        dups = impl._dups[group_id].get(block_hash)
+        if dups:
+            return {b: blocks[b] for b in (first, *dups)}
+        return blocks[first]
+
+    def __setitem__(self, key: BlockHashWithGroupId, value: Any) -> None:
+        impl = self._pool.impl
+        group_id, block_hash = get_group_id(key), get_block_hash(key)
+        ids = [value.block_id] if isinstance(value, KVCacheBlock) else list(value)
+        impl.hash_map(group_id)[block_hash] = ids[0]
+        if ids[1:]:
+            impl._dups[group_id][block_hash] = ids[1:]
+        else:
+            impl._dups[group_id].pop(block_hash, None)
+
+    def __delitem__(self, key: BlockHashWithGroupId) -> None:
+        impl = self._pool.impl
+        group_id, block_hash = get_group_id(key), get_block_hash(key)
+        if group_id >= len(impl._maps) or block_hash not in impl._maps[group_id]:
+            raise KeyError(key)
+        del impl._maps[group_id][block_hash]
+        impl._dups[group_id].pop(block_hash, None)
+
+    def __iter__(self) -> Iterator[BlockHashWithGroupId]:
+        for group_id, cached in enumerate(self._pool.impl._maps):
+            for block_hash in list(cached):
+                yield make_block_hash_with_group_id(block_hash, group_id)
 
     def __len__(self) -> int:
         return sum(len(m) for m in self._pool.impl._maps)
+
+    def __copy__(self) -> dict[BlockHashWithGroupId, Any]:
+        return dict(self.items())  # a snapshot, as copying vLLM's dict gives
 
 
 class FreeBlockQueueView:
@@ -101,20 +161,51 @@ class FreeBlockQueueView:
         return iter(self.get_all_free_blocks())
 
     @property
-    def fake_free_list_head(self) -> Any:
-        return _ListEnd(self.get_all_free_blocks(), head=True)
+    def fake_free_list_head(self) -> _ListEnd:
+        return self._ends[0]
 
     @property
-    def fake_free_list_tail(self) -> Any:
-        return _ListEnd(self.get_all_free_blocks(), head=False)
+    def fake_free_list_tail(self) -> _ListEnd:
+        return self._ends[1]
+
+    def neighbours(self, block_id: int) -> tuple[Any, Any]:
+        """The free-queue entries before and after free block ``block_id`` (a list end
+        past either end); (None, None) for a block not in the queue."""
+        order = self._pool.impl.queue.order()
+        try:
+            i = order.index(block_id)
+        except ValueError:
+            return None, None
+        blocks = self._pool.blocks
+        before = blocks[order[i - 1]] if i else self._ends[0]
+        after = blocks[order[i + 1]] if i + 1 < len(order) else self._ends[1]
+        return before, after
+
+    @functools.cached_property
+    def _ends(self) -> tuple[_ListEnd, _ListEnd]:
+        return _ListEnd(self, head=True), _ListEnd(self, head=False)
 
 
 class _ListEnd:
-    """The sentinel ends of vLLM's linked list, read as the first/last free block."""
+    """A sentinel end of vLLM's doubly linked free list, over pagedkv's free queue order."""
 
-    def __init__(self, blocks: list[KVCacheBlock], head: bool) -> None:
-        self.next_free_block = blocks[0] if head and blocks else None
-        self.prev_free_block = blocks[-1] if not head and blocks else None
+    def __init__(self, queue: FreeBlockQueueView, head: bool) -> None:
+        self._queue = queue
+        self._head = head
+
+    @property
+    def next_free_block(self) -> Any:
+        if not self._head:
+            return None
+        blocks = self._queue.get_all_free_blocks()
+        return blocks[0] if blocks else self._queue.fake_free_list_tail
+
+    @property
+    def prev_free_block(self) -> Any:
+        if self._head:
+            return None
+        blocks = self._queue.get_all_free_blocks()
+        return blocks[-1] if blocks else self._queue.fake_free_list_head
 
 
 class BlockPool:
@@ -183,9 +274,24 @@ class BlockPool:
         keep = None
         if block_mask is not None:
             keep = {num_cached_blocks + i for i, on in enumerate(block_mask) if on}
-        ids = [b.block_id for b in blocks]
+        # The pool reads only the blocks it hashes (vLLM's callers may pass anything
+        # before them).
+        ids = [_pool.NULL_BLOCK] * num_cached_blocks
+        ids += [b.block_id for b in blocks[num_cached_blocks:num_full_blocks]]
         self.impl.cache_full_blocks(
             request, ids, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, keep
+        )
+
+    def emit_cached_block_events(
+        self,
+        request: Any,
+        num_cached_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int,
+    ) -> None:
+        """A BlockStored event for the request's first blocks, reused from the cache."""
+        self.impl.emit_cached_block_events(
+            request, num_cached_blocks, block_size, kv_cache_group_id
         )
 
     def cache_partial_block(

@@ -12,6 +12,7 @@ from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import (
     wrapper_class_for,
 )
 from pagedkv.runtime import coordinators as _coord
+from pagedkv.runtime.managers.base import HitQuery
 
 __all__ = [
     "HybridKVCacheCoordinator",
@@ -32,6 +33,7 @@ class KVCacheCoordinator:
         scheduler_block_size: int,
         retention_interval: int | None,
         use_eagle: bool = False,
+        dcp_world_size: int = 1,
     ) -> None:
         self.impl = impl
         self.block_pool = block_pool
@@ -46,6 +48,7 @@ class KVCacheCoordinator:
                 m.kv_cache_spec,
                 block_pool,
                 scheduler_block_size=scheduler_block_size,
+                dcp_world_size=dcp_world_size if dcp_sharded(g.kv_cache_spec) else 1,
                 impl=m,
             )
             for m, g in zip(impl.managers, kv_cache_config.kv_cache_groups, strict=True)
@@ -65,6 +68,35 @@ class KVCacheCoordinator:
         blocks = tuple(self.block_pool.ids_to_blocks(ids) for ids in lists)
         return blocks, num_hit, (longest - num_hit if longest > num_hit else 0)
 
+    def find_longest_cache_hit_per_group(
+        self, block_hashes: list[Any], max_cache_hit_length: int
+    ) -> tuple[tuple[list[KVCacheBlock], ...], tuple[int, ...]]:
+        """Each spec group's own hit (pagedkv's search of its kind), not combined; an EAGLE
+        group looks one block past the bound first, as in the combined search."""
+        impl = self.impl
+        num_hashed = len(block_hashes) * impl.hash_block_size
+        blocks: list[list[KVCacheBlock]] = [[] for _ in impl.managers]
+        lengths = [0] * len(impl.managers)
+        for sg in impl.spec_groups:
+            bound = max_cache_hit_length
+            if sg.use_eagle and sg.manager_cls.looks_past_eagle_block and impl.eagle_margin:
+                bound = min(bound + impl._eagle_margin(sg), num_hashed)
+            query = HitQuery(
+                block_hashes,
+                bound,
+                sg.group_ids,
+                impl.block_pool,
+                sg.spec,
+                impl.alignment_tokens,
+                impl.hash_block_size,
+                drop_eagle_block=sg.use_eagle,
+            )
+            found, hit = sg.manager_cls.find_longest_cache_hit(query)
+            for gid, ids in zip(sg.group_ids, found, strict=True):
+                blocks[gid] = self.block_pool.ids_to_blocks(ids)
+                lengths[gid] = hit
+        return tuple(blocks), tuple(lengths)
+
     def free(self, request_id: str) -> None:
         for m in self.single_type_managers:
             m.free(request_id)
@@ -74,6 +106,30 @@ class KVCacheCoordinator:
             m.new_step_starts()
 
 
-KVCacheCoordinatorNoPrefixCache = KVCacheCoordinator
-UnitaryKVCacheCoordinator = KVCacheCoordinator
-HybridKVCacheCoordinator = KVCacheCoordinator
+def dcp_sharded(spec: Any) -> bool:
+    """Whether decode context parallelism shards the group's blocks across ranks
+    (attention kinds unless their spec says otherwise; never Mamba state)."""
+    from pagedkv.specs import AttentionSpec, UniformTypeKVCacheSpecs
+
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        return all(dcp_sharded(s) for s in spec.kv_cache_specs.values())
+    return bool(getattr(spec, "dcp_sharded", isinstance(spec, AttentionSpec)))
+
+
+class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
+    """The coordinator of a manager without prefix caching."""
+
+
+class UnitaryKVCacheCoordinator(KVCacheCoordinator):
+    """The coordinator of a one-group model."""
+
+
+class HybridKVCacheCoordinator(KVCacheCoordinator):
+    """The coordinator of a model with several groups."""
+
+
+def coordinator_class(enable_caching: bool, num_groups: int) -> type[KVCacheCoordinator]:
+    """vLLM's choice of coordinator class (pagedkv's one coordinator does the work)."""
+    if not enable_caching:
+        return KVCacheCoordinatorNoPrefixCache
+    return UnitaryKVCacheCoordinator if num_groups == 1 else HybridKVCacheCoordinator

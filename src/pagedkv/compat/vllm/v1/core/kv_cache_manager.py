@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
-from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
+from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import (
+    coordinator_class,
+    dcp_sharded,
+)
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
     KVCacheBlock,
     KVCacheBlockCopy,
@@ -21,11 +25,13 @@ from pagedkv.compat.vllm.v1.request import Request
 from pagedkv.config import EngineConfig
 from pagedkv.runtime import kv_cache_manager as _kvm
 from pagedkv.runtime.blocks import KVCacheBlocks as _IdBlocks
-from pagedkv.runtime.events import KVCacheEvent
+from pagedkv.runtime.events import BlockStored, KVCacheEvent
 from pagedkv.runtime.stats import PrefixCacheStats
-from pagedkv.specs import AttentionSpec, UniformTypeKVCacheSpecs
+from pagedkv.specs import UniformTypeKVCacheSpecs
 
 __all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -88,7 +94,8 @@ class KVCacheManager:
         runtime_config = dcp_kv_cache_config(kv_cache_config, dcp_world_size)
         options = _optional_options(
             use_eagle=use_eagle,
-            num_hash_lookahead_tokens=num_hash_lookahead_tokens,
+            # vLLM takes any int, a bool included (its tests pass one)
+            num_hash_lookahead_tokens=int(num_hash_lookahead_tokens),
             num_prefill_lookahead=num_prefill_lookahead,
             enable_mamba_shared_prefix_checkpoint=enable_mamba_shared_prefix_checkpoint,
         )
@@ -121,13 +128,15 @@ class KVCacheManager:
         self.block_pool = BlockPool(
             0, False, 0, metrics_collector=metrics_collector, impl=self.impl.block_pool
         )
-        self.coordinator = KVCacheCoordinator(
+        coordinator = coordinator_class(self.enable_caching, self.num_kv_cache_groups)
+        self.coordinator = coordinator(
             self.impl.coordinator,
             self.block_pool,
             kv_cache_config,
             self.scheduler_block_size,
             interval,
             use_eagle,
+            dcp_world_size,
         )
         self.coordinator.enable_partial_hash_hits = bool(
             getattr(self.impl, "enable_partial_hash_hits", False)
@@ -173,10 +182,15 @@ class KVCacheManager:
         self._adopt_hasher(request)
         if max_cache_hit_length is not None:
             raise NotImplementedError("max_cache_hit_length needs pagedkv support")
+        pinned = request.shared_prefix_boundary
         blocks, num_tokens = self.impl.get_computed_blocks(request)
+        # vLLM's lookup reports the shared-prefix junction (on a miss too) and its caller
+        # decides whether the request keeps it; pagedkv's keeps it at once.
+        boundary = request.shared_prefix_boundary
+        request.shared_prefix_boundary = pinned
         if not num_tokens:
-            return self.empty_kv_cache_blocks, 0, 0
-        return self._blocks(blocks.blocks), num_tokens, request.shared_prefix_boundary
+            return self.empty_kv_cache_blocks, 0, boundary
+        return self._blocks(blocks.blocks), num_tokens, boundary
 
     def allocate_slots(
         self,
@@ -194,8 +208,6 @@ class KVCacheManager:
         skip_zeroing_group_ids: tuple[int, ...] = (),
     ) -> KVCacheBlocks | None:
         self._adopt_hasher(request)
-        if num_external_computed_tokens or reserved_blocks:
-            raise NotImplementedError("external computed tokens need a KV connector")
         hits = None
         if new_computed_blocks is not None:
             hits = _IdBlocks(tuple(_ids(g) for g in new_computed_blocks.blocks))
@@ -209,6 +221,8 @@ class KVCacheManager:
             num_encoder_tokens,
             full_sequence_must_fit=full_sequence_must_fit,
             has_scheduled_reqs=has_scheduled_reqs,
+            reserved_blocks=reserved_blocks,
+            num_external_computed_tokens=num_external_computed_tokens,
         )
         return None if new is None else self._blocks(new.blocks)
 
@@ -233,7 +247,14 @@ class KVCacheManager:
         return [0] * self.num_kv_cache_groups
 
     def take_events(self) -> list[KVCacheEvent]:
-        return self.impl.take_events()
+        """pagedkv's events; a BlockStored naming a group this model lacks is logged."""
+        events = self.impl.take_events()
+        num_groups = self.num_kv_cache_groups
+        for event in events:
+            gid = getattr(event, "group_idx", None)
+            if isinstance(event, BlockStored) and gid is not None and not 0 <= gid < num_groups:
+                logger.warning("Group index `%s` not in KV cache metadata", gid)
+        return events
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
         return self._blocks(self.impl.get_block_ids(request_id))
@@ -296,8 +317,7 @@ def _dcp_spec(spec: Any, dcp_world_size: int) -> Any:
         layers = {n: _dcp_spec(s, dcp_world_size) for n, s in spec.kv_cache_specs.items()}
         sizes = {s.block_size for s in layers.values()}
         return dataclasses.replace(spec, block_size=sizes.pop(), kv_cache_specs=layers)
-    sharded = getattr(spec, "dcp_sharded", isinstance(spec, AttentionSpec))
-    if not sharded:
+    if not dcp_sharded(spec):
         return spec
     return spec.copy_with_new_block_size(spec.block_size * dcp_world_size)
 

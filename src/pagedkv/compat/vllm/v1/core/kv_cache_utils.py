@@ -131,7 +131,7 @@ def get_request_block_hasher(
             raise NotImplementedError(
                 "num_hash_lookahead_tokens needs pagedkv's lookahead block hashing"
             )
-        options["num_lookahead_tokens"] = num_hash_lookahead_tokens
+        options["num_lookahead_tokens"] = int(num_hash_lookahead_tokens)  # a bool too
     return BlockHasher(hash_block_size, algo_name(caching_hash_fn), seed=_none_hash_seed, **options)
 
 
@@ -177,8 +177,25 @@ class KVCacheBlock:
 
     @property
     def block_hash_num_tokens(self) -> int | None:
-        """Tokens a sub-block primary key covers (None for a whole-block key)."""
-        return None if self._pool is None else self._pool._key_tokens.get(self.block_id)
+        """Tokens the block's hash covers (None while it has none)."""
+        pool = self._pool
+        if pool is None or pool.block_hash[self.block_id] is None:
+            return None
+        return pool.key_num_tokens[self.block_id]
+
+    @property
+    def prev_free_block(self) -> Any:
+        """The entry before this block in its pool's free queue (None if not free)."""
+        if self.pool is None:
+            return None
+        return self.pool.free_block_queue.neighbours(self.block_id)[0]
+
+    @property
+    def next_free_block(self) -> Any:
+        """The entry after this block in its pool's free queue (None if not free)."""
+        if self.pool is None:
+            return None
+        return self.pool.free_block_queue.neighbours(self.block_id)[1]
 
     def set_block_hash(
         self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None

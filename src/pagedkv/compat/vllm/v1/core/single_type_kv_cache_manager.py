@@ -145,9 +145,9 @@ class SingleTypeKVCacheManager:
         num_local_computed_tokens: int,
         num_external_computed_tokens: int = 0,
     ) -> None:
-        self.impl.add_local_computed_blocks(
-            request_id, _ids(new_computed_blocks), num_local_computed_tokens
-        )
+        total = num_local_computed_tokens + num_external_computed_tokens
+        local = num_local_computed_tokens if num_external_computed_tokens else None
+        self.impl.add_local_computed_blocks(request_id, _ids(new_computed_blocks), total, local)
 
     def allocate_external_computed_blocks(
         self,
@@ -162,7 +162,7 @@ class SingleTypeKVCacheManager:
         total = num_local_computed_tokens + num_external_computed_tokens
         self.impl.req_to_blocks.setdefault(request_id, [])
         self.impl.num_cached_block.setdefault(request_id, 0)
-        self.impl.allocate_new_blocks(request_id, total, total)
+        self.impl.allocate_external_computed_blocks(request_id, total)
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int | None = None
@@ -232,6 +232,26 @@ class SingleTypeKVCacheManager:
         found, num_tokens = cls.impl_class.find_longest_cache_hit(query)
         return tuple(block_pool.ids_to_blocks(ids) for ids in found), num_tokens
 
+    @classmethod
+    def reachable_block_mask(
+        cls,
+        start_block: int,
+        end_block: int,
+        alignment_tokens: int | None,
+        kv_cache_spec: Any,
+        use_eagle: bool,
+        retention_interval: int | None = None,
+        reachable_boundaries: Sequence[int] = (),
+        dcp_world_size: int = 1,
+        final_segment_end_block: int | None = None,
+    ) -> list[bool] | None:
+        """Which of blocks ``[start_block, end_block)`` to cache (None: all of them)."""
+        return None
+
+
+def _mask(keep: set[int] | None, start_block: int, end_block: int) -> list[bool] | None:
+    return None if keep is None else [i in keep for i in range(start_block, end_block)]
+
 
 class FullAttentionManager(SingleTypeKVCacheManager):
     impl_class = _m.FullAttentionManager
@@ -244,6 +264,38 @@ class SinkFullAttentionManager(FullAttentionManager):
 class SlidingWindowManager(SingleTypeKVCacheManager):
     impl_class = _m.SlidingWindowManager
 
+    @classmethod
+    def reachable_block_mask(
+        cls,
+        start_block: int,
+        end_block: int,
+        alignment_tokens: int | None,
+        kv_cache_spec: Any,
+        use_eagle: bool,
+        retention_interval: int | None = None,
+        reachable_boundaries: Sequence[int] = (),
+        dcp_world_size: int = 1,
+        final_segment_end_block: int | None = None,
+    ) -> list[bool] | None:
+        """pagedkv's sliding-window retention rule; a DCP-sharded block spans
+        ``dcp_world_size`` times the spec's tokens."""
+        if alignment_tokens is None:
+            return None
+        spec = kv_cache_spec
+        if dcp_world_size > 1:
+            spec = spec.copy_with_new_block_size(spec.block_size * dcp_world_size)
+        keep = _m.SlidingWindowManager.reachable_positions(
+            spec,
+            start_block,
+            end_block,
+            alignment_tokens,
+            use_eagle,
+            retention_interval,
+            reachable_boundaries,
+            final_segment_end_block,
+        )
+        return _mask(keep, start_block, end_block)
+
 
 class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
     impl_class = _m.ChunkedLocalAttentionManager
@@ -251,6 +303,32 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
 
 class MambaManager(SingleTypeKVCacheManager):
     impl_class = _m.MambaManager
+
+    @classmethod
+    def reachable_block_mask(
+        cls,
+        start_block: int,
+        end_block: int,
+        alignment_tokens: int | None,
+        kv_cache_spec: Any,
+        use_eagle: bool,
+        retention_interval: int | None = None,
+        reachable_boundaries: Sequence[int] = (),
+        dcp_world_size: int = 1,
+        final_segment_end_block: int | None = None,
+    ) -> list[bool] | None:
+        """pagedkv's Mamba retention rule (a state block is whole on every DCP rank)."""
+        if alignment_tokens is None:
+            return None
+        keep = _m.MambaManager.reachable_positions(
+            kv_cache_spec.block_size,
+            start_block,
+            end_block,
+            alignment_tokens,
+            retention_interval,
+            reachable_boundaries,
+        )
+        return _mask(keep, start_block, end_block)
 
     @property
     def _checkpoints(self) -> dict[str, Any]:
