@@ -1,6 +1,7 @@
-"""HiSparse's GPU-side groups. The host pool that holds a request's history, and the
-coordinator that moves pages between it and the GPU, are HiSparse's own (outside this
-layer); these managers keep the GPU block tables those parts read and write."""
+"""HiSparse's groups: the source group holding a request's history on the host, and the
+GPU-side hot and resident groups. A ``HostTier`` (``pagedkv.runtime.hisparse``) bound to
+them (``tier``) plans the page transfers between the tiers and gates host publication;
+unbound, the groups keep plain block tables."""
 
 from __future__ import annotations
 
@@ -9,14 +10,42 @@ from typing import TYPE_CHECKING, Any
 
 from pagedkv.runtime.block_pool import NULL_BLOCK
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
+from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.specs.base import cdiv
 
 if TYPE_CHECKING:
+    from pagedkv.runtime.hisparse.host_tier import HostTier
     from pagedkv.runtime.request import Request
+
+HISPARSE_SOURCE_ROLE = "hisparse_source"
+
+
+class HiSparseSourceManager(FullAttentionManager):
+    """The host group (role ``hisparse_source``): a full-attention table whose cached
+    prefix, once a tier is bound, is published only as its pages become durable."""
+
+    tier: HostTier | None = None
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        if self.tier is None:
+            super().cache_blocks(request, num_tokens)
+        else:
+            self.tier.publish_when_ready(request, num_tokens)
+
+    def publish_blocks(self, request: Request, num_tokens: int) -> None:
+        """Prefix-cache the full host pages among the first ``num_tokens`` tokens."""
+        super().cache_blocks(request, num_tokens)
+
+    def free(self, request_id: str, priority: int = 0) -> None:
+        if self.tier is not None:
+            self.tier.free(request_id)
+        super().free(request_id, priority)
 
 
 class _HiSparseGPUManager(SingleTypeKVCacheManager):
     """No hits and no caching: the host source group owns prefix caching."""
+
+    tier: HostTier | None = None
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
@@ -112,5 +141,13 @@ class HiSparseResidentManager(_HiSparseGPUManager):
     ) -> None:
         super().add_local_computed_blocks(request_id, (), 0)
         table = self.req_to_blocks[request_id]
-        table.extend([NULL_BLOCK] * cdiv(total_computed_tokens, self.block_size))
+        num_host_pages = cdiv(total_computed_tokens, self.block_size)
+        table.extend([NULL_BLOCK] * num_host_pages)
         self.num_cached_block[request_id] = 0
+        if self.tier is not None:
+            self.tier.commit_computed_blocks(request_id, num_host_pages)
+
+    def free(self, request_id: str, priority: int = 0) -> None:
+        if self.tier is not None:
+            self.tier.free(request_id)
+        super().free(request_id, priority)
