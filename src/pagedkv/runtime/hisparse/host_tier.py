@@ -92,7 +92,8 @@ class HostTier:
         self.pending_spills: dict[int, PendingTransfer] = {}
         self.next_spill_id = 0
         self._pending_imports: dict[str, int] = {}  # request -> tokens a load is filling
-        for manager in (host_manager, *self.resident_managers, *self.hot_managers):
+        host_manager.tier = self
+        for manager in (*self.resident_managers, *self.hot_managers):
             manager.tier = self
 
     def state(self, request_id: str) -> RequestResidency:
@@ -103,9 +104,7 @@ class HostTier:
         return state
 
     @staticmethod
-    def resident_page(
-        manager: SingleTypeKVCacheManager, request_id: str, page: int
-    ) -> int | None:
+    def resident_page(manager: SingleTypeKVCacheManager, request_id: str, page: int) -> int | None:
         """The GPU block a resident group holds page ``page`` in; None if host-only."""
         table = manager.req_to_blocks.get(request_id)
         if table is None or page >= len(table) or table[page] == NULL_BLOCK:
@@ -369,7 +368,7 @@ def bind_host_tier(kv_cache_manager: KVCacheManager) -> HostTier:
     for manager in managers:
         tier = getattr(manager, "tier", None)
         if tier is not None:
-            return tier  # type: ignore[no-any-return]
+            return tier
     from pagedkv.runtime.managers.hisparse import (
         HiSparseHotManager,
         HiSparseResidentManager,

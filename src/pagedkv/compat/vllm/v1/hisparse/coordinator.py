@@ -51,11 +51,11 @@ class _GroupView:
 
     @property
     def hot_required(self) -> set[str]:
-        return self._wrapper.impl.hot_required  # type: ignore[no-any-return]
+        return self._wrapper.impl.hot_required
 
     @property
     def blocks_per_request(self) -> int:
-        return self._wrapper.impl.blocks_per_request  # type: ignore[no-any-return]
+        return self._wrapper.impl.blocks_per_request
 
 
 class HiSparseCoordinator:
@@ -108,7 +108,7 @@ class HiSparseCoordinator:
         return self.tier.next_spill_id
 
     def get_host_block_pool(self) -> BlockPool:
-        return self.host_manager.block_pool  # type: ignore[no-any-return]
+        return self.host_manager.block_pool
 
     def advance_scheduled(self, requests: Iterable[tuple[str, int]]) -> None:
         self.tier.advance_scheduled(requests)
@@ -166,7 +166,9 @@ def get_hisparse_coordinator(kv_cache_manager: Any) -> HiSparseCoordinator:
     """The coordinator of a KV cache manager's HiSparse groups (built on first call)."""
     coordinator = getattr(kv_cache_manager, "_hisparse_coordinator", None)
     if coordinator is None:
-        if not any(isinstance(m, _hs.HiSparseSourceManager) for m in kv_cache_manager.impl.managers):
+        if not any(
+            isinstance(m, _hs.HiSparseSourceManager) for m in kv_cache_manager.impl.managers
+        ):
             raise ValueError("No HiSparse cache group is configured.")
         coordinator = HiSparseCoordinator(kv_cache_manager)
         kv_cache_manager._hisparse_coordinator = coordinator

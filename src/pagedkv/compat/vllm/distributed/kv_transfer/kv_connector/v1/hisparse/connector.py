@@ -132,7 +132,9 @@ class HiSparseConnector:
             raise ValueError("HiSparseConnector has no scheduler side (a worker-role connector)")
         return self.connector_scheduler
 
-    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+    def get_num_new_matched_tokens(
+        self, request: Any, num_computed_tokens: int
+    ) -> tuple[int, bool]:
         return 0, False
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
