@@ -7,6 +7,7 @@ from pagedkv.runtime.hisparse.host_tier import (
     bind_host_tier,
     mirror_window,
 )
+from pagedkv.runtime.hisparse.host_pool import HOST_MEDIUM, HostBlockPool
 from pagedkv.runtime.hisparse.state import PendingTransfer, Publication, RequestResidency
 from pagedkv.runtime.hisparse.transfers import (
     OffloadCommand,
@@ -16,6 +17,8 @@ from pagedkv.runtime.hisparse.transfers import (
 )
 
 __all__ = [
+    "HOST_MEDIUM",
+    "HostBlockPool",
     "HostTier",
     "OffloadCommand",
     "PageTransfer",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime.block_pool import NULL_BLOCK
+from pagedkv.runtime.hisparse.host_pool import HostBlockPool
 from pagedkv.runtime.hisparse.state import PendingTransfer, Publication, RequestResidency
 from pagedkv.runtime.hisparse.transfers import (
     OffloadCommand,
@@ -360,10 +361,13 @@ def mirror_window(
     return first, start + num_scheduled - first + draft_lookahead
 
 
-def bind_host_tier(kv_cache_manager: KVCacheManager) -> HostTier:
+def bind_host_tier(
+    kv_cache_manager: KVCacheManager, host_num_blocks: int | None = None
+) -> HostTier:
     """The host tier of a ``KVCacheManager`` whose groups include a HiSparse source
     group: built (and bound to the groups) on the first call, before any request is
-    admitted; later calls return the same tier."""
+    admitted; later calls return the same tier. ``host_num_blocks``: the source group
+    moves to a ``HostBlockPool`` of that many blocks (None: it stays in the GPU pool)."""
     managers = kv_cache_manager.managers
     for manager in managers:
         tier = getattr(manager, "tier", None)
@@ -381,6 +385,10 @@ def bind_host_tier(kv_cache_manager: KVCacheManager) -> HostTier:
             f"bind_host_tier: the model has {len(sources)} HiSparse source groups "
             "(role 'hisparse_source'), expected exactly one"
         )
+    if host_num_blocks is not None:
+        group_id = managers.index(sources[0])
+        pool = HostBlockPool(host_num_blocks, kv_cache_manager.block_pool)
+        kv_cache_manager.coordinator.use_pool(group_id, pool)
     return HostTier(
         sources[0],
         [m for m in managers if isinstance(m, HiSparseResidentManager)],

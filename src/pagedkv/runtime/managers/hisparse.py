@@ -22,7 +22,8 @@ HISPARSE_SOURCE_ROLE = "hisparse_source"
 
 class HiSparseSourceManager(FullAttentionManager):
     """The host group (role ``hisparse_source``): a full-attention table whose cached
-    prefix, once a tier is bound, is published only as its pages become durable."""
+    prefix, once a tier is bound, is published only as its pages become durable. With a
+    host pool of its own, admission asks the host pool, not the GPU pool, for its pages."""
 
     tier: HostTier | None = None
 
@@ -31,6 +32,34 @@ class HiSparseSourceManager(FullAttentionManager):
             super().cache_blocks(request, num_tokens)
         else:
             self.tier.publish_when_ready(request, num_tokens)
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
+        prefill_end: int = 0,
+    ) -> int:
+        required = super().get_num_blocks_to_allocate(
+            request_id,
+            num_tokens,
+            new_computed_blocks,
+            total_computed_tokens,
+            num_tokens_main_model,
+            apply_admission_cap,
+            prefill_end,
+        )
+        tier = self.tier
+        if tier is None or self.block_pool is tier.gpu_pool:
+            return required
+        # Host blocks come from the host pool: nothing counts against the GPU pool unless
+        # the host cannot back the pages, then more than the GPU pool holds (no fit).
+        if required <= self.block_pool.num_free_blocks:
+            return 0
+        return tier.gpu_pool.num_blocks + 1
 
     def publish_blocks(self, request: Request, num_tokens: int) -> None:
         """Prefix-cache the full host pages among the first ``num_tokens`` tokens."""

@@ -1,7 +1,7 @@
 """vLLM's ``vllm.v1.hisparse.coordinator`` over pagedkv's host tier
 (``pagedkv.runtime.hisparse.HostTier``): the same tier, with vLLM's names and block
-objects. pagedkv's ``KVCacheManager`` keeps every group in one pool, so the "host pool"
-is the pool the source group allocates from."""
+objects. The source group moves to a host pool of ``hisparse_host_num_blocks`` blocks
+when the coordinator is first built (before any request is admitted)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import KVCacheBlock
+from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import _Tables
 from pagedkv.runtime.hisparse import (
     HostTier,
     OffloadCommand,
@@ -58,12 +59,25 @@ class _GroupView:
         return self._wrapper.impl.blocks_per_request
 
 
+def _move_to_pool(wrapper: Any, pool: BlockPool) -> None:
+    """Point a vLLM-named manager at the block objects of the pool its impl moved to."""
+    wrapper.block_pool = pool
+    wrapper.req_to_blocks = _Tables(wrapper)
+    wrapper._null_block = pool.null_block
+
+
 class HiSparseCoordinator:
     """vLLM's coordinator API; ``tier`` is the pagedkv host tier doing the work."""
 
     def __init__(self, kv_cache_manager: Any) -> None:
-        self.tier = tier = bind_host_tier(kv_cache_manager.impl)
+        host_num_blocks = getattr(
+            kv_cache_manager.kv_cache_config, "hisparse_host_num_blocks", None
+        )
+        self.tier = tier = bind_host_tier(kv_cache_manager.impl, host_num_blocks)
         wrappers = kv_cache_manager.coordinator.single_type_managers
+        for wrapper in wrappers:
+            if wrapper.impl.block_pool is not wrapper.block_pool.impl:
+                _move_to_pool(wrapper, BlockPool(0, False, 0, impl=wrapper.impl.block_pool))
         self.managers = wrappers
         by_impl = {id(w.impl): w for w in wrappers}
         self.host_group_id = next(
