@@ -27,7 +27,7 @@ class HostBlockPool(BlockPool):
         self.event_token_ids = owner.event_token_ids
         self.num_hash_lookahead_tokens = owner.num_hash_lookahead_tokens
 
-    @property  # type: ignore[override]
+    @property
     def _events(self) -> list[KVCacheEvent] | None:
         return self._owner._events
 
@@ -35,7 +35,7 @@ class HostBlockPool(BlockPool):
     def _events(self, events: list[KVCacheEvent] | None) -> None:
         return  # the owner's queue: the owner starts and drains it
 
-    @property  # type: ignore[override]
+    @property
     def _journal(self) -> list[tuple[Any, ...]] | None:
         return self._owner._journal
 
