@@ -6,18 +6,29 @@ unbound, the groups keep plain block tables."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pagedkv.runtime.block_pool import NULL_BLOCK
+from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.specs.base import cdiv
 
 if TYPE_CHECKING:
-    from pagedkv.runtime.hisparse.host_tier import HostTier
     from pagedkv.runtime.request import Request
 
 HISPARSE_SOURCE_ROLE = "hisparse_source"
+
+
+class TierHooks(Protocol):
+    """What the managers call on the bound tier (``pagedkv.runtime.hisparse.HostTier``)."""
+
+    gpu_pool: BlockPool
+
+    def publish_when_ready(self, request: Request, num_tokens: int) -> None: ...
+
+    def commit_computed_blocks(self, request_id: str, num_host_pages: int) -> None: ...
+
+    def free(self, request_id: str) -> None: ...
 
 
 class HiSparseSourceManager(FullAttentionManager):
@@ -25,7 +36,7 @@ class HiSparseSourceManager(FullAttentionManager):
     prefix, once a tier is bound, is published only as its pages become durable. With a
     host pool of its own, admission asks the host pool, not the GPU pool, for its pages."""
 
-    tier: HostTier | None = None
+    tier: TierHooks | None = None
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         if self.tier is None:
@@ -74,7 +85,7 @@ class HiSparseSourceManager(FullAttentionManager):
 class _HiSparseGPUManager(SingleTypeKVCacheManager):
     """No hits and no caching: the host source group owns prefix caching."""
 
-    tier: HostTier | None = None
+    tier: TierHooks | None = None
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
