@@ -22,21 +22,22 @@ from pagedkv import (
 )
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import Request
-from pagedkv.runtime.hisparse import HostTier, bind_host_tier, mirror_window
+from pagedkv.runtime.events import BlockStored
+from pagedkv.runtime.hisparse import (
+    HOST_MEDIUM,
+    HostBlockPool,
+    HostTier,
+    bind_host_tier,
+    mirror_window,
+)
 from pagedkv.runtime.managers.hisparse import HISPARSE_SOURCE_ROLE, HiSparseSourceManager
 
 BS = 4  # tokens per page
 
 
-def make_manager(
-    num_blocks: int = 48,
-    *,
-    max_model_len: int = 64,
-    num_prefill_lookahead: int = 0,
-    enable_caching: bool = True,
-) -> KVCacheManager:
+def _config(num_blocks: int) -> KVCacheConfig:
     source = FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=8)
-    groups = [
+    groups = (
         KVCacheGroupSpec(layer_names=("source",), kv_cache_spec=source, role=HISPARSE_SOURCE_ROLE),
         KVCacheGroupSpec(layer_names=("indexer",), kv_cache_spec=source),
         KVCacheGroupSpec(
@@ -47,13 +48,25 @@ def make_manager(
             layer_names=("hot",),
             kv_cache_spec=HiSparseHotSpec(block_size=BS, page_size=64, blocks_per_request=2),
         ),
-    ]
+    )
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=(), kv_cache_groups=groups)
+
+
+def make_manager(
+    num_blocks: int = 48,
+    *,
+    max_model_len: int = 64,
+    num_prefill_lookahead: int = 0,
+    enable_caching: bool = True,
+    enable_events: bool = False,
+) -> KVCacheManager:
     config = EngineConfig.create(max_model_len=max_model_len, max_num_batched_tokens=64)
     return KVCacheManager(
-        KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=(), kv_cache_groups=tuple(groups)),
+        _config(num_blocks),
         config,
         enable_caching=enable_caching,
         num_prefill_lookahead=num_prefill_lookahead,
+        enable_events=enable_events,
     )
 
 
@@ -268,6 +281,51 @@ def test_a_request_asks_for_its_hot_region_when_the_pool_runs_low() -> None:
     tier.update_residency("a")
     assert "a" in hot.hot_required
     assert manager.allocate_slots(request, 1) is None  # no room for the hot region yet
+
+
+def test_a_host_pool_backs_the_source_group_and_shares_events_and_transactions() -> None:
+    manager = make_manager(num_blocks=32, enable_events=True)
+    tier = bind_host_tier(manager, host_num_blocks=5)  # the null block and 4 pages
+    host_pool = tier.host_pool
+    assert isinstance(host_pool, HostBlockPool) and host_pool.num_blocks == 5
+    assert tier.gpu_pool is manager.block_pool and host_pool is not manager.block_pool
+    request = Request("a", list(range(2 * BS)))
+    gpu_free = manager.block_pool.num_free_blocks
+    schedule(manager, tier, request, 2 * BS)
+    assert host_pool.num_free_blocks == 2
+    assert manager.block_pool.num_free_blocks == gpu_free - 4  # indexer and resident only
+    # Admission asks the host pool: three more pages do not fit in two host blocks.
+    assert manager.allocate_slots(Request("b", list(range(3 * BS))), 3 * BS) is None
+    ack_all(tier)
+    stored = [e for e in manager.take_events() if isinstance(e, BlockStored)]
+    assert {(e.group_idx, e.medium) for e in stored} == {(0, HOST_MEDIUM), (1, "GPU")}
+    manager.free(request)
+    hit, num_hit = manager.get_computed_blocks(Request("c", list(range(2 * BS + 1))))
+    assert num_hit == 2 * BS and all(host_pool.block_hash[b] is not None for b in hit.blocks[0])
+
+
+def test_a_failed_allocation_undoes_host_pool_changes_too() -> None:
+    manager = make_manager(num_blocks=32)
+    tier = bind_host_tier(manager, host_num_blocks=8)
+    resident = tier.resident_managers[0]
+    original = resident.allocate_new_blocks
+
+    def fail(*args: object) -> list[int]:
+        raise RuntimeError("injected")
+
+    resident.allocate_new_blocks = fail  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="injected"):
+        manager.allocate_slots(Request("a", list(range(2 * BS))), 2 * BS)
+    resident.allocate_new_blocks = original  # type: ignore[method-assign]
+    assert tier.host_pool.num_free_blocks == 7
+    assert "a" not in tier.host_manager.req_to_blocks
+
+
+def test_moving_a_group_with_requests_to_a_pool_is_refused() -> None:
+    manager = make_manager()
+    manager.allocate_slots(Request("a", list(range(BS))), BS)
+    with pytest.raises(KVCacheRuntimeError, match="holds requests"):
+        bind_host_tier(manager, host_num_blocks=8)
 
 
 # -- stateful ---------------------------------------------------------------------------
