@@ -270,6 +270,26 @@ def test_in_flight_transfers_keep_their_blocks_after_free() -> None:
     assert manager.get_computed_blocks(Request("probe", list(range(2 * BS))))[1] == 0
 
 
+@pytest.mark.parametrize("finished", [True, False])
+def test_a_finished_request_publishes_its_durable_prefix_after_free(finished: bool) -> None:
+    manager = make_manager()
+    tier = bind_host_tier(manager)
+    request = Request("a", list(range(2 * BS + 1)))
+    schedule(manager, tier, request, 2 * BS + 1)
+    host = manager.get_block_ids("a")[0]
+    counts = {t.transfer_id: 1 for t in tier.build_offload_command().page_transfers}
+    if finished:
+        tier.mark_finished("a")
+    manager.free(request)
+    pool = manager.block_pool
+    assert [pool.ref_cnt[b] for b in host] == ([2, 2, 0] if finished else [1, 1, 0])
+    tier.update_spills(counts, counts)
+    cached = [pool.block_hash[b] is not None for b in host]
+    assert cached == ([True, True, False] if finished else [False] * 3)
+    assert all(pool.ref_cnt[b] == 0 for b in host)
+    assert not tier.has_pending_work()
+
+
 def test_a_request_asks_for_its_hot_region_when_the_pool_runs_low() -> None:
     manager = make_manager(num_blocks=20)
     tier = bind_host_tier(manager)
@@ -373,6 +393,13 @@ class HostTierMachine(RuleBasedStateMachine):
         rid = data.draw(st.sampled_from(sorted(self.requests)))
         self.manager.free(self.requests.pop(rid))
 
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(sorted(self.requests)))
+        self.tier.mark_finished(rid)
+        self.manager.free(self.requests.pop(rid))
+
     @rule(workers=st.integers(1, 2))
     def send(self, workers: int) -> None:
         for transfer in self.tier.build_offload_command().page_transfers:
@@ -397,9 +424,15 @@ class HostTierMachine(RuleBasedStateMachine):
         for manager in self.manager.managers:
             for table in manager.req_to_blocks.values():
                 expected.update(b for b in table if b)
+        detached = {}
         for pending in self.tier.pending_spills.values():
             expected[pending.host_block] += 1
             expected.update(pending.resident_blocks)
+            publication = pending.state.publication
+            if publication is not None and publication.detached_blocks is not None:
+                detached[id(pending.state)] = publication.detached_blocks
+        for blocks in detached.values():
+            expected.update(b for b in blocks if b)
         pool = self.manager.block_pool
         actual = {b: pool.ref_cnt[b] for b in range(1, pool.num_blocks) if pool.ref_cnt[b]}
         assert actual == dict(expected)

@@ -11,7 +11,7 @@ freed: the tier never hands a GPU page back to the pool while the request may re
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime.block_pool import NULL_BLOCK
@@ -93,6 +93,7 @@ class HostTier:
         self.pending_spills: dict[int, PendingTransfer] = {}
         self.next_spill_id = 0
         self._pending_imports: dict[str, int] = {}  # request -> tokens a load is filling
+        self._finished: set[str] = set()  # marked finished, not yet freed
         host_manager.tier = self
         for manager in (*self.resident_managers, *self.hot_managers):
             manager.tier = self
@@ -273,19 +274,28 @@ class HostTier:
                 pending.completions += count
         done = [p for p in self.pending_spills.values() if p.done]
         touched: dict[str, RequestResidency] = {}
+        detached: list[RequestResidency] = []
         for pending in done:
             del self.pending_spills[pending.transfer_id]
             state = pending.state
             state.pending_pages.pop(pending.page, None)
-            if self.request_states.get(pending.request_id) is state:
+            current = self.request_states.get(pending.request_id) is state
+            publication = state.publication
+            if current or (publication is not None and publication.detached_blocks is not None):
                 if not pending.restore:
                     state.valid_pages.add(pending.page)
-                touched[pending.request_id] = state
+                if current:
+                    touched[pending.request_id] = state
+                else:
+                    detached.append(state)
             self.gpu_pool.free_blocks(pending.resident_blocks)
             self.host_pool.free_blocks([pending.host_block])
         for request_id, state in touched.items():
             state.advance_ready_prefix()
             self._publish_ready(request_id)
+        for state in detached:
+            if not state.pending_pages:
+                self._publish_detached(state)
 
     def has_pending_work(self) -> bool:
         """Whether transfers are planned or in flight."""
@@ -343,11 +353,60 @@ class HostTier:
             self._plan_transfer(request_id, tail, after_forward=False, restore=True)
         self._publish_ready(request_id)
 
+    def mark_finished(self, request_id: str) -> None:
+        """The request ended (stopped, aborted, length-capped): it was not preempted, so
+        when freed its in-flight write-backs still publish its prefix."""
+        self._finished.add(request_id)
+
+    def _is_finished(self, request_id: str, request: Any) -> bool:
+        if request_id in self._finished:
+            return True
+        is_finished = getattr(request, "is_finished", None)  # an engine's request
+        return callable(is_finished) and bool(is_finished())
+
     def free(self, request_id: str) -> None:
-        """Forget the request. Its in-flight transfers keep their endpoints until done,
-        and publish nothing: a cancelled step's write-back proves no KV was computed."""
+        """Forget the request. Its in-flight transfers keep their endpoints until done.
+        A preempted request's publish nothing (a cancelled step's write-back proves no KV
+        was computed); a finished request's (``mark_finished``, or a request object whose
+        ``is_finished()`` is true) keep its host pages until the last one completes, then
+        publish the durable prefix."""
         self._pending_imports.pop(request_id, None)
-        self.request_states.pop(request_id, None)
+        finished = request_id in self._finished
+        self._finished.discard(request_id)
+        state = self.request_states.pop(request_id, None)
+        if state is None or state.publication is None:
+            return
+        publication = state.publication
+        if not state.pending_pages or not (
+            finished or self._is_finished(request_id, publication.request)
+        ):
+            state.publication = None
+            return
+        host = self.host_manager
+        blocks = list(host.req_to_blocks.get(request_id, ())[: publication.num_pages])
+        publication.detached_blocks = blocks
+        publication.num_cached_blocks = host.num_cached_block.get(request_id, 0)
+        self.host_pool.touch(blocks)
+
+    def _publish_detached(self, state: RequestResidency) -> None:
+        publication = state.publication
+        if publication is None or publication.detached_blocks is None:
+            return
+        state.advance_ready_prefix()
+        blocks = publication.detached_blocks
+        host = self.host_manager
+        num_full = min(state.ready_prefix_pages, publication.num_pages)
+        self.host_pool.cache_full_blocks(
+            publication.request,
+            blocks,
+            publication.num_cached_blocks,
+            num_full,
+            self.block_size,
+            host.kv_cache_group_id,
+            host.reachable_blocks(publication.request, publication.num_cached_blocks, num_full),
+        )
+        self.host_pool.free_blocks(reversed(blocks))
+        state.publication = None
 
 
 def mirror_window(

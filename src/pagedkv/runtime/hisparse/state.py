@@ -15,6 +15,10 @@ class Publication:
     request: Any
     num_tokens: int
     num_pages: int
+    # Set when a finished request is freed with write-backs in flight: its first
+    # ``num_pages`` host blocks (referenced until they publish) and how many were cached.
+    detached_blocks: list[int] | None = None
+    num_cached_blocks: int = 0
 
 
 @dataclass
