@@ -2,13 +2,13 @@
 publication, row mirrors and residency updates for the worker."""
 
 from pagedkv.runtime.hisparse.host_pool import HOST_MEDIUM, HostBlockPool
-from pagedkv.runtime.hisparse.host_tier import (
-    HostTier,
+from pagedkv.runtime.hisparse.state import PendingTransfer, Publication, RequestResidency
+from pagedkv.runtime.hisparse.tier import (
+    HiSparseTier,
     ScheduledRows,
-    bind_host_tier,
+    bind_hisparse_tier,
     mirror_window,
 )
-from pagedkv.runtime.hisparse.state import PendingTransfer, Publication, RequestResidency
 from pagedkv.runtime.hisparse.transfers import (
     OffloadCommand,
     PageTransfer,
@@ -19,7 +19,7 @@ from pagedkv.runtime.hisparse.transfers import (
 __all__ = [
     "HOST_MEDIUM",
     "HostBlockPool",
-    "HostTier",
+    "HiSparseTier",
     "OffloadCommand",
     "PageTransfer",
     "PendingTransfer",
@@ -28,6 +28,6 @@ __all__ = [
     "ResidencyUpdate",
     "RowMirror",
     "ScheduledRows",
-    "bind_host_tier",
+    "bind_hisparse_tier",
     "mirror_window",
 ]

@@ -1,5 +1,5 @@
 """HiSparse's groups: the source group holding a request's history on the host, and the
-GPU-side hot and resident groups. A ``HostTier`` (``pagedkv.runtime.hisparse``) bound to
+GPU-side hot and resident groups. A ``HiSparseTier`` (``pagedkv.runtime.hisparse``) bound to
 them (``tier``) plans the page transfers between the tiers and gates host publication;
 unbound, the groups keep plain block tables."""
 
@@ -20,7 +20,7 @@ HISPARSE_SOURCE_ROLE = "hisparse_source"
 
 
 class TierHooks(Protocol):
-    """What the managers call on the bound tier (``pagedkv.runtime.hisparse.HostTier``)."""
+    """What the managers call on the bound tier (``pagedkv.runtime.hisparse.HiSparseTier``)."""
 
     gpu_pool: BlockPool
 

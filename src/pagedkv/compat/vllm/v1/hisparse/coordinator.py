@@ -1,5 +1,5 @@
 """vLLM's ``vllm.v1.hisparse.coordinator`` over pagedkv's host tier
-(``pagedkv.runtime.hisparse.HostTier``): the same tier, with vLLM's names and block
+(``pagedkv.runtime.hisparse.HiSparseTier``): the same tier, with vLLM's names and block
 objects. The source group moves to a host pool of ``hisparse_host_num_blocks`` blocks
 when the coordinator is first built (before any request is admitted)."""
 
@@ -12,13 +12,13 @@ from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import KVCacheBlock
 from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import _Tables
 from pagedkv.runtime.hisparse import (
-    HostTier,
+    HiSparseTier,
     OffloadCommand,
     PendingTransfer,
     RequestResidency,
     ResidencyUpdate,
     RowMirror,
-    bind_host_tier,
+    bind_hisparse_tier,
 )
 from pagedkv.runtime.managers import hisparse as _hs
 
@@ -28,7 +28,7 @@ __all__ = ["HiSparseCoordinator", "get_hisparse_coordinator"]
 class _GroupView:
     """A vLLM-named manager of one HiSparse group, with the tier's residency reads."""
 
-    def __init__(self, wrapper: Any, tier: HostTier) -> None:
+    def __init__(self, wrapper: Any, tier: HiSparseTier) -> None:
         self._wrapper = wrapper
         self._tier = tier
 
@@ -73,7 +73,7 @@ class HiSparseCoordinator:
         host_num_blocks = getattr(
             kv_cache_manager.kv_cache_config, "hisparse_host_num_blocks", None
         )
-        self.tier = tier = bind_host_tier(kv_cache_manager.impl, host_num_blocks)
+        self.tier = tier = bind_hisparse_tier(kv_cache_manager.impl, host_num_blocks)
         wrappers = kv_cache_manager.coordinator.single_type_managers
         for wrapper in wrappers:
             if wrapper.impl.block_pool is not wrapper.block_pool.impl:

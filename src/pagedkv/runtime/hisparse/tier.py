@@ -35,13 +35,13 @@ if TYPE_CHECKING:
     )
     from pagedkv.runtime.request import Request
 
-__all__ = ["HostTier", "ScheduledRows", "bind_host_tier", "mirror_window"]
+__all__ = ["HiSparseTier", "ScheduledRows", "bind_hisparse_tier", "mirror_window"]
 
 # (request id, first token of the step, tokens scheduled in the step)
 ScheduledRows = tuple[str, int, int]
 
 
-class HostTier:
+class HiSparseTier:
     """The host tier of one model: its source (host) group, resident and hot groups.
 
     ``num_reprefillable_tokens``: the last tokens of a step that a later step computes
@@ -62,21 +62,23 @@ class HostTier:
         num_gpu_blocks: int,
     ) -> None:
         if not resident_managers:
-            raise KVCacheRuntimeError("HostTier needs at least one HiSparse resident group")
+            raise KVCacheRuntimeError("HiSparseTier needs at least one HiSparse resident group")
         sizes = {m.block_size for m in resident_managers}
         if len(sizes) != 1:
             raise KVCacheRuntimeError(
-                f"HostTier: resident groups use block sizes {sorted(sizes)}, expected one"
+                f"HiSparseTier: resident groups use block sizes {sorted(sizes)}, expected one"
             )
         self.block_size = sizes.pop()
         if host_manager.block_size != self.block_size:
             raise KVCacheRuntimeError(
-                f"HostTier: host group block size {host_manager.block_size} differs from "
+                f"HiSparseTier: host group block size {host_manager.block_size} differs from "
                 f"the resident groups' {self.block_size}"
             )
         if num_reprefillable_tokens < 0:
             raise KVCacheRuntimeError(
-                f"HostTier.num_reprefillable_tokens must be >= 0, got {num_reprefillable_tokens}"
+                "HiSparseTier.num_reprefillable_tokens must be >= 0, "
+                f"got {num_reprefillable_tokens}"
+                f"got {num_reprefillable_tokens}"
             )
         self.host_manager = host_manager
         self.resident_managers = tuple(resident_managers)
@@ -420,9 +422,9 @@ def mirror_window(
     return first, start + num_scheduled - first + draft_lookahead
 
 
-def bind_host_tier(
+def bind_hisparse_tier(
     kv_cache_manager: KVCacheManager, host_num_blocks: int | None = None
-) -> HostTier:
+) -> HiSparseTier:
     """The host tier of a ``KVCacheManager`` whose groups include a HiSparse source
     group: built (and bound to the groups) on the first call, before any request is
     admitted; later calls return the same tier. ``host_num_blocks``: the source group
@@ -441,14 +443,14 @@ def bind_host_tier(
     sources = [m for m in managers if isinstance(m, HiSparseSourceManager)]
     if len(sources) != 1:
         raise KVCacheRuntimeError(
-            f"bind_host_tier: the model has {len(sources)} HiSparse source groups "
+            f"bind_hisparse_tier: the model has {len(sources)} HiSparse source groups "
             "(role 'hisparse_source'), expected exactly one"
         )
     if host_num_blocks is not None:
         group_id = managers.index(sources[0])
         pool = HostBlockPool(host_num_blocks, kv_cache_manager.block_pool)
         kv_cache_manager.coordinator.use_pool(group_id, pool)
-    return HostTier(
+    return HiSparseTier(
         sources[0],
         [m for m in managers if isinstance(m, HiSparseResidentManager)],
         [m for m in managers if isinstance(m, HiSparseHotManager)],

@@ -25,9 +25,9 @@ from pagedkv.runtime import Request
 from pagedkv.runtime.events import BlockStored
 from pagedkv.runtime.hisparse import (
     HOST_MEDIUM,
+    HiSparseTier,
     HostBlockPool,
-    HostTier,
-    bind_host_tier,
+    bind_hisparse_tier,
     mirror_window,
 )
 from pagedkv.runtime.managers.hisparse import HISPARSE_SOURCE_ROLE, HiSparseSourceManager
@@ -70,22 +70,24 @@ def make_manager(
     )
 
 
-def schedule(manager: KVCacheManager, tier: HostTier, request: Request, num_tokens: int) -> None:
+def schedule(
+    manager: KVCacheManager, tier: HiSparseTier, request: Request, num_tokens: int
+) -> None:
     """Allocate one step and run the tier's per-step work for it."""
     assert manager.allocate_slots(request, num_tokens) is not None
     tier.advance_scheduled([(request.request_id, request.num_computed_tokens + num_tokens)])
     request.num_computed_tokens += num_tokens
 
 
-def ack_all(tier: HostTier, workers: int = 1) -> None:
+def ack_all(tier: HiSparseTier, workers: int = 1) -> None:
     counts = {t.transfer_id: workers for t in tier.build_offload_command().page_transfers}
     tier.update_spills(counts, counts)
 
 
-def test_bind_host_tier_binds_once_and_requires_a_source_group() -> None:
+def test_bind_hisparse_tier_binds_once_and_requires_a_source_group() -> None:
     manager = make_manager()
-    tier = bind_host_tier(manager)
-    assert bind_host_tier(manager) is tier
+    tier = bind_hisparse_tier(manager)
+    assert bind_hisparse_tier(manager) is tier
     assert isinstance(tier.host_manager, HiSparseSourceManager)
     assert tier.max_spill_pages == 64 // BS
     assert tier.transition_watermark == max(2, 48 // 10)
@@ -103,12 +105,12 @@ def test_bind_host_tier_binds_once_and_requires_a_source_group() -> None:
         EngineConfig.create(max_model_len=64, max_num_batched_tokens=64),
     )
     with pytest.raises(KVCacheRuntimeError, match="source groups"):
-        bind_host_tier(plain)
+        bind_hisparse_tier(plain)
 
 
 def test_sealed_pages_are_written_back_once_and_published_when_durable() -> None:
     manager = make_manager()
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     request = Request("a", list(range(10)))
     schedule(manager, tier, request, 10)  # pages 0 and 1 sealed, page 2 partial
     transfers = tier.build_offload_command().page_transfers
@@ -138,7 +140,7 @@ def test_sealed_pages_are_written_back_once_and_published_when_durable() -> None
 
 def test_a_transfer_completes_only_when_every_worker_has_run_it() -> None:
     manager = make_manager()
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     schedule(manager, tier, Request("a", list(range(4))), 4)
     [transfer] = tier.build_offload_command().page_transfers
     tier.update_spills({transfer.transfer_id: 2}, {transfer.transfer_id: 1})
@@ -149,14 +151,14 @@ def test_a_transfer_completes_only_when_every_worker_has_run_it() -> None:
 
 def test_reprefillable_tokens_are_not_written_back() -> None:
     manager = make_manager(num_prefill_lookahead=3)  # the last 2 tokens are recomputed
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     schedule(manager, tier, Request("a", list(range(2 * BS))), 2 * BS)
     assert len(tier.build_offload_command().page_transfers) == 1
 
 
 def test_the_step_budget_caps_planned_transfers() -> None:
     manager = make_manager()
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     tier.max_spill_pages = 1
     request = Request("a", list(range(2 * BS)))
     schedule(manager, tier, request, 2 * BS)
@@ -169,7 +171,7 @@ def test_the_step_budget_caps_planned_transfers() -> None:
 
 def test_row_mirrors_split_at_page_boundaries() -> None:
     manager = make_manager()
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     schedule(manager, tier, Request("a", list(range(2 * BS))), 2 * BS)
     host, _, resident, _ = manager.get_block_ids("a")
     mirrors = tier.build_row_mirrors([("a", BS - 1, 3)])
@@ -197,7 +199,7 @@ def test_mirror_window_covers_unverified_drafts_and_draft_kv(
 
 def test_residency_updates_send_new_pages_and_start_over_after_readmission() -> None:
     manager = make_manager()
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     request = Request("a", list(range(3 * BS)))
     schedule(manager, tier, request, 2 * BS)
     first = tier.take_residency_updates(["a"])["a"]
@@ -214,7 +216,7 @@ def test_residency_updates_send_new_pages_and_start_over_after_readmission() -> 
 
 def test_host_prefix_hits_are_clean_and_not_gpu_resident() -> None:
     manager = make_manager()
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     original = Request("a", list(range(3 * BS)))
     schedule(manager, tier, original, 3 * BS)
     ack_all(tier)
@@ -237,7 +239,7 @@ def test_host_prefix_hits_are_clean_and_not_gpu_resident() -> None:
 
 def test_import_completion_restores_the_tail_page_and_ignores_an_unsealed_one() -> None:
     manager = make_manager()
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     request = Request("a", list(range(2 * BS + 1)))
     schedule(manager, tier, request, 2 * BS + 1)
     tier.build_offload_command()  # the write-backs of pages 0-1
@@ -255,7 +257,7 @@ def test_import_completion_restores_the_tail_page_and_ignores_an_unsealed_one() 
 
 def test_in_flight_transfers_keep_their_blocks_after_free() -> None:
     manager = make_manager()
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     pool = manager.block_pool
     free_before = pool.num_free_blocks
     request = Request("a", list(range(BS)))
@@ -273,7 +275,7 @@ def test_in_flight_transfers_keep_their_blocks_after_free() -> None:
 @pytest.mark.parametrize("finished", [True, False])
 def test_a_finished_request_publishes_its_durable_prefix_after_free(finished: bool) -> None:
     manager = make_manager()
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     request = Request("a", list(range(2 * BS + 1)))
     schedule(manager, tier, request, 2 * BS + 1)
     host = manager.get_block_ids("a")[0]
@@ -292,7 +294,7 @@ def test_a_finished_request_publishes_its_durable_prefix_after_free(finished: bo
 
 def test_a_request_asks_for_its_hot_region_when_the_pool_runs_low() -> None:
     manager = make_manager(num_blocks=20)
-    tier = bind_host_tier(manager)
+    tier = bind_hisparse_tier(manager)
     hot = tier.hot_managers[0]
     request = Request("a", list(range(4 * BS)))
     schedule(manager, tier, request, BS)
@@ -305,7 +307,7 @@ def test_a_request_asks_for_its_hot_region_when_the_pool_runs_low() -> None:
 
 def test_a_host_pool_backs_the_source_group_and_shares_events_and_transactions() -> None:
     manager = make_manager(num_blocks=32, enable_events=True)
-    tier = bind_host_tier(manager, host_num_blocks=5)  # the null block and 4 pages
+    tier = bind_hisparse_tier(manager, host_num_blocks=5)  # the null block and 4 pages
     host_pool = tier.host_pool
     assert isinstance(host_pool, HostBlockPool) and host_pool.num_blocks == 5
     assert tier.gpu_pool is manager.block_pool and host_pool is not manager.block_pool
@@ -326,7 +328,7 @@ def test_a_host_pool_backs_the_source_group_and_shares_events_and_transactions()
 
 def test_a_failed_allocation_undoes_host_pool_changes_too() -> None:
     manager = make_manager(num_blocks=32)
-    tier = bind_host_tier(manager, host_num_blocks=8)
+    tier = bind_hisparse_tier(manager, host_num_blocks=8)
     resident = tier.resident_managers[0]
     original = resident.allocate_new_blocks
 
@@ -345,20 +347,20 @@ def test_moving_a_group_with_requests_to_a_pool_is_refused() -> None:
     manager = make_manager()
     manager.allocate_slots(Request("a", list(range(BS))), BS)
     with pytest.raises(KVCacheRuntimeError, match="holds requests"):
-        bind_host_tier(manager, host_num_blocks=8)
+        bind_hisparse_tier(manager, host_num_blocks=8)
 
 
 # -- stateful ---------------------------------------------------------------------------
 
 
-class HostTierMachine(RuleBasedStateMachine):
+class HiSparseTierMachine(RuleBasedStateMachine):
     """Requests step, publish, free and get their transfers acked by 1-2 workers in any
     order; the pool's references always equal the tables' plus the in-flight pins."""
 
     @initialize()
     def setup(self) -> None:
         self.manager = make_manager(num_blocks=64, max_model_len=32)
-        self.tier = bind_host_tier(self.manager)
+        self.tier = bind_hisparse_tier(self.manager)
         self.requests: dict[str, Request] = {}
         self.sent: list[int] = []
         self.workers: dict[int, int] = {}
@@ -462,5 +464,5 @@ class HostTierMachine(RuleBasedStateMachine):
             assert pending.state.pending_pages.get(pending.page) == pending.transfer_id
 
 
-TestHostTierMachine = HostTierMachine.TestCase
-TestHostTierMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestHiSparseTierMachine = HiSparseTierMachine.TestCase
+TestHiSparseTierMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
