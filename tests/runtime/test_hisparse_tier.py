@@ -343,6 +343,19 @@ def test_a_failed_allocation_undoes_host_pool_changes_too() -> None:
     assert "a" not in tier.host_manager.req_to_blocks
 
 
+def test_host_copy_on_write_pairs_go_to_the_tier_not_the_gpu_copy_queue() -> None:
+    manager = make_manager()
+    tier = bind_hisparse_tier(manager, host_num_blocks=8)
+    source, copy = tier.host_pool.get_new_blocks(2)
+    tier.host_manager._queue_copy(source, copy)  # what a partial host hit queues
+    assert manager.take_kv_cache_block_copies().copies == []
+    assert tier.take_host_block_copies() == [(source, copy)]
+    assert tier.has_pending_work()
+    tier.release_completed_host_copies([copy, 99])
+    assert tier.host_pool.ref_cnt[source] == tier.host_pool.ref_cnt[copy] == 0
+    assert not tier.has_pending_work()
+
+
 def test_moving_a_group_with_requests_to_a_pool_is_refused() -> None:
     manager = make_manager()
     manager.allocate_slots(Request("a", list(range(BS))), BS)

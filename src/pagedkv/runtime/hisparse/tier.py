@@ -96,6 +96,7 @@ class HiSparseTier:
         self.next_spill_id = 0
         self._pending_imports: dict[str, int] = {}  # request -> tokens a load is filling
         self._finished: set[str] = set()  # marked finished, not yet freed
+        self._host_copies: dict[int, int] = {}  # copy-on-write copy -> source, in flight
         host_manager.tier = self
         for manager in (*self.resident_managers, *self.hot_managers):
             manager.tier = self
@@ -300,8 +301,26 @@ class HiSparseTier:
                 self._publish_detached(state)
 
     def has_pending_work(self) -> bool:
-        """Whether transfers are planned or in flight."""
-        return bool(self.spills_to_send or self.pending_spills)
+        """Whether transfers or host copies are planned or in flight."""
+        return bool(self.spills_to_send or self.pending_spills or self._host_copies)
+
+    def take_host_block_copies(self) -> list[tuple[int, int]]:
+        """The host group's copy-on-write pairs ``(source, copy)`` (a hit ending inside a
+        host block) for the worker; both blocks stay referenced until
+        ``release_completed_host_copies`` names the copy."""
+        pairs = self.host_manager.take_host_cow_copies()
+        for source, copy in pairs:
+            self._host_copies[copy] = source
+        return pairs
+
+    def release_completed_host_copies(self, copies: Iterable[int]) -> None:
+        """The worker ran the host copies into these blocks: release both endpoints."""
+        released: list[int] = []
+        for copy in copies:
+            source = self._host_copies.pop(copy, None)
+            if source is not None:
+                released += (copy, source)
+        self.host_pool.free_blocks(released)
 
     # -- publication and imports -------------------------------------------------------
 

@@ -72,6 +72,16 @@ class HiSparseSourceManager(FullAttentionManager):
             return 0
         return tier.gpu_pool.num_blocks + 1
 
+    def take_cow_copies(self) -> list[tuple[int, int]]:
+        tier = self.tier
+        if tier is None or self.block_pool is tier.gpu_pool:
+            return super().take_cow_copies()
+        return []  # host blocks: the tier hands them to the worker (take_host_cow_copies)
+
+    def take_host_cow_copies(self) -> list[tuple[int, int]]:
+        """The copy-on-write pairs of host blocks queued since the last call."""
+        return super().take_cow_copies()
+
     def publish_blocks(self, request: Request, num_tokens: int) -> None:
         """Prefix-cache the full host pages among the first ``num_tokens`` tokens."""
         super().cache_blocks(request, num_tokens)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
-from pagedkv.compat.vllm.v1.core.kv_cache_utils import KVCacheBlock
+from pagedkv.compat.vllm.v1.core.kv_cache_utils import KVCacheBlock, KVCacheBlockCopy
 from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import _Tables
 from pagedkv.runtime.hisparse import (
     HiSparseTier,
@@ -165,12 +165,11 @@ class HiSparseCoordinator:
     def complete_host_import(self, request_id: str, num_computed_tokens: int) -> None:
         self.tier.complete_host_import(request_id, num_computed_tokens)
 
-    def take_host_block_copies(self) -> tuple[Any, ...]:
-        """Host copy-on-write copies: the source group's copies are the manager's."""
-        return ()
+    def take_host_block_copies(self) -> tuple[KVCacheBlockCopy, ...]:
+        return tuple(KVCacheBlockCopy(s, c) for s, c in self.tier.take_host_block_copies())
 
     def release_completed_host_copies(self, dst_block_ids: Iterable[int]) -> None:
-        return
+        self.tier.release_completed_host_copies(dst_block_ids)
 
     def free(self, request_id: str) -> None:
         self.tier.free(request_id)
