@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple
 
-from pagedkv.errors import ConfigError, RegistryError
+from pagedkv.errors import ConfigError, KVCacheRuntimeError, RegistryError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime.block_pool import BlockPool
@@ -144,6 +144,21 @@ class KVCacheCoordinator:
             for sg in self.spec_groups
         ]
         self._one_pass = len(groups) == 2 and self.spec_groups[0].manager_cls.downward_closed_hits
+
+    def use_pool(self, group_id: int, pool: BlockPool) -> None:
+        """Move group ``group_id``, holding no request yet, to a pool of its own (HiSparse's
+        host group): it allocates, caches and is looked up there."""
+        manager = self.managers[group_id]
+        if manager.req_to_blocks:
+            raise KVCacheRuntimeError(
+                f"KV cache group {group_id} holds requests; move it to a pool before any"
+            )
+        manager.block_pool = pool
+        manager.retention.block_pool = pool
+        self._searches = [
+            (cls, ids, (self.managers[ids[0]].block_pool, *where[1:]))
+            for cls, ids, where in self._searches
+        ]
 
     def _check_eagle(self, num_prefill_lookahead: int) -> None:
         for gid in sorted(self.drop_eagle_group_ids):

@@ -4,7 +4,11 @@ from pagedkv.runtime.managers.base import SingleTypeKVCacheManager
 from pagedkv.runtime.managers.chunked_local import ChunkedLocalAttentionManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
 from pagedkv.runtime.managers.full import FullAttentionManager
-from pagedkv.runtime.managers.hisparse import HiSparseHotManager, HiSparseResidentManager
+from pagedkv.runtime.managers.hisparse import (
+    HiSparseHotManager,
+    HiSparseResidentManager,
+    HiSparseSourceManager,
+)
 from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.managers.ring import CircularBufferManager
 from pagedkv.runtime.managers.rswa import RSWAManager

@@ -1,22 +1,101 @@
-"""HiSparse's GPU-side groups. The host pool that holds a request's history, and the
-coordinator that moves pages between it and the GPU, are HiSparse's own (outside this
-layer); these managers keep the GPU block tables those parts read and write."""
+"""HiSparse's groups: the source group holding a request's history on the host, and the
+GPU-side hot and resident groups. A ``HiSparseTier`` (``pagedkv.runtime.hisparse``) bound to
+them (``tier``) plans the page transfers between the tiers and gates host publication;
+unbound, the groups keep plain block tables."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pagedkv.runtime.block_pool import NULL_BLOCK
+from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
+from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.specs.base import cdiv
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 
+HISPARSE_SOURCE_ROLE = "hisparse_source"
+
+
+class TierHooks(Protocol):
+    """What the managers call on the bound tier (``pagedkv.runtime.hisparse.HiSparseTier``)."""
+
+    gpu_pool: BlockPool
+
+    def publish_when_ready(self, request: Request, num_tokens: int) -> None: ...
+
+    def commit_computed_blocks(self, request_id: str, num_host_pages: int) -> None: ...
+
+    def free(self, request_id: str) -> None: ...
+
+
+class HiSparseSourceManager(FullAttentionManager):
+    """The host group (role ``hisparse_source``): a full-attention table whose cached
+    prefix, once a tier is bound, is published only as its pages become durable. With a
+    host pool of its own, admission asks the host pool, not the GPU pool, for its pages."""
+
+    tier: TierHooks | None = None
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        if self.tier is None:
+            super().cache_blocks(request, num_tokens)
+        else:
+            self.tier.publish_when_ready(request, num_tokens)
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
+        prefill_end: int = 0,
+    ) -> int:
+        required = super().get_num_blocks_to_allocate(
+            request_id,
+            num_tokens,
+            new_computed_blocks,
+            total_computed_tokens,
+            num_tokens_main_model,
+            apply_admission_cap,
+            prefill_end,
+        )
+        tier = self.tier
+        if tier is None or self.block_pool is tier.gpu_pool:
+            return required
+        # Host blocks come from the host pool: nothing counts against the GPU pool unless
+        # the host cannot back the pages, then more than the GPU pool holds (no fit).
+        if required <= self.block_pool.num_free_blocks:
+            return 0
+        return tier.gpu_pool.num_blocks + 1
+
+    def take_cow_copies(self) -> list[tuple[int, int]]:
+        tier = self.tier
+        if tier is None or self.block_pool is tier.gpu_pool:
+            return super().take_cow_copies()
+        return []  # host blocks: the tier hands them to the worker (take_host_cow_copies)
+
+    def take_host_cow_copies(self) -> list[tuple[int, int]]:
+        """The copy-on-write pairs of host blocks queued since the last call."""
+        return super().take_cow_copies()
+
+    def publish_blocks(self, request: Request, num_tokens: int) -> None:
+        """Prefix-cache the full host pages among the first ``num_tokens`` tokens."""
+        super().cache_blocks(request, num_tokens)
+
+    def free(self, request_id: str, priority: int = 0) -> None:
+        if self.tier is not None:
+            self.tier.free(request_id)
+        super().free(request_id, priority)
+
 
 class _HiSparseGPUManager(SingleTypeKVCacheManager):
     """No hits and no caching: the host source group owns prefix caching."""
+
+    tier: TierHooks | None = None
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
@@ -112,5 +191,13 @@ class HiSparseResidentManager(_HiSparseGPUManager):
     ) -> None:
         super().add_local_computed_blocks(request_id, (), 0)
         table = self.req_to_blocks[request_id]
-        table.extend([NULL_BLOCK] * cdiv(total_computed_tokens, self.block_size))
+        num_host_pages = cdiv(total_computed_tokens, self.block_size)
+        table.extend([NULL_BLOCK] * num_host_pages)
         self.num_cached_block[request_id] = 0
+        if self.tier is not None:
+            self.tier.commit_computed_blocks(request_id, num_host_pages)
+
+    def free(self, request_id: str, priority: int = 0) -> None:
+        if self.tier is not None:
+            self.tier.free(request_id)
+        super().free(request_id, priority)

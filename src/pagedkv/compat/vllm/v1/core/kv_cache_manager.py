@@ -161,7 +161,8 @@ class KVCacheManager:
     def _blocks(self, ids: Sequence[Sequence[int]]) -> KVCacheBlocks:
         if not any(ids):
             return self.empty_kv_cache_blocks
-        return KVCacheBlocks(tuple(self.block_pool.ids_to_blocks(g) for g in ids))
+        managers = self.coordinator.single_type_managers  # a group may have its own pool
+        return KVCacheBlocks(tuple(m.block_pool.ids_to_blocks(g) for m, g in zip(managers, ids)))
 
     def create_kv_cache_blocks(self, blocks: tuple[list[KVCacheBlock], ...]) -> KVCacheBlocks:
         return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
