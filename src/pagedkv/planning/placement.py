@@ -13,7 +13,11 @@ from typing import NamedTuple
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import PlanningError
-from pagedkv.planning.layout import is_block_outermost, resolve_kv_cache_layout
+from pagedkv.planning.layout import (
+    check_layout_expresses,
+    is_block_outermost,
+    resolve_kv_cache_layout,
+)
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
 from pagedkv.specs.base import cdiv
 from pagedkv.specs.hisparse import HiSparseHotSpec
@@ -117,6 +121,7 @@ def place_groups(
 ) -> KVCacheConfig:
     """The default builder's placement: device groups, then host groups, for ``num_blocks``."""
     layout = resolve_kv_cache_layout(config)
+    check_layout_expresses(layout, [g for g in groups if not g.host_resident])
     block_outer = is_block_outermost(layout)
     tensors = place(groups, num_blocks, block_outer=block_outer)
     tensors += place(groups, num_blocks, host=True)  # host tiers are always layer-outer

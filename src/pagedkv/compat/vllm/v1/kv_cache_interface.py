@@ -160,7 +160,60 @@ class UniformTypeKVCacheSpecs(_specs.UniformTypeKVCacheSpecs):
             raise AssertionError(f"Unsupported KV cache spec type: {exc}") from exc
 
 
-KVCacheTensor = _types.KVCacheTensor
+@dataclasses.dataclass(frozen=True, kw_only=True, init=False)
+class KVCacheTensor(_types.KVCacheTensor):
+    """pagedkv's tensor built as vLLM builds it (positional, no page size: vLLM reads
+    pages off the layers' specs, so the page does not take part in equality)."""
+
+    page_size_bytes: int = dataclasses.field(default=0, compare=False)
+
+    def __init__(
+        self,
+        size: int,
+        layers: Sequence[str],
+        layer_stride: int,
+        block_stride: int,
+        offset: int = 0,
+        host_resident: bool = False,
+        page_size_bytes: int = 0,
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "size", size)
+        set_(self, "layers", tuple(layers))
+        set_(self, "layer_stride", layer_stride)
+        set_(self, "block_stride", block_stride)
+        set_(self, "offset", offset)
+        set_(self, "host_resident", host_resident)
+        set_(self, "page_size_bytes", page_size_bytes)
+        self.__post_init__()
+
+    @classmethod
+    def from_core(cls, tensor: _types.KVCacheTensor) -> KVCacheTensor:
+        """pagedkv's placed tensor as vLLM's."""
+        return cls(
+            tensor.size,
+            tensor.layers,
+            tensor.layer_stride,
+            tensor.block_stride,
+            tensor.offset,
+            tensor.host_resident,
+            tensor.page_size_bytes,
+        )
+
+
+class LayerNames(tuple[str, ...]):
+    """A group's layer names: a tuple (groups stay hashable) equal to the list vLLM
+    keeps them in."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return tuple.__eq__(self, tuple(other) if isinstance(other, list) else other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, init=False)
@@ -180,18 +233,25 @@ class KVCacheGroupSpec(_types.KVCacheGroupSpec):
         role: str = KVCacheGroupRole.DEFAULT,
     ) -> None:
         set_ = object.__setattr__
-        set_(self, "layer_names", tuple(layer_names))
+        set_(self, "layer_names", LayerNames(layer_names))
         set_(self, "kv_cache_spec", kv_cache_spec)
         set_(self, "is_eagle_group", is_eagle_group)
         set_(self, "host_resident", host_resident)
         set_(self, "enable_kv_transfer", enable_kv_transfer)
         set_(self, "role", KVCacheGroupRole(role) if role in _ROLES else role)
         self.__post_init__()
+        set_(self, "layer_names", LayerNames(self.layer_names))
 
 
 _ROLES = {r.value for r in KVCacheGroupRole}
+
+
+def _set_group_field(self: KVCacheGroupSpec, name: str, value: Any) -> None:
+    object.__setattr__(self, name, LayerNames(value) if name == "layer_names" else value)
+
+
 # vLLM's groups and configs are mutable dataclasses (callers rebind their fields).
-KVCacheGroupSpec.__setattr__ = object.__setattr__  # type: ignore[method-assign]
+KVCacheGroupSpec.__setattr__ = _set_group_field  # type: ignore[method-assign,assignment]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -199,7 +259,7 @@ class KVCacheConfig(_types.KVCacheConfig):
     """pagedkv's per-worker config with vLLM's extra fields (retention, hash geometry)."""
 
     kv_cache_layout: Any = "NHD"
-    prefix_cache_retention_interval: int | None = 0
+    prefix_cache_retention_interval: int | None = None
     hash_block_size: int | None = None
     cache_hit_alignment_tokens: int | None = None
     hisparse_host_num_blocks: int | None = None
@@ -214,6 +274,29 @@ class KVCacheConfig(_types.KVCacheConfig):
 
 
 KVCacheConfig.__setattr__ = object.__setattr__  # type: ignore[method-assign]
+
+# vLLM's KVCacheConfig takes its leading fields by position too.
+_CONFIG_POSITIONAL = (
+    "num_blocks",
+    "kv_cache_tensors",
+    "kv_cache_groups",
+    "prefix_cache_retention_interval",
+    "kv_cache_layout",
+)
+_config_keyword_init = KVCacheConfig.__init__
+
+
+def _config_init(self: KVCacheConfig, *args: Any, **kwargs: Any) -> None:
+    if len(args) > len(_CONFIG_POSITIONAL):
+        raise TypeError(f"KVCacheConfig takes at most {len(_CONFIG_POSITIONAL)} positional fields")
+    for name, value in zip(_CONFIG_POSITIONAL, args):
+        if name in kwargs:
+            raise TypeError(f"KVCacheConfig got {name!r} twice")
+        kwargs[name] = value
+    _config_keyword_init(self, **kwargs)
+
+
+KVCacheConfig.__init__ = _config_init  # type: ignore[method-assign]
 
 
 def iter_layer_specs(kv_cache_spec: KVCacheSpec) -> Collection[KVCacheSpec]:
