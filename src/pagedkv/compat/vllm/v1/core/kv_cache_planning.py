@@ -537,7 +537,7 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
         self, vllm_config: Any, kv_cache_spec: Mapping[str, KVCacheSpec]
     ) -> list[Any]:
         model = vllm_config.model_config
-        if model.supports_kv_cache_grouping is not True:
+        if getattr(model, "supports_kv_cache_grouping", False) is not True:
             return get_kv_cache_groups(vllm_config, kv_cache_spec)
         if getattr(vllm_config.attention_config, "hisparse_config", None) is not None:
             raise ValueError(

@@ -285,3 +285,24 @@ def maybe_convert_block_hash(hash_bytes: Any) -> ExternalBlockHash:
     from pagedkv.events.wire import external_block_hash
 
     return external_block_hash(hash_bytes, envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)
+
+
+def generate_scheduler_kv_cache_config(kv_cache_configs: Sequence[Any]) -> Any:
+    """The scheduler's view of the workers' configs (they agree but in layer names):
+    the first, each uniform-type group spec standing as one of its layers' specs."""
+    import copy
+
+    from pagedkv.specs import UniformTypeKVCacheSpecs
+
+    if not kv_cache_configs:
+        raise ValueError("generate_scheduler_kv_cache_config needs at least one worker config")
+    first = kv_cache_configs[0]
+    for field in ("num_blocks", "hisparse_host_num_blocks"):
+        values = {getattr(c, field, None) for c in kv_cache_configs}
+        assert len(values) == 1, f"workers disagree on {field}: {sorted(map(str, values))}"
+    scheduler = copy.deepcopy(first)
+    for group in scheduler.kv_cache_groups:
+        spec = group.kv_cache_spec
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            group.kv_cache_spec = next(iter(spec.kv_cache_specs.values()))
+    return scheduler
