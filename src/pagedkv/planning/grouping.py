@@ -88,16 +88,37 @@ _PROMOTED = (
 )
 
 
+def _family_class(target: type[KVCacheSpec], local: type[KVCacheSpec]) -> type[KVCacheSpec]:
+    """``target``'s kind as spelled in ``local``'s family: a direct subclass of ``target``
+    defined beside ``local`` (an integration's spec classes), else ``target`` itself."""
+    for sub in target.__subclasses__():
+        if sub.__module__ == local.__module__ and sub.kind == target.kind:
+            return sub
+    return target
+
+
 def promote_to_full(spec: KVCacheSpec, block_size: int | None) -> KVCacheSpec:
-    """A sliding-window or chunked layer as full attention (window kept as metadata)."""
+    """A sliding-window or chunked layer as full attention (window kept as metadata;
+    retained lookahead tokens dropped, as a full layer frees nothing). vLLM's rule at a
+    new block size: a padded page keeps its padding unless the real page outgrows it."""
     target = next((full for local, full in _PROMOTED if isinstance(spec, local)), None)
     if target is None:
         return spec
-    names = [f.name for f in dataclasses.fields(target) if hasattr(spec, f.name)]
+    target = _family_class(target, type(spec))
+    names = [
+        f.name
+        for f in dataclasses.fields(target)
+        if f.init and hasattr(spec, f.name) and f.name != "extra_retained_tokens"
+    ]
     promoted = target(**{name: getattr(spec, name) for name in names})
-    if block_size is not None and block_size != promoted.block_size:
-        promoted = promoted.copy_with_new_block_size(block_size)
-    return promoted
+    if block_size is None or block_size == promoted.block_size:
+        return promoted
+    padded = getattr(spec, "page_size_padded", None)
+    resized = dataclasses.replace(promoted, block_size=block_size, page_size_padded=None)  # type: ignore[call-arg]
+    if padded is not None:
+        padded = max(padded, resized.real_page_size_bytes)
+        resized = dataclasses.replace(resized, page_size_padded=padded)  # type: ignore[call-arg]
+    return resized
 
 
 def promote_local_specs(kv_cache_spec: Mapping[str, KVCacheSpec]) -> dict[str, KVCacheSpec]:
@@ -108,7 +129,12 @@ def promote_local_specs(kv_cache_spec: Mapping[str, KVCacheSpec]) -> dict[str, K
         s.block_size for s in specs if isinstance(s, FullAttentionSpec) and not s.is_draft
     }
     block_size = next(iter(full_sizes)) if len(full_sizes) == 1 else None
-    promoted = {name: promote_to_full(s, block_size) for name, s in kv_cache_spec.items()}
+    # vLLM promotes only beside full attention: local layers alone keep their kinds.
+    has_full = any(isinstance(s, FullAttentionSpec) for s in specs)
+    promoted = {
+        name: promote_to_full(s, block_size) if has_full else s
+        for name, s in kv_cache_spec.items()
+    }
     if single_group(promoted) is None:
         kinds: dict[str, list[str]] = {}
         for name, spec in promoted.items():

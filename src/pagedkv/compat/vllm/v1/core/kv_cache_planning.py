@@ -209,20 +209,24 @@ def _core_view(group: Any) -> _CoreGroup:
 # --- page unification (vLLM's helpers over pagedkv's) ----------------------------
 
 
-def unify_kv_cache_spec_page_size(kv_cache_spec: Mapping[str, KVCacheSpec]) -> dict[str, Any]:
-    """Every layer fitted to the largest page (pagedkv's page unification); ValueError
-    when a page can be neither scaled nor padded to it."""
-    if not kv_cache_spec:
-        return {}
-    buckets = _grouping.make_buckets(kv_cache_spec)
-    page, attention_bs = _pages.vllm_page(buckets, 1, 1)
-    unified = _pages.unify_pages(buckets, page, attention_bs)
-    if unified is None:
-        raise NotImplementedError(
-            "The page size of the layer is not divisible by the maximum page size. "
-            "Cannot unify by adjusting block_size or padding."
-        )
-    return {n: s for b in unified for n, s in zip(b.layer_names, b.specs, strict=True)}
+def unify_kv_cache_spec_page_size(kv_cache_spec: Mapping[str, KVCacheSpec]) -> Mapping[str, Any]:
+    """Every layer fitted to the largest page by pagedkv's page fitting (a dividing page
+    scales its block size, a state or other page is padded, MLA never is); the specs as
+    given when the pages agree; NotImplementedError naming a layer that cannot fit."""
+    pages = {spec.page_size_bytes for spec in kv_cache_spec.values()}
+    if len(pages) <= 1:
+        return kv_cache_spec
+    largest = max(pages)
+    unified: dict[str, Any] = {}
+    for name, spec in kv_cache_spec.items():
+        fitted = _pages.fit_page(spec, largest, spec.block_size)
+        if fitted is None:
+            raise NotImplementedError(
+                f"Layer {name}: its page ({spec.page_size_bytes} B) does not divide the largest "
+                f"page ({largest} B) and cannot be padded (only non-MLA attention pages can)"
+            )
+        unified[name] = fitted
+    return unified
 
 
 def unify_hybrid_kv_cache_specs(kv_cache_spec: dict[str, KVCacheSpec]) -> None:
