@@ -179,13 +179,14 @@ class KVCacheTensor(_types.KVCacheTensor):
     ) -> None:
         set_ = object.__setattr__
         set_(self, "size", size)
-        set_(self, "layers", tuple(layers))
+        set_(self, "layers", LayerNames(layers))
         set_(self, "layer_stride", layer_stride)
         set_(self, "block_stride", block_stride)
         set_(self, "offset", offset)
         set_(self, "host_resident", host_resident)
         set_(self, "page_size_bytes", page_size_bytes)
         self.__post_init__()
+        set_(self, "layers", LayerNames(self.layers))
 
     @classmethod
     def from_core(cls, tensor: _types.KVCacheTensor) -> KVCacheTensor:

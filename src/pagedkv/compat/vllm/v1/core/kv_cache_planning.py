@@ -560,8 +560,15 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
         return get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, num_blocks * per_block)
 
 
-def _get_packed_kv_cache_groups(kv_cache_spec: Mapping[str, KVCacheSpec]) -> list[Any]:
-    """vLLM's packed groups for block-outermost layouts (pagedkv's packing)."""
+def _get_packed_kv_cache_groups(
+    vllm_config: Any, kv_cache_spec: Mapping[str, KVCacheSpec]
+) -> list[Any] | None:
+    """vLLM's packed groups (pagedkv's packing) when the layout is block-outermost and
+    the pages differ; None otherwise."""
+    layout = _layout(vllm_config)
+    pages = {spec.page_size_bytes for spec in kv_cache_spec.values()}
+    if not layout.is_block_outermost or len(pages) <= 1:
+        return None
     return [_vllm_group(g) for g in packed_kv_cache_groups(kv_cache_spec)]
 
 
