@@ -1,18 +1,41 @@
-"""vLLM's ``vllm.v1.worker.utils``: cross-layer KV sharing's group membership (pagedkv's
-``planning.sharing``); the GPU worker's tensor allocation is outside the KV cache layer
-(importable; using it raises ``OutsideKVCacheLayerError``)."""
+"""vLLM's ``vllm.v1.worker.utils``: the KV cache's backing allocation and per-layer views
+(pagedkv's ``tensors.allocation``) and cross-layer KV sharing's group membership
+(pagedkv's ``planning.sharing``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableSet, Sequence
 from typing import Any
 
-from pagedkv.compat.vllm._outside import outside_function
+import dataclasses
+
+from pagedkv.compat.vllm.config._engine import layout_name
 from pagedkv.planning.sharing import layer_names_with_sharing
 
 __all__ = ["add_kv_sharing_layers_to_kv_cache_groups", "allocate_kv_cache"]
 
-allocate_kv_cache = outside_function("allocate_kv_cache", "GPU worker", __name__)
+
+
+def allocate_kv_cache(
+    kv_cache_config: Any,
+    device: Any,
+    layout: Any,
+    kernel_block_sizes: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """One zeroed backing allocation for ``kv_cache_config`` on ``device`` and each
+    layer's view into it under ``layout`` (pagedkv's allocation): a layer with one
+    tensor maps to it, one with several (Mamba states) to their tuple."""
+    from pagedkv.tensors import allocation
+
+    if not kv_cache_config.kv_cache_tensors:
+        return {}
+    name = layout_name(layout) or kv_cache_config.kv_cache_layout
+    config = dataclasses.replace(kv_cache_config, kv_cache_layout=name)
+    memory = allocation.allocate_kv_cache(config, device)
+    return {
+        layer: view.tensors[0] if len(view.tensors) == 1 else view.tensors
+        for layer, view in memory.layers.items()
+    }
 
 
 def add_kv_sharing_layers_to_kv_cache_groups(
