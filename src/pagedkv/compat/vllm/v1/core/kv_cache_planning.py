@@ -7,7 +7,6 @@ number in it comes from pagedkv."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,7 +19,7 @@ from pagedkv.compat.vllm.v1.core.kv_cache_config_builder import (
     get_kv_cache_config_builder,
 )
 from pagedkv.config import EngineConfig
-from pagedkv.errors import KVCacheSpecError, PlanningError
+from pagedkv.errors import PlanningError
 from pagedkv.planning import builder as _builder
 from pagedkv.planning import grouping as _grouping
 from pagedkv.planning import pages as _pages
@@ -76,9 +75,14 @@ def _vllm_group(group: Any) -> _iface.KVCacheGroupSpec:
     """A pagedkv group as vLLM's (mutable, list-comparable layer names)."""
     if isinstance(group, _iface.KVCacheGroupSpec):
         return group
+    spec = group.kv_cache_spec
+    if type(spec) is UniformTypeKVCacheSpecs:  # pagedkv's own: as vLLM's class
+        spec = _iface.UniformTypeKVCacheSpecs(
+            block_size=spec.block_size, kv_cache_specs=dict(spec.kv_cache_specs)
+        )
     return _iface.KVCacheGroupSpec(
         group.layer_names,
-        group.kv_cache_spec,
+        spec,
         is_eagle_group=group.is_eagle_group,
         host_resident=group.host_resident,
         enable_kv_transfer=getattr(group, "enable_kv_transfer", True),
@@ -576,4 +580,3 @@ def _approximate_gcd(values: Sequence[int], *, lower_bound: int | None = None) -
     return approximate_gcd(values, lower_bound or 1)
 
 
-_ = (dataclasses, KVCacheSpecError, UniformTypeKVCacheSpecs)
