@@ -89,10 +89,11 @@ _PROMOTED = (
 
 
 def _family_class(target: type[KVCacheSpec], local: type[KVCacheSpec]) -> type[KVCacheSpec]:
-    """``target``'s kind as spelled in ``local``'s family: a direct subclass of ``target``
-    defined beside ``local`` (an integration's spec classes), else ``target`` itself."""
+    """``target`` as spelled in ``local``'s family: the direct subclass of ``target`` of
+    the same name defined beside ``local`` (an integration's spec classes, such as
+    ``pagedkv.compat.vllm``'s), else ``target`` itself."""
     for sub in target.__subclasses__():
-        if sub.__module__ == local.__module__ and sub.kind == target.kind:
+        if sub.__module__ == local.__module__ and sub.__name__ == target.__name__:
             return sub
     return target
 
