@@ -49,7 +49,7 @@ def test_layers_of_one_spec_share_a_tensor_whatever_their_order() -> None:
     group = uniform({"a": big, "b": small, "c": big})
     placed = place_groups(config("LBNHC"), [group], num_blocks=4)
     assert [t.layers for t in placed.kv_cache_tensors] == [("a", "c"), ("b",)]
-    big_tensor, small_tensor = placed.kv_cache_tensors
+    _, small_tensor = placed.kv_cache_tensors
     assert small_tensor.offset == 2 * big.page_size_bytes * 4
 
 
@@ -168,5 +168,5 @@ def test_sharing_layers_follow_their_targets_group() -> None:
     ]
     names = layer_names_with_sharing(groups, {"l3": "l1", "l2": "l0", "l4": "l1"})
     assert names == [("l0", "l2"), ("l1", "l3", "l4")]
-    with pytest.raises(PlanningError, match="'l9'.*in no KV cache group"):
+    with pytest.raises(PlanningError, match=r"'l9'.*in no KV cache group"):
         layer_names_with_sharing(groups, {"l5": "l9"})

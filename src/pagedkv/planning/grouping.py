@@ -102,10 +102,10 @@ def promote_to_full(spec: KVCacheSpec, block_size: int | None) -> KVCacheSpec:
     """A sliding-window or chunked layer as full attention (window kept as metadata;
     retained lookahead tokens dropped, as a full layer frees nothing). vLLM's rule at a
     new block size: a padded page keeps its padding unless the real page outgrows it."""
-    target = next((full for local, full in _PROMOTED if isinstance(spec, local)), None)
-    if target is None:
+    core = next((full for local, full in _PROMOTED if isinstance(spec, local)), None)
+    if core is None:
         return spec
-    target = _family_class(target, type(spec))
+    target = _family_class(core, type(spec))
     names = [
         f.name
         for f in dataclasses.fields(target)
@@ -133,8 +133,7 @@ def promote_local_specs(kv_cache_spec: Mapping[str, KVCacheSpec]) -> dict[str, K
     # vLLM promotes only beside full attention: local layers alone keep their kinds.
     has_full = any(isinstance(s, FullAttentionSpec) for s in specs)
     promoted = {
-        name: promote_to_full(s, block_size) if has_full else s
-        for name, s in kv_cache_spec.items()
+        name: promote_to_full(s, block_size) if has_full else s for name, s in kv_cache_spec.items()
     }
     if single_group(promoted) is None:
         kinds: dict[str, list[str]] = {}

@@ -23,6 +23,7 @@ from pagedkv.specs.base import KVCacheSpec, cdiv
 from pagedkv.specs.hisparse import HiSparseHotSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
+
 class Run(NamedTuple):
     """Layers of one spec in a group: their page, the page padded to the spec's block
     stride alignment (their block stride when each layer has its own region), names."""
@@ -85,7 +86,11 @@ def _bpb(groups: Sequence[KVCacheGroupSpec], block_outer: bool) -> int:
     width = max((_width(_page_runs(g), block_outer) for g in groups), default=0)
     if not block_outer or width == 0:
         return width
-    steps = [g.kv_cache_spec.page_size_bytes for g in groups if isinstance(g.kv_cache_spec, HiSparseHotSpec)]
+    steps = [
+        g.kv_cache_spec.page_size_bytes
+        for g in groups
+        if isinstance(g.kv_cache_spec, HiSparseHotSpec)
+    ]
     steps += [s.block_stride_alignment_bytes() for g in groups for s in g.layer_specs().values()]
     step = math.lcm(*steps) if steps else 1
     return cdiv(width, step) * step

@@ -58,7 +58,9 @@ def engine_config(vllm_config: Any) -> EngineConfig:
     cache = getattr(vllm_config, "cache_config", None)
     max_len = _read(vllm_config, "model_config.max_model_len", int, 8192)
     override = _read(cache, "num_gpu_blocks_override", int, None)
-    disable_hybrid = _read(vllm_config, "scheduler_config.disable_hybrid_kv_cache_manager", bool, False)
+    disable_hybrid = _read(
+        vllm_config, "scheduler_config.disable_hybrid_kv_cache_manager", bool, False
+    )
     retention = getattr(cache, "prefix_cache_retention_interval", 0)
     options: dict[str, Any] = {
         "max_model_len": max_len if max_len > 0 or max_len == -1 else 8192,
@@ -70,10 +72,18 @@ def engine_config(vllm_config: Any) -> EngineConfig:
         "prefix_cache_retention_interval": retention
         if retention is None or (type(retention) is int and retention >= 0)
         else 0,
-        "tensor_parallel_size": max(1, _read(vllm_config, "parallel_config.tensor_parallel_size", int, 1)),
-        "pipeline_parallel_size": max(1, _read(vllm_config, "parallel_config.pipeline_parallel_size", int, 1)),
-        "max_num_batched_tokens": max(1, _read(vllm_config, "scheduler_config.max_num_batched_tokens", int, 8192)),
+        "tensor_parallel_size": max(
+            1, _read(vllm_config, "parallel_config.tensor_parallel_size", int, 1)
+        ),
+        "pipeline_parallel_size": max(
+            1, _read(vllm_config, "parallel_config.pipeline_parallel_size", int, 1)
+        ),
+        "max_num_batched_tokens": max(
+            1, _read(vllm_config, "scheduler_config.max_num_batched_tokens", int, 8192)
+        ),
         "max_num_seqs": max(1, _read(vllm_config, "scheduler_config.max_num_seqs", int, 256)),
-        "async_scheduling": bool(_read(vllm_config, "scheduler_config.async_scheduling", bool, False)),
+        "async_scheduling": bool(
+            _read(vllm_config, "scheduler_config.async_scheduling", bool, False)
+        ),
     }
     return EngineConfig.create(**options)

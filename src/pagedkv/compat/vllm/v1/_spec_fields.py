@@ -109,7 +109,7 @@ def vllm_spec_class(
 
     def merge(cls: type, specs: Any) -> Any:
         try:
-            return super(made, cls).merge(specs)  # type: ignore[misc]
+            return super(made, cls).merge(specs)  # type: ignore[arg-type]
         except KVCacheSpecError as exc:
             raise SpecMergeError(str(exc)) from exc
 

@@ -62,9 +62,9 @@ def _layout(vllm_config: Any) -> Any:
     cache = vllm_config.cache_config
     resolve = getattr(cache, "get_resolved_kv_cache_layout", None)
     if callable(resolve):
-        layout = resolve()
-        if layout_name(layout) in _iface.KVCacheLayout.__members__:
-            return _iface.KVCacheLayout[layout_name(layout)]
+        resolved = layout_name(resolve())
+        if resolved is not None and resolved in _iface.KVCacheLayout.__members__:
+            return _iface.KVCacheLayout[resolved]
     name = layout_name(getattr(cache, "kv_cache_layout", None))
     if name is None:
         raise ValueError("KV cache layout has not been resolved yet")
@@ -127,7 +127,7 @@ def get_kv_cache_groups_from_builder(
     builder: KVCacheConfigBuilder, vllm_config: Any, kv_cache_spec: Mapping[str, KVCacheSpec]
 ) -> list[Any]:
     """The builder's groups, checked to hold every layer exactly once."""
-    groups = list(builder.get_kv_cache_groups(vllm_config, kv_cache_spec))  # type: ignore[arg-type]
+    groups = list(builder.get_kv_cache_groups(vllm_config, kv_cache_spec))
     _check_exact_partition(groups, kv_cache_spec)
     return groups
 
@@ -275,14 +275,14 @@ def _pool_bytes_per_block_from_builder(
         return 0
     if getattr(vllm_config.attention_config, "hisparse_config", None) is not None:
         return _pool_bytes_per_block(vllm_config, kv_cache_groups)
-    declared = builder._get_pool_bytes_per_block(vllm_config, kv_cache_groups)  # type: ignore[arg-type]
+    declared = builder._get_pool_bytes_per_block(vllm_config, kv_cache_groups)
     if declared is not None:
         return declared
     cache = vllm_config.cache_config
     saved = cache.num_gpu_blocks_override
     cache.num_gpu_blocks_override = None
     try:
-        probe = builder.get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, 1)  # type: ignore[arg-type]
+        probe = builder.get_kv_cache_config_from_groups(vllm_config, kv_cache_groups, 1)
     finally:
         cache.num_gpu_blocks_override = saved
     sizes = sorted({t.size for t in probe.kv_cache_tensors if not t.host_resident})
@@ -308,8 +308,8 @@ def get_kv_cache_config_from_groups(
     if not kv_cache_groups:
         return _iface.KVCacheConfig(
             num_blocks=1,
-            kv_cache_tensors=[],
-            kv_cache_groups=list(kv_cache_groups),
+            kv_cache_tensors=(),
+            kv_cache_groups=tuple(kv_cache_groups),
             prefix_cache_retention_interval=_retention(vllm_config),
         )
     if getattr(vllm_config.attention_config, "hisparse_config", None) is not None:
@@ -326,8 +326,8 @@ def get_kv_cache_config_from_groups(
     placed = _placement.place_groups(config, groups, num_blocks)
     return _iface.KVCacheConfig(
         num_blocks=num_blocks,
-        kv_cache_tensors=[_iface.KVCacheTensor.from_core(t) for t in placed.kv_cache_tensors],
-        kv_cache_groups=list(kv_cache_groups),
+        kv_cache_tensors=tuple(_iface.KVCacheTensor.from_core(t) for t in placed.kv_cache_tensors),
+        kv_cache_groups=tuple(kv_cache_groups),
         prefix_cache_retention_interval=_retention(vllm_config),
     )
 
@@ -337,9 +337,9 @@ def _hisparse_config(vllm_config: Any, groups: Sequence[Any], available_memory: 
 
     build = getattr(hisparse_layout, "get_hisparse_kv_cache_config", None)
     if build is None:
-        raise outside_function(
+        build = outside_function(
             "get_hisparse_kv_cache_config", "HiSparse host tier", hisparse_layout.__name__
-        )()
+        )
     return build(vllm_config, groups, available_memory, get_hisparse_host_pool_bytes(vllm_config))
 
 
@@ -349,7 +349,9 @@ def get_hisparse_host_pool_bytes(vllm_config: Any) -> int:
 
     pool_bytes = getattr(hisparse_runtime, "get_hisparse_host_pool_bytes", None)
     if pool_bytes is None:
-        outside_function("get_hisparse_host_pool_bytes", "HiSparse host tier", __name__)()
+        pool_bytes = outside_function(
+            "get_hisparse_host_pool_bytes", "HiSparse host tier", __name__
+        )
     return int(pool_bytes(vllm_config))
 
 
@@ -450,7 +452,10 @@ def check_enough_kv_cache_memory(
 
 
 def _auto_fit_max_model_len(
-    vllm_config: Any, groups_per_worker: Sequence[Sequence[Any]], usable: Sequence[int], bpb: Sequence[int]
+    vllm_config: Any,
+    groups_per_worker: Sequence[Sequence[Any]],
+    usable: Sequence[int],
+    bpb: Sequence[int],
 ) -> None:
     """``max_model_len`` lowered in place to the longest request every worker holds."""
     if all(not groups for groups in groups_per_worker):
@@ -506,18 +511,20 @@ def get_kv_cache_configs(
             "Some layers are not assigned to any group."
         )
         num_blocks = mem // per_block if groups else 1
-        configs.append(builder.get_kv_cache_config_from_groups(vllm_config, groups, num_blocks))  # type: ignore[arg-type]
+        configs.append(builder.get_kv_cache_config_from_groups(vllm_config, groups, num_blocks))
     smallest = min(c.num_blocks for c in configs)
     configs = [
         c
         if c.num_blocks == smallest
-        else builder.get_kv_cache_config_from_groups(vllm_config, c.kv_cache_groups, smallest)  # type: ignore[arg-type]
+        else builder.get_kv_cache_config_from_groups(vllm_config, c.kv_cache_groups, smallest)
         for c in configs
     ]
     tp = vllm_config.parallel_config.tensor_parallel_size
     dcp = getattr(vllm_config.parallel_config, "decode_context_parallel_size", 1)
-    for c in configs:
-        c.kv_tp_replicas = kv_cache_groups_tp_replicas(c.kv_cache_groups, tp, dcp)
+    for c in configs:  # vLLM's configs are mutable
+        object.__setattr__(
+            c, "kv_tp_replicas", kv_cache_groups_tp_replicas(c.kv_cache_groups, tp, dcp)
+        )
     return configs
 
 
@@ -541,7 +548,7 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
     """vLLM's default builder: the model's own grouping when it declares one, else
     pagedkv's default grouping; pagedkv's placement for ``num_blocks`` blocks."""
 
-    def get_kv_cache_groups(  # type: ignore[override]
+    def get_kv_cache_groups(
         self, vllm_config: Any, kv_cache_spec: Mapping[str, KVCacheSpec]
     ) -> list[Any]:
         model = vllm_config.model_config
@@ -555,7 +562,7 @@ class DefaultKVCacheConfigBuilder(KVCacheConfigBuilder):
         model_cls, _ = model.registry.resolve_model_cls(model.architectures, model)
         return list(model_cls.get_kv_cache_groups(vllm_config, kv_cache_spec))
 
-    def get_kv_cache_config_from_groups(  # type: ignore[override]
+    def get_kv_cache_config_from_groups(
         self, vllm_config: Any, kv_cache_groups: Sequence[Any], num_blocks: int
     ) -> Any:
         if not kv_cache_groups:
@@ -578,5 +585,3 @@ def _get_packed_kv_cache_groups(
 
 def _approximate_gcd(values: Sequence[int], *, lower_bound: int | None = None) -> int:
     return approximate_gcd(values, lower_bound or 1)
-
-

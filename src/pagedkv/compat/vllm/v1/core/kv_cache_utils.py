@@ -337,9 +337,7 @@ def resolve_kv_cache_block_sizes(kv_cache_config: Any, vllm_config: Any) -> tupl
                 f"to {block_size}."
             )
         return block_size, block_size
-    scaled = [
-        dataclasses.replace(g, kv_cache_spec=_dcp_spec(g.kv_cache_spec, dcp)) for g in groups
-    ]
+    scaled = [dataclasses.replace(g, kv_cache_spec=_dcp_spec(g.kv_cache_spec, dcp)) for g in groups]
     try:
         sizes = resolve_block_sizes(scaled, hashing, cache.prefix_match_unit)
     except ConfigError as exc:

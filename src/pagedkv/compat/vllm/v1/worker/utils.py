@@ -4,16 +4,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableSet, Sequence
-from typing import Any
-
 import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pagedkv.compat.vllm.config._engine import layout_name
 from pagedkv.planning.sharing import layer_names_with_sharing
 
 __all__ = ["add_kv_sharing_layers_to_kv_cache_groups", "allocate_kv_cache"]
-
 
 
 def allocate_kv_cache(
@@ -41,7 +39,7 @@ def allocate_kv_cache(
 def add_kv_sharing_layers_to_kv_cache_groups(
     shared_kv_cache_layers: Mapping[str, str],
     kv_cache_groups: Sequence[Any],
-    runner_only_attn_layers: MutableSet[str] | None = None,
+    runner_only_attn_layers: set[str] | None = None,
 ) -> None:
     """Each sharing layer joins (in place) the group of the layer whose cache it reads;
     with ``runner_only_attn_layers``, it is recorded there too."""
