@@ -170,3 +170,24 @@ def test_sharing_layers_follow_their_targets_group() -> None:
     assert names == [("l0", "l2"), ("l1", "l3", "l4")]
     with pytest.raises(PlanningError, match=r"'l9'.*in no KV cache group"):
         layer_names_with_sharing(groups, {"l5": "l9"})
+
+
+def test_mla_beside_an_unfit_window_shares_one_full_allocation_group(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pagedkv import MLAAttentionSpec
+    from pagedkv.planning.grouping import vllm_grouping
+
+    target = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=576, dtype="float32")
+    indexer = MLAAttentionSpec(block_size=64, num_kv_heads=1, head_size=132, dtype="uint8")
+    draft = SlidingWindowSpec(
+        block_size=16, num_kv_heads=2, head_size=64, dtype="float32", sliding_window=4
+    )
+    specs = {"target": target, "indexer": indexer, "draft": draft}
+    with caplog.at_level("WARNING", logger="pagedkv.planning.grouping"):
+        (group,) = vllm_grouping(config("LBNHC"), specs, 1).groups
+    assert isinstance(group.kv_cache_spec, UniformTypeKVCacheSpecs)
+    promoted = group.kv_cache_spec.kv_cache_specs["draft"]
+    assert type(promoted) is FullAttentionSpec
+    assert (promoted.block_size, promoted.sliding_window) == (64, 4)  # the MLA layers' size
+    assert "attention compute is unchanged" in caplog.text

@@ -7,6 +7,7 @@ check the planner runs on any builder's groups."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -29,6 +30,8 @@ from pagedkv.specs.base import KVCacheSpec, cdiv
 from pagedkv.specs.full import FullAttentionSpec, MLAAttentionSpec
 from pagedkv.specs.local import ChunkedLocalAttentionSpec, SlidingWindowMLASpec, SlidingWindowSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
+
+logger = logging.getLogger(__name__)
 
 
 def merge_specs(specs: Sequence[KVCacheSpec]) -> KVCacheSpec:
@@ -243,8 +246,15 @@ def _full_allocation_fallback(
     mla = allowed and any(isinstance(s, MLAAttentionSpec) for s in specs)
     local = any(isinstance(s, SlidingWindowMLASpec | ChunkedLocalAttentionSpec) for s in specs)
     if mla and not local and any(isinstance(s, SlidingWindowSpec) for s in specs):
-        single = single_group({n: promote_to_full(s, None) for n, s in kv_cache_spec.items()})
+        # Windows take the block size full-attention layers (MLA included) agree on.
+        sizes = {s.block_size for s in specs if isinstance(s, FullAttentionSpec)}
+        block_size = sizes.pop() if len(sizes) == 1 else None
+        single = single_group({n: promote_to_full(s, block_size) for n, s in kv_cache_spec.items()})
         if single is not None:
+            logger.warning(
+                "KV cache page sizes cannot be unified; sliding-window layers are allocated "
+                "as full attention in one group. Sliding-window attention compute is unchanged."
+            )
             return single
     unfit = (
         n
