@@ -15,7 +15,7 @@ from pagedkv.compat.vllm.v1._spec_fields import vllm_spec_class
 from pagedkv.compat.vllm.v1.kv_cache_layout import KVCacheLayout
 from pagedkv.errors import RegistryError
 from pagedkv.planning import types as _types
-from pagedkv.specs import KVCacheSpec
+from pagedkv.specs import KVCacheSpec as _CoreKVCacheSpec
 
 __all__ = [
     "AttentionSpec",
@@ -51,6 +51,25 @@ __all__ = [
 ]
 
 _MODULE = __name__
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KVCacheSpec(_CoreKVCacheSpec):
+    """vLLM's base spec: constructible (its sizes raise until a subclass defines them),
+    and every pagedkv spec is one (``isinstance`` answers for pagedkv's base)."""
+
+    @property
+    def page_size_bytes(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} defines no page size")
+
+    def max_memory_usage_bytes(self, config: Any) -> int:
+        raise NotImplementedError(f"{type(self).__name__} defines no memory usage")
+
+    @classmethod
+    def __subclasshook__(cls, subclass: type) -> bool:
+        if cls is KVCacheSpec and issubclass(subclass, _CoreKVCacheSpec):
+            return True
+        return NotImplemented  # type: ignore[no-any-return]
 
 
 def _core_spec(name: str) -> type:
