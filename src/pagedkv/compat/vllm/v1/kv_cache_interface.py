@@ -69,7 +69,7 @@ class KVCacheSpec(_CoreKVCacheSpec):
     def __subclasshook__(cls, subclass: type) -> bool:
         if cls is KVCacheSpec and issubclass(subclass, _CoreKVCacheSpec):
             return True
-        return NotImplemented  # type: ignore[no-any-return]
+        return NotImplemented
 
 
 def _core_spec(name: str) -> type:
@@ -246,7 +246,7 @@ class KVCacheGroupSpec(_types.KVCacheGroupSpec):
     def __init__(
         self,
         layer_names: Sequence[str],
-        kv_cache_spec: KVCacheSpec,
+        kv_cache_spec: _CoreKVCacheSpec,
         is_eagle_group: bool = False,
         host_resident: bool = False,
         enable_kv_transfer: bool = True,
@@ -319,25 +319,25 @@ def _config_init(self: KVCacheConfig, *args: Any, **kwargs: Any) -> None:
 KVCacheConfig.__init__ = _config_init  # type: ignore[method-assign]
 
 
-def iter_layer_specs(kv_cache_spec: KVCacheSpec) -> Collection[KVCacheSpec]:
+def iter_layer_specs(kv_cache_spec: _CoreKVCacheSpec) -> Collection[_CoreKVCacheSpec]:
     if isinstance(kv_cache_spec, _specs.UniformTypeKVCacheSpecs):
         return kv_cache_spec.kv_cache_specs.values()
     return (kv_cache_spec,)
 
 
-def is_full_attention_spec(kv_cache_spec: KVCacheSpec) -> bool:
+def is_full_attention_spec(kv_cache_spec: _CoreKVCacheSpec) -> bool:
     layers = iter_layer_specs(kv_cache_spec)
     return len(layers) > 0 and all(isinstance(s, FullAttentionSpec) for s in layers)
 
 
-def _kind_of(spec: KVCacheSpec) -> KVCacheSpecKind:
+def _kind_of(spec: _CoreKVCacheSpec) -> KVCacheSpecKind:
     try:
         return KVCacheSpecKind(spec.kind)
     except ValueError:
         return KVCacheSpecKind.UNKNOWN
 
 
-def get_kv_cache_spec_kind(kv_cache_spec: KVCacheSpec) -> KVCacheSpecKind:
+def get_kv_cache_spec_kind(kv_cache_spec: _CoreKVCacheSpec) -> KVCacheSpecKind:
     """pagedkv's ``spec.kind`` as vLLM's enum; a uniform-type group of several kinds is
     full attention when all its layers group under full attention."""
     if not isinstance(kv_cache_spec, _specs.UniformTypeKVCacheSpecs):
@@ -354,7 +354,7 @@ def get_kv_cache_spec_kind(kv_cache_spec: KVCacheSpec) -> KVCacheSpecKind:
     return KVCacheSpecKind.UNKNOWN
 
 
-def get_kv_cache_spec_sliding_window(kv_cache_spec: KVCacheSpec) -> int | None:
+def get_kv_cache_spec_sliding_window(kv_cache_spec: _CoreKVCacheSpec) -> int | None:
     if isinstance(kv_cache_spec, _specs.UniformTypeKVCacheSpecs):
         windows = {get_kv_cache_spec_sliding_window(s) for s in iter_layer_specs(kv_cache_spec)}
         return windows.pop() if len(windows) == 1 else None
