@@ -7,6 +7,7 @@ check the planner runs on any builder's groups."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -29,6 +30,8 @@ from pagedkv.specs.base import KVCacheSpec, cdiv
 from pagedkv.specs.full import FullAttentionSpec, MLAAttentionSpec
 from pagedkv.specs.local import ChunkedLocalAttentionSpec, SlidingWindowMLASpec, SlidingWindowSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
+
+logger = logging.getLogger(__name__)
 
 
 def merge_specs(specs: Sequence[KVCacheSpec]) -> KVCacheSpec:
@@ -88,16 +91,38 @@ _PROMOTED = (
 )
 
 
+def _family_class(target: type[KVCacheSpec], local: type[KVCacheSpec]) -> type[KVCacheSpec]:
+    """``target`` as spelled in ``local``'s family: the direct subclass of ``target`` of
+    the same name defined beside ``local`` (an integration's spec classes, such as
+    ``pagedkv.compat.vllm``'s), else ``target`` itself."""
+    for sub in target.__subclasses__():
+        if sub.__module__ == local.__module__ and sub.__name__ == target.__name__:
+            return sub
+    return target
+
+
 def promote_to_full(spec: KVCacheSpec, block_size: int | None) -> KVCacheSpec:
-    """A sliding-window or chunked layer as full attention (window kept as metadata)."""
-    target = next((full for local, full in _PROMOTED if isinstance(spec, local)), None)
-    if target is None:
+    """A sliding-window or chunked layer as full attention (window kept as metadata;
+    retained lookahead tokens dropped, as a full layer frees nothing). vLLM's rule at a
+    new block size: a padded page keeps its padding unless the real page outgrows it."""
+    core = next((full for local, full in _PROMOTED if isinstance(spec, local)), None)
+    if core is None:
         return spec
-    names = [f.name for f in dataclasses.fields(target) if hasattr(spec, f.name)]
+    target = _family_class(core, type(spec))
+    names = [
+        f.name
+        for f in dataclasses.fields(target)
+        if f.init and hasattr(spec, f.name) and f.name != "extra_retained_tokens"
+    ]
     promoted = target(**{name: getattr(spec, name) for name in names})
-    if block_size is not None and block_size != promoted.block_size:
-        promoted = promoted.copy_with_new_block_size(block_size)
-    return promoted
+    if block_size is None or block_size == promoted.block_size:
+        return promoted
+    padded = getattr(spec, "page_size_padded", None)
+    resized = dataclasses.replace(promoted, block_size=block_size, page_size_padded=None)  # type: ignore[call-arg]
+    if padded is not None:
+        padded = max(padded, resized.real_page_size_bytes)
+        resized = dataclasses.replace(resized, page_size_padded=padded)  # type: ignore[call-arg]
+    return resized
 
 
 def promote_local_specs(kv_cache_spec: Mapping[str, KVCacheSpec]) -> dict[str, KVCacheSpec]:
@@ -108,7 +133,11 @@ def promote_local_specs(kv_cache_spec: Mapping[str, KVCacheSpec]) -> dict[str, K
         s.block_size for s in specs if isinstance(s, FullAttentionSpec) and not s.is_draft
     }
     block_size = next(iter(full_sizes)) if len(full_sizes) == 1 else None
-    promoted = {name: promote_to_full(s, block_size) for name, s in kv_cache_spec.items()}
+    # vLLM promotes only beside full attention: local layers alone keep their kinds.
+    has_full = any(isinstance(s, FullAttentionSpec) for s in specs)
+    promoted = {
+        name: promote_to_full(s, block_size) if has_full else s for name, s in kv_cache_spec.items()
+    }
     if single_group(promoted) is None:
         kinds: dict[str, list[str]] = {}
         for name, spec in promoted.items():
@@ -217,8 +246,15 @@ def _full_allocation_fallback(
     mla = allowed and any(isinstance(s, MLAAttentionSpec) for s in specs)
     local = any(isinstance(s, SlidingWindowMLASpec | ChunkedLocalAttentionSpec) for s in specs)
     if mla and not local and any(isinstance(s, SlidingWindowSpec) for s in specs):
-        single = single_group({n: promote_to_full(s, None) for n, s in kv_cache_spec.items()})
+        # Windows take the block size full-attention layers (MLA included) agree on.
+        sizes = {s.block_size for s in specs if isinstance(s, FullAttentionSpec)}
+        block_size = sizes.pop() if len(sizes) == 1 else None
+        single = single_group({n: promote_to_full(s, block_size) for n, s in kv_cache_spec.items()})
         if single is not None:
+            logger.warning(
+                "KV cache page sizes cannot be unified; sliding-window layers are allocated "
+                "as full attention in one group. Sliding-window attention compute is unchanged."
+            )
             return single
     unfit = (
         n

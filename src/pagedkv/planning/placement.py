@@ -13,32 +13,59 @@ from typing import NamedTuple
 
 from pagedkv.config import EngineConfig
 from pagedkv.errors import PlanningError
-from pagedkv.planning.layout import is_block_outermost, resolve_kv_cache_layout
+from pagedkv.planning.layout import (
+    check_layout_expresses,
+    is_block_outermost,
+    resolve_kv_cache_layout,
+)
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
-from pagedkv.specs.base import cdiv
+from pagedkv.specs.base import KVCacheSpec, cdiv
 from pagedkv.specs.hisparse import HiSparseHotSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
-PageRuns = list[tuple[int, list[str]]]
+
+class Run(NamedTuple):
+    """Layers of one spec in a group: their page, the page padded to the spec's block
+    stride alignment (their block stride when each layer has its own region), names."""
+
+    page: int
+    stride: int
+    names: list[str]
+
+
+PageRuns = list[Run]
+
+
+def _aligned(page: int, alignment: int) -> int:
+    return cdiv(page, alignment) * alignment
 
 
 def _page_runs(group: KVCacheGroupSpec) -> PageRuns:
-    """Consecutive layers with equal pages: one run for a plain group (page computed once)."""
+    """The group's layers bucketed by spec in first-seen order (vLLM's tensor per spec):
+    one run for a plain group (page computed once)."""
     spec = group.kv_cache_spec
     if not isinstance(spec, UniformTypeKVCacheSpecs):
-        return [(spec.page_size_bytes, list(group.layer_names))] if group.layer_names else []
-    runs: PageRuns = []
+        if not group.layer_names:
+            return []
+        page = spec.page_size_bytes
+        stride = _aligned(page, spec.block_stride_alignment_bytes())
+        return [Run(page, stride, list(group.layer_names))]
+    runs: dict[KVCacheSpec, Run] = {}
     for name in group.layer_names:
-        page = spec.kv_cache_specs[name].page_size_bytes
-        if runs and runs[-1][0] == page:
-            runs[-1][1].append(name)
-        else:
-            runs.append((page, [name]))
-    return runs
+        layer = spec.kv_cache_specs[name]
+        run = runs.get(layer)
+        if run is None:
+            page = layer.page_size_bytes
+            stride = _aligned(page, layer.block_stride_alignment_bytes())
+            runs[layer] = run = Run(page, stride, [])
+        run.names.append(name)
+    return list(runs.values())
 
 
-def _width(runs: PageRuns) -> int:
-    return sum(page * len(names) for page, names in runs)
+def _width(runs: PageRuns, block_outer: bool = True) -> int:
+    """Bytes one block id costs: pages side by side (block-outer), else each layer's
+    aligned stride."""
+    return sum((r.page if block_outer else r.stride) * len(r.names) for r in runs)
 
 
 def group_width_bytes(group: KVCacheGroupSpec) -> int:
@@ -49,30 +76,35 @@ def group_width_bytes(group: KVCacheGroupSpec) -> int:
 def bytes_per_block(
     groups: Sequence[KVCacheGroupSpec], *, host: bool = False, block_outer: bool = False
 ) -> int:
-    """The widest group's bytes per block id; block-outer, rounded up to a multiple of
-    every HiSparse hot page (vLLM's block stride alignment)."""
+    """The widest group's bytes per block id: block-outer, its pages side by side
+    rounded up to a multiple of every HiSparse hot page and layer alignment; else its
+    layers' pages each padded to their alignment (vLLM's block stride rules)."""
     return _bpb([g for g in groups if g.host_resident == host], block_outer)
 
 
 def _bpb(groups: Sequence[KVCacheGroupSpec], block_outer: bool) -> int:
-    width = max((group_width_bytes(g) for g in groups), default=0)
+    width = max((_width(_page_runs(g), block_outer) for g in groups), default=0)
     if not block_outer or width == 0:
         return width
-    hot = [g.kv_cache_spec.page_size_bytes for g in groups]
-    hot = [p for g, p in zip(groups, hot) if isinstance(g.kv_cache_spec, HiSparseHotSpec)]
-    step = math.lcm(*hot) if hot else 1
+    steps = [
+        g.kv_cache_spec.page_size_bytes
+        for g in groups
+        if isinstance(g.kv_cache_spec, HiSparseHotSpec)
+    ]
+    steps += [s.block_stride_alignment_bytes() for g in groups for s in g.layer_specs().values()]
+    step = math.lcm(*steps) if steps else 1
     return cdiv(width, step) * step
 
 
 def _runs_agree(runs_per_group: Sequence[PageRuns]) -> bool:
-    """Whether layer slot i has the same page in every group that has an i-th layer."""
-    slot_pages: list[int] = []
+    """Whether layer slot i has the same stride in every group that has an i-th layer."""
+    slot_strides: list[int] = []
     for runs in runs_per_group:
-        pages = [page for page, names in runs for _ in names]
-        common = min(len(pages), len(slot_pages))
-        if pages[:common] != slot_pages[:common]:
+        strides = [r.stride for r in runs for _ in r.names]
+        common = min(len(strides), len(slot_strides))
+        if strides[:common] != slot_strides[:common]:
             return False
-        slot_pages += pages[common:]
+        slot_strides += strides[common:]
     return True
 
 
@@ -84,31 +116,35 @@ def place(
     block_outer: bool = False,
 ) -> list[KVCacheTensor]:
     """Tensors for the groups of one residency in one ``bpb * num_blocks`` allocation:
-    layer-outer when every group's layer slot ``i`` has one page, else (or when the
-    layout is block-outermost) every group's layers side by side inside each block."""
+    layer-outer (a region per layer, blocks at its aligned page stride) when every
+    group's layer slot ``i`` agrees, else (or when the layout is block-outermost) every
+    group's layers side by side inside each block."""
     own = [g for g in groups if g.host_resident == host]
     runs_per_group = [_page_runs(g) for g in own]
-    bpb = _bpb(own, block_outer)
+    layer_major = not block_outer and _runs_agree(runs_per_group)
+    if layer_major or block_outer:
+        bpb = _bpb(own, block_outer)
+    else:  # layer-outer layouts whose slots disagree: pages side by side, unrounded
+        bpb = max(_width(runs) for runs in runs_per_group)
     if bpb == 0:
         return []
-    layer_major = not block_outer and _runs_agree(runs_per_group)
     tensors = []
     for runs in runs_per_group:
         offset = 0
-        for page, names in runs:
-            layer_stride = page * num_blocks if layer_major else page
+        for run in runs:
+            layer_stride = run.stride * num_blocks if layer_major else run.page
             tensors.append(
                 KVCacheTensor(
                     size=bpb * num_blocks,
-                    layers=tuple(names),
+                    layers=tuple(run.names),
                     layer_stride=layer_stride,
-                    block_stride=page if layer_major else bpb,
-                    page_size_bytes=page,
+                    block_stride=run.stride if layer_major else bpb,
+                    page_size_bytes=run.page,
                     offset=offset,
                     host_resident=host,
                 )
             )
-            offset += len(names) * layer_stride
+            offset += len(run.names) * layer_stride
     return tensors
 
 
@@ -117,6 +153,7 @@ def place_groups(
 ) -> KVCacheConfig:
     """The default builder's placement: device groups, then host groups, for ``num_blocks``."""
     layout = resolve_kv_cache_layout(config)
+    check_layout_expresses(layout, [g for g in groups if not g.host_resident])
     block_outer = is_block_outermost(layout)
     tensors = place(groups, num_blocks, block_outer=block_outer)
     tensors += place(groups, num_blocks, host=True)  # host tiers are always layer-outer
@@ -189,7 +226,7 @@ def check_aliasing(regions: Sequence[PlacedRegion], num_blocks: int) -> None:
 def check_regions(config: KVCacheConfig, worker: int) -> None:
     """Every layer backed once, inside its tensor, by a region its page fits; no unsafe
     aliasing. Raises PlanningError naming the worker and layer."""
-    pages = {n: p for g in config.kv_cache_groups for p, names in _page_runs(g) for n in names}
+    pages = {n: r.page for g in config.kv_cache_groups for r in _page_runs(g) for n in r.names}
     group_of = {n: gid for gid, g in enumerate(config.kv_cache_groups) for n in g.layer_names}
     n = config.num_blocks
     allocations: dict[tuple[bool, int], list[PlacedRegion]] = {}

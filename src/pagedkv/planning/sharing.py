@@ -5,10 +5,10 @@ target's group once the configs are placed, and its tensors are its target's."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from pagedkv.errors import PlanningError
-from pagedkv.planning.types import KVCacheConfig
+from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 
 
 def check_kv_sharing(shared: Mapping[str, str], layers_with_specs: Collection[str]) -> None:
@@ -36,3 +36,20 @@ def add_kv_sharing_layers(config: KVCacheConfig, shared: Mapping[str, str]) -> K
     if not pairs:
         return config
     return dataclasses.replace(config, shared_kv_cache_layers=pairs)
+
+
+def layer_names_with_sharing(
+    groups: Sequence[KVCacheGroupSpec], shared: Mapping[str, str]
+) -> list[tuple[str, ...]]:
+    """Each group's layer names followed by the layers reading one of its caches, in
+    ``shared``'s order (vLLM appends them so the group's attention metadata reaches
+    them); PlanningError naming a sharing layer whose target is in no group."""
+    group_of = {name: i for i, g in enumerate(groups) for name in g.layer_names}
+    names = [list(g.layer_names) for g in groups]
+    for layer, target in shared.items():
+        if target not in group_of:
+            raise PlanningError(
+                f"layer {layer!r} shares the KV cache of {target!r}, which is in no KV cache group"
+            )
+        names[group_of[target]].append(layer)
+    return [tuple(n) for n in names]

@@ -55,7 +55,7 @@ def project_groups(
         spec = group.kv_cache_spec
         if isinstance(spec, UniformTypeKVCacheSpecs) and names:
             specs = {n: spec.kv_cache_specs[n] for n in names}
-            spec = UniformTypeKVCacheSpecs(block_size=spec.block_size, kv_cache_specs=specs)
+            spec = dataclasses.replace(spec, kv_cache_specs=specs)  # keeps the spec's class
         out.append(dataclasses.replace(group, layer_names=names, kv_cache_spec=spec))
     return out
 

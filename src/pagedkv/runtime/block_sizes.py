@@ -55,7 +55,30 @@ def resolve_block_sizes(
             f"a multiple of it (block sizes {block_sizes})"
         )
     partial = _partial_hits(groups, unit)
-    return BlockSizes(scheduler, unit, unit if partial else scheduler, partial)
+    alignment = unit if partial else scheduler
+    _check_state_compression(groups, alignment, unit_name, unit)
+    return BlockSizes(scheduler, unit, alignment, partial)
+
+
+def _check_state_compression(
+    groups: Sequence[KVCacheGroupSpec], alignment: int, unit_name: str, unit: int
+) -> None:
+    """Hits must end on a whole compressed state of every prefix-cacheable layer that
+    packs several tokens per state (vLLM's ``tokens_per_state``)."""
+    per_state = {
+        tokens
+        for group in groups
+        for spec in group.layer_specs().values()
+        if spec.prefix_cacheable
+        and type(tokens := getattr(spec, "tokens_per_state", 1)) is int
+        and tokens > 1
+    }
+    if any(alignment % tokens for tokens in per_state):
+        raise ConfigError(
+            f"{unit_name}={unit}: prefix-cache hits land every {alignment} tokens, which "
+            f"must align with each layer's per-state compression (tokens per state "
+            f"{sorted(per_state)})"
+        )
 
 
 def _mamba_mode(spec: object) -> str | None:

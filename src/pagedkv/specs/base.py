@@ -135,6 +135,11 @@ class KVCacheSpec(ABC):
     def copy_with_new_block_size(self, block_size: int) -> Self:
         return dataclasses.replace(self, block_size=block_size)
 
+    def block_stride_alignment_bytes(self) -> int:
+        """Bytes the stride between this layer's blocks must be a multiple of (1: any);
+        the placement pads its page, or the shared block, to it."""
+        return 1
+
     @classmethod
     def merge(cls, specs: Sequence[KVCacheSpec]) -> Self:
         """One spec standing for all ``specs``; they must be equal in every field."""

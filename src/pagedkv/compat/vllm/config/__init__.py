@@ -7,6 +7,7 @@ from typing import Any
 
 from pagedkv.compat.vllm._outside import outside_class
 from pagedkv.compat.vllm.config._base import ConfigPart
+from pagedkv.compat.vllm.config._engine import engine_config
 from pagedkv.compat.vllm.config.attention import AttentionConfig, HiSparseConfig
 from pagedkv.compat.vllm.config.cache import CacheConfig
 from pagedkv.compat.vllm.config.kv_events import KVEventsConfig
@@ -98,15 +99,4 @@ class VllmConfig(ConfigPart):
         return int(batches * self.scheduler_config.max_num_batched_tokens)
 
     def to_engine_config(self) -> EngineConfig:
-        model = self.model_config
-        max_len = getattr(model, "max_model_len", None) or 8192
-        cache = self.cache_config
-        return EngineConfig.create(
-            max_model_len=max_len,
-            block_size=cache.block_size or 16,
-            enable_prefix_caching=bool(cache.enable_prefix_caching),
-            tensor_parallel_size=self.parallel_config.tensor_parallel_size,
-            pipeline_parallel_size=self.parallel_config.pipeline_parallel_size,
-            max_num_batched_tokens=self.scheduler_config.max_num_batched_tokens,
-            max_num_seqs=self.scheduler_config.max_num_seqs,
-        )
+        return engine_config(self)

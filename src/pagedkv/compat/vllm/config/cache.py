@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from pagedkv.compat.vllm.config._base import ConfigPart
+from pagedkv.compat.vllm.config._engine import layout_name
+from pagedkv.compat.vllm.v1.kv_cache_layout import KVCacheLayout
 
 __all__ = ["CacheConfig"]
 
@@ -29,3 +31,16 @@ class CacheConfig(ConfigPart):
         "prefix_match_unit": None,
         "is_attention_free": False,
     }
+
+    def get_resolved_kv_cache_layout(self) -> KVCacheLayout:
+        """The layout set on this config (ValueError while none is)."""
+        name = layout_name(self.kv_cache_layout)
+        if name is None:
+            raise ValueError(
+                "KV cache layout has not been resolved yet: set CacheConfig.kv_cache_layout "
+                "(resolve_kv_cache_layout does so once)"
+            )
+        if name not in KVCacheLayout.__members__:
+            known = ", ".join(KVCacheLayout.__members__)
+            raise ValueError(f"CacheConfig.kv_cache_layout must be one of {known}, got {name!r}")
+        return KVCacheLayout[name]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pagedkv.compat.vllm.config._base import ConfigPart
 
@@ -12,10 +12,20 @@ RunnerOption = Literal["auto", "generate", "pooling", "draft"]
 
 
 class ModelConfig(ConfigPart):
+    """vLLM's fields; ``original_max_model_len == -1`` asks planning to auto-fit."""
+
     DEFAULTS = {
         "model": None,
         "max_model_len": 8192,
+        "original_max_model_len": None,
         "dtype": "bfloat16",
         "is_attention_free": False,
+        "is_encoder_decoder": False,
         "use_mla": False,
+        "supports_kv_cache_grouping": False,
     }
+
+    def __init__(self, model: str | None = None, **fields: Any) -> None:
+        super().__init__(**fields)
+        if model is not None:
+            self.model = model

@@ -10,7 +10,7 @@ from typing import Any
 
 from pagedkv.errors import KVCacheSpecError
 
-__all__ = ["vllm_spec_class"]
+__all__ = ["SpecMergeError", "vllm_spec_class"]
 
 # Field -> default for the vLLM fields of each family (only those pagedkv lacks are added).
 BASE_FIELDS: dict[str, Any] = {"dcp_sharded": False, "block_stride_alignment": None}
@@ -63,6 +63,26 @@ def _check_translatable(spec: Any, added: frozenset[str]) -> None:
             object.__setattr__(spec, "page_size_padded", padded)
 
 
+class SpecMergeError(KVCacheSpecError, AssertionError):
+    """Specs that cannot share one group: pagedkv's error, and vLLM's AssertionError."""
+
+
+def _check_alignment(spec: Any) -> None:
+    alignment = getattr(spec, "block_stride_alignment", None)
+    if alignment is None:
+        return
+    if type(alignment) is not int or alignment <= 0:
+        raise KVCacheSpecError(
+            f"{type(spec).__name__}.block_stride_alignment must be positive, got {alignment!r}"
+        )
+
+
+def _alignment_bytes(spec: Any) -> int:
+    """vLLM's ``block_stride_alignment`` (bytes; None: any stride)."""
+    alignment = getattr(spec, "block_stride_alignment", None)
+    return alignment if type(alignment) is int else 1
+
+
 def vllm_spec_class(
     name: str,
     bases: tuple[type, ...],
@@ -85,15 +105,26 @@ def vllm_spec_class(
             object.__setattr__(self, "shapes", (shapes,))  # a flat tuple is one state shape
         core_post_init(self)
         _check_translatable(self, added_names)
+        _check_alignment(self)
 
-    return dataclasses.make_dataclass(
+    def merge(cls: type, specs: Any) -> Any:
+        try:
+            return super(made, cls).merge(specs)  # type: ignore[arg-type]
+        except KVCacheSpecError as exc:
+            raise SpecMergeError(str(exc)) from exc
+
+    made: type = dataclasses.make_dataclass(
         name,
         spec_fields,
         bases=bases,
         namespace={
             "__post_init__": __post_init__,
             "__module__": "pagedkv.compat.vllm.v1.kv_cache_interface",
+            "merge": classmethod(merge),
+            "block_stride_alignment_bytes": _alignment_bytes,
+            "get_block_stride_alignment": _alignment_bytes,
         },
         frozen=True,
         kw_only=True,
     )
+    return made

@@ -15,7 +15,7 @@ from pagedkv.compat.vllm.v1._spec_fields import vllm_spec_class
 from pagedkv.compat.vllm.v1.kv_cache_layout import KVCacheLayout
 from pagedkv.errors import RegistryError
 from pagedkv.planning import types as _types
-from pagedkv.specs import KVCacheSpec
+from pagedkv.specs import KVCacheSpec as _CoreKVCacheSpec
 
 __all__ = [
     "AttentionSpec",
@@ -51,6 +51,25 @@ __all__ = [
 ]
 
 _MODULE = __name__
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KVCacheSpec(_CoreKVCacheSpec):
+    """vLLM's base spec: constructible (its sizes raise until a subclass defines them),
+    and every pagedkv spec is one (``isinstance`` answers for pagedkv's base)."""
+
+    @property
+    def page_size_bytes(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} defines no page size")
+
+    def max_memory_usage_bytes(self, config: Any) -> int:
+        raise NotImplementedError(f"{type(self).__name__} defines no memory usage")
+
+    @classmethod
+    def __subclasshook__(cls, subclass: type) -> bool:
+        if cls is KVCacheSpec and issubclass(subclass, _CoreKVCacheSpec):
+            return True
+        return NotImplemented
 
 
 def _core_spec(name: str) -> type:
@@ -160,7 +179,61 @@ class UniformTypeKVCacheSpecs(_specs.UniformTypeKVCacheSpecs):
             raise AssertionError(f"Unsupported KV cache spec type: {exc}") from exc
 
 
-KVCacheTensor = _types.KVCacheTensor
+@dataclasses.dataclass(frozen=True, kw_only=True, init=False)
+class KVCacheTensor(_types.KVCacheTensor):
+    """pagedkv's tensor built as vLLM builds it (positional, no page size: vLLM reads
+    pages off the layers' specs, so the page does not take part in equality)."""
+
+    page_size_bytes: int = dataclasses.field(default=0, compare=False)
+
+    def __init__(
+        self,
+        size: int,
+        layers: Sequence[str],
+        layer_stride: int,
+        block_stride: int,
+        offset: int = 0,
+        host_resident: bool = False,
+        page_size_bytes: int = 0,
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "size", size)
+        set_(self, "layers", LayerNames(layers))
+        set_(self, "layer_stride", layer_stride)
+        set_(self, "block_stride", block_stride)
+        set_(self, "offset", offset)
+        set_(self, "host_resident", host_resident)
+        set_(self, "page_size_bytes", page_size_bytes)
+        self.__post_init__()
+        set_(self, "layers", LayerNames(self.layers))
+
+    @classmethod
+    def from_core(cls, tensor: _types.KVCacheTensor) -> KVCacheTensor:
+        """pagedkv's placed tensor as vLLM's."""
+        return cls(
+            tensor.size,
+            tensor.layers,
+            tensor.layer_stride,
+            tensor.block_stride,
+            tensor.offset,
+            tensor.host_resident,
+            tensor.page_size_bytes,
+        )
+
+
+class LayerNames(tuple[str, ...]):
+    """A group's layer names: a tuple (groups stay hashable) equal to the list vLLM
+    keeps them in."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return tuple.__eq__(self, tuple(other) if isinstance(other, list) else other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, init=False)
@@ -173,25 +246,32 @@ class KVCacheGroupSpec(_types.KVCacheGroupSpec):
     def __init__(
         self,
         layer_names: Sequence[str],
-        kv_cache_spec: KVCacheSpec,
+        kv_cache_spec: _CoreKVCacheSpec,
         is_eagle_group: bool = False,
         host_resident: bool = False,
         enable_kv_transfer: bool = True,
         role: str = KVCacheGroupRole.DEFAULT,
     ) -> None:
         set_ = object.__setattr__
-        set_(self, "layer_names", tuple(layer_names))
+        set_(self, "layer_names", LayerNames(layer_names))
         set_(self, "kv_cache_spec", kv_cache_spec)
         set_(self, "is_eagle_group", is_eagle_group)
         set_(self, "host_resident", host_resident)
         set_(self, "enable_kv_transfer", enable_kv_transfer)
         set_(self, "role", KVCacheGroupRole(role) if role in _ROLES else role)
         self.__post_init__()
+        set_(self, "layer_names", LayerNames(self.layer_names))
 
 
 _ROLES = {r.value for r in KVCacheGroupRole}
+
+
+def _set_group_field(self: KVCacheGroupSpec, name: str, value: Any) -> None:
+    object.__setattr__(self, name, LayerNames(value) if name == "layer_names" else value)
+
+
 # vLLM's groups and configs are mutable dataclasses (callers rebind their fields).
-KVCacheGroupSpec.__setattr__ = object.__setattr__  # type: ignore[method-assign]
+KVCacheGroupSpec.__setattr__ = _set_group_field  # type: ignore[method-assign,assignment]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -220,26 +300,49 @@ class KVCacheConfig(_types.KVCacheConfig):
 
 KVCacheConfig.__setattr__ = object.__setattr__  # type: ignore[method-assign]
 
+# vLLM's KVCacheConfig takes its leading fields by position too.
+_CONFIG_POSITIONAL = (
+    "num_blocks",
+    "kv_cache_tensors",
+    "kv_cache_groups",
+    "prefix_cache_retention_interval",
+    "kv_cache_layout",
+)
+_config_keyword_init = KVCacheConfig.__init__
 
-def iter_layer_specs(kv_cache_spec: KVCacheSpec) -> Collection[KVCacheSpec]:
+
+def _config_init(self: KVCacheConfig, *args: Any, **kwargs: Any) -> None:
+    if len(args) > len(_CONFIG_POSITIONAL):
+        raise TypeError(f"KVCacheConfig takes at most {len(_CONFIG_POSITIONAL)} positional fields")
+    for name, value in zip(_CONFIG_POSITIONAL, args):
+        if name in kwargs:
+            raise TypeError(f"KVCacheConfig got {name!r} twice")
+        kwargs[name] = value
+    _config_keyword_init(self, **kwargs)
+
+
+KVCacheConfig.__init__ = _config_init  # type: ignore[method-assign]
+
+
+def iter_layer_specs(kv_cache_spec: _CoreKVCacheSpec) -> Collection[_CoreKVCacheSpec]:
     if isinstance(kv_cache_spec, _specs.UniformTypeKVCacheSpecs):
         return kv_cache_spec.kv_cache_specs.values()
     return (kv_cache_spec,)
 
 
-def is_full_attention_spec(kv_cache_spec: KVCacheSpec) -> bool:
+def is_full_attention_spec(kv_cache_spec: _CoreKVCacheSpec) -> bool:
     layers = iter_layer_specs(kv_cache_spec)
     return len(layers) > 0 and all(isinstance(s, FullAttentionSpec) for s in layers)
 
 
-def _kind_of(spec: KVCacheSpec) -> KVCacheSpecKind:
+def _kind_of(spec: _CoreKVCacheSpec) -> KVCacheSpecKind:
     try:
         return KVCacheSpecKind(spec.kind)
     except ValueError:
         return KVCacheSpecKind.UNKNOWN
 
 
-def get_kv_cache_spec_kind(kv_cache_spec: KVCacheSpec) -> KVCacheSpecKind:
+def get_kv_cache_spec_kind(kv_cache_spec: _CoreKVCacheSpec) -> KVCacheSpecKind:
     """pagedkv's ``spec.kind`` as vLLM's enum; a uniform-type group of several kinds is
     full attention when all its layers group under full attention."""
     if not isinstance(kv_cache_spec, _specs.UniformTypeKVCacheSpecs):
@@ -256,7 +359,7 @@ def get_kv_cache_spec_kind(kv_cache_spec: KVCacheSpec) -> KVCacheSpecKind:
     return KVCacheSpecKind.UNKNOWN
 
 
-def get_kv_cache_spec_sliding_window(kv_cache_spec: KVCacheSpec) -> int | None:
+def get_kv_cache_spec_sliding_window(kv_cache_spec: _CoreKVCacheSpec) -> int | None:
     if isinstance(kv_cache_spec, _specs.UniformTypeKVCacheSpecs):
         windows = {get_kv_cache_spec_sliding_window(s) for s in iter_layer_specs(kv_cache_spec)}
         return windows.pop() if len(windows) == 1 else None

@@ -24,3 +24,18 @@ class KVCacheLayout(Enum):
     @property
     def is_block_outer(self) -> bool:
         return self.value[0] == 1
+
+    @property
+    def is_block_outermost(self) -> bool:
+        """Whether the block dim is physically outermost."""
+        return self.value[0] == 1
+
+    @property
+    def is_layer_compact(self) -> bool:
+        """Whether the layer dim is physically outermost."""
+        return self.value[0] == 0
+
+    @property
+    def is_block_compact(self) -> bool:
+        """Whether each page's bytes form one contiguous run (L and B outermost)."""
+        return set(self.value[:2]) == {0, 1}

@@ -302,3 +302,75 @@ def maybe_convert_block_hash(hash_bytes: Any) -> ExternalBlockHash:
     from pagedkv.events.wire import external_block_hash
 
     return external_block_hash(hash_bytes, envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)
+
+
+def generate_scheduler_kv_cache_config(kv_cache_configs: Sequence[Any]) -> Any:
+    """The scheduler's view of the workers' configs (they agree but in layer names):
+    the first, each uniform-type group spec standing as one of its layers' specs."""
+    import copy
+
+    from pagedkv.specs import UniformTypeKVCacheSpecs
+
+    if not kv_cache_configs:
+        raise ValueError("generate_scheduler_kv_cache_config needs at least one worker config")
+    first = kv_cache_configs[0]
+    for field in ("num_blocks", "hisparse_host_num_blocks"):
+        values = {getattr(c, field, None) for c in kv_cache_configs}
+        assert len(values) == 1, f"workers disagree on {field}: {sorted(map(str, values))}"
+    scheduler = copy.deepcopy(first)
+    for group in scheduler.kv_cache_groups:
+        spec = group.kv_cache_spec
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            group.kv_cache_spec = next(iter(spec.kv_cache_specs.values()))
+    return scheduler
+
+
+def resolve_dcp_kv_block_size(spec: Any, dcp_world_size: int) -> int:
+    """Tokens one block of ``spec`` spans when decode context parallelism shards it."""
+    return int(spec.block_size * (dcp_world_size if getattr(spec, "dcp_sharded", False) else 1))
+
+
+def resolve_kv_cache_block_sizes(kv_cache_config: Any, vllm_config: Any) -> tuple[int, int]:
+    """(scheduler block size, hash block size) for a planned config (pagedkv's
+    ``resolve_block_sizes`` over the groups, block sizes scaled by DCP)."""
+    import dataclasses
+
+    from pagedkv.errors import ConfigError
+    from pagedkv.runtime.block_sizes import resolve_block_sizes
+
+    cache = vllm_config.cache_config
+    dcp = vllm_config.parallel_config.decode_context_parallel_size
+    groups = list(kv_cache_config.kv_cache_groups)
+    hashing = bool(cache.enable_prefix_caching) or vllm_config.kv_transfer_config is not None
+    if len(groups) <= 1:
+        if groups and not getattr(groups[0].kv_cache_spec, "dcp_sharded", False):
+            dcp = 1
+        block_size = int(cache.block_size * dcp)
+        unit = cache.prefix_match_unit
+        if groups and hashing and unit not in (None, block_size):
+            raise ValueError(
+                f"Invalid prefix_match_unit={unit}; with a single KV cache group, "
+                f"prefix-cache hits land on the block size ({block_size}). Unset it or set it "
+                f"to {block_size}."
+            )
+        return block_size, block_size
+    scaled = [dataclasses.replace(g, kv_cache_spec=_dcp_spec(g.kv_cache_spec, dcp)) for g in groups]
+    try:
+        sizes = resolve_block_sizes(scaled, hashing, cache.prefix_match_unit)
+    except ConfigError as exc:
+        raise ValueError(f"Invalid prefix_match_unit: {exc}") from exc
+    return sizes.scheduler_block_size, sizes.hash_block_size
+
+
+def _dcp_spec(spec: Any, dcp: int) -> Any:
+    import dataclasses
+
+    from pagedkv.specs import UniformTypeKVCacheSpecs
+
+    block_size = resolve_dcp_kv_block_size(spec, dcp)
+    if block_size == spec.block_size:
+        return spec
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        layers = {n: _dcp_spec(s, dcp) for n, s in spec.kv_cache_specs.items()}
+        return dataclasses.replace(spec, block_size=block_size, kv_cache_specs=layers)
+    return dataclasses.replace(spec, block_size=block_size)
