@@ -303,6 +303,11 @@ class BlockPool:
         tokens = self._key_tokens.get(block)
         return num_tokens % block_size == 0 if tokens is None else tokens == num_tokens
 
+    def key_num_tokens(self, block: int) -> int | None:
+        """The tokens the block's primary key covers when it ends inside the block (a
+        partial tail or checkpoint); None for a full-block key or no key."""
+        return self._key_tokens.get(block)
+
     def cache_partial_block(
         self,
         request: Request,

@@ -558,6 +558,39 @@ class KVCacheManager:
                 num_tokens = min(final, final - final % step + m.block_size)
             m.cache_blocks(request, num_tokens)
 
+    def offer_boundary_states(self) -> None:
+        """Start recording the Mamba align states this manager keys, for a KV connector
+        to drain with ``take_boundary_state_offloads`` (docs/runtime.md)."""
+        for m in self.managers:
+            if isinstance(m, MambaManager):
+                m.offer_boundary_states()
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """The boundary states keyed since the last call, per request: ``(group_id,
+        block_id, boundary_tokens)`` in group order ({} unless ``offer_boundary_states``)."""
+        out: dict[str, list[tuple[int, int, int]]] = {}
+        for m in self.managers:
+            offers = getattr(m, "offers", None)
+            if offers is not None:
+                for request_id, block, tokens in offers.take():
+                    out.setdefault(request_id, []).append((m.kv_cache_group_id, block, tokens))
+        return out
+
+    def finalize_partial_tail_offloads(
+        self, request_id: str, num_computed_tokens: int, num_in_flight_tokens: int = 0
+    ) -> list[tuple[int, int, int]]:
+        """For a finishing request: its own uncopied partial tails still holding the
+        prompt's boundary state, as ``(group_id, block_id, boundary_tokens)`` (each once)."""
+        out: list[tuple[int, int, int]] = []
+        for m in self.managers:
+            if isinstance(m, MambaManager):
+                tail = m.finalize_partial_tail(
+                    request_id, num_computed_tokens, num_in_flight_tokens
+                )
+                if tail is not None:
+                    out.append((m.kv_cache_group_id, *tail))
+        return out
+
     def __repr__(self) -> str:
         kinds = ", ".join(kind for kind, _ in self._group_meta)
         return (

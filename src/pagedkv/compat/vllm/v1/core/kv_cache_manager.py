@@ -118,6 +118,8 @@ class KVCacheManager:
         self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
         self.scheduler_block_size = scheduler_block_size or self.impl.scheduler_block_size
         self.hash_block_size = hash_block_size or self.impl.hash_block_size
+        # vLLM always records Mamba align boundary states for a KV connector to drain.
+        self.impl.offer_boundary_states()
         self.block_pool = BlockPool(
             0, False, 0, metrics_collector=metrics_collector, impl=self.impl.block_pool
         )
@@ -276,6 +278,18 @@ class KVCacheManager:
 
     def new_step_starts(self) -> None:
         self.impl.new_step_starts()
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """``{request_id: [(group_id, block_id, boundary_tokens), ...]}`` keyed since the
+        last call (Mamba align groups)."""
+        return self.impl.take_boundary_state_offloads()
+
+    def finalize_partial_tail_offloads(self, request: Request) -> list[tuple[int, int, int]]:
+        return self.impl.finalize_partial_tail_offloads(
+            request.request_id,
+            request.num_computed_tokens,
+            getattr(request, "num_in_flight_tokens", 0),
+        )
 
 
 def dcp_kv_cache_config(kv_cache_config: Any, dcp_world_size: int) -> Any:
