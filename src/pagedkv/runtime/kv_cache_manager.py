@@ -558,6 +558,17 @@ class KVCacheManager:
                 num_tokens = min(final, final - final % step + m.block_size)
             m.cache_blocks(request, num_tokens)
 
+    def set_prefix_cache_retention_interval(self, interval: int | None) -> None:
+        """Change how densely sliding-window and Mamba groups keep states for later hits
+        (``CacheConfig.prefix_cache_retention_interval``'s rules); applies from the next
+        step's caching on."""
+        check_retention_interval(interval, self.scheduler_block_size, self.managers)
+        for m in self.managers:
+            m.retention_interval = interval
+        self._prefill_end = interval == 0 and any(
+            getattr(m, "has_checkpoint_blocks", False) for m in self.managers
+        )
+
     def offer_boundary_states(self) -> None:
         """Start recording the Mamba align states this manager keys, for a KV connector
         to drain with ``take_boundary_state_offloads`` (docs/runtime.md)."""

@@ -37,7 +37,8 @@ class KVCacheCoordinator:
         self.block_pool = block_pool
         self.kv_cache_config = kv_cache_config
         self.scheduler_block_size = scheduler_block_size
-        self.retention_interval = retention_interval
+        self._retention_interval = retention_interval
+        self.on_retention_change: Any = None  # the KVCacheManager's runtime setter
         self.use_eagle = use_eagle
         self.enable_caching = impl.enable_caching
         self.hash_block_size = impl.hash_block_size
@@ -50,6 +51,16 @@ class KVCacheCoordinator:
             )
             for m, g in zip(impl.managers, kv_cache_config.kv_cache_groups, strict=True)
         )
+
+    @property
+    def retention_interval(self) -> int | None:
+        return self._retention_interval
+
+    @retention_interval.setter
+    def retention_interval(self, interval: int | None) -> None:
+        if self.on_retention_change is not None:
+            self.on_retention_change(interval)
+        self._retention_interval = interval
 
     enable_partial_hash_hits = False  # the KVCacheManager sets the runtime's answer
 

@@ -97,7 +97,7 @@ class KVCacheManager:
         config = EngineConfig.create(
             max_model_len=max_model_len, max_num_batched_tokens=max(in_flight, 1)
         )
-        interval = getattr(kv_cache_config, "prefix_cache_retention_interval", 0)
+        interval = getattr(kv_cache_config, "prefix_cache_retention_interval", None)
         validate_retention_interval(interval, scheduler_block_size, kv_cache_config)
         self.impl = _kvm.KVCacheManager(
             runtime_config,
@@ -131,6 +131,7 @@ class KVCacheManager:
             interval,
             use_eagle,
         )
+        self.coordinator.on_retention_change = self.impl.set_prefix_cache_retention_interval
         self.coordinator.enable_partial_hash_hits = bool(
             getattr(self.impl, "enable_partial_hash_hits", False)
         )
