@@ -56,7 +56,11 @@ class KVCacheManager:
     Speculative decoding (vLLM's scheduler passes these): ``use_eagle`` drops the last
     matched block of the EAGLE groups' hits; ``num_hash_lookahead_tokens`` makes each
     block hash cover that many tokens after the block instead; ``num_prefill_lookahead``
-    tokens past the computed ones are read by the drafter (all but one are not final)."""
+    tokens past the computed ones are read by the drafter (all but one are not final).
+
+    ``dcp_world_size`` > 1 (decode context parallelism; the config's attention blocks
+    already span every rank) lets a Mamba "align" block as small as the hash block still
+    take partial hash hits, as vLLM does."""
 
     def __init__(
         self,
@@ -76,6 +80,7 @@ class KVCacheManager:
         use_eagle: bool = False,
         num_hash_lookahead_tokens: int = 0,
         num_prefill_lookahead: int = 0,
+        dcp_world_size: int = 1,
     ) -> None:
         if hash_block_size is not None:
             config = config.replace(prefix_match_unit=hash_block_size)
@@ -91,6 +96,8 @@ class KVCacheManager:
                 raise ConfigError(
                     f"KVCacheManager {name} must be a non-negative integer, got {value!r}"
                 )
+        if not isinstance(dcp_world_size, int) or dcp_world_size < 1:
+            raise ConfigError(f"KVCacheManager dcp_world_size must be >= 1, got {dcp_world_size!r}")
         self.retention = retention = retention or config.cache.prefix_cache_retention
         groups = kv_cache_config.kv_cache_groups
         planned_len = kv_cache_config.max_model_len
@@ -102,7 +109,9 @@ class KVCacheManager:
         self.enable_caching = resolve_caching(
             groups, config.cache.enable_prefix_caching, enable_caching
         )
-        sizes = resolve_block_sizes(groups, self.enable_caching, config.cache.prefix_match_unit)
+        sizes = resolve_block_sizes(
+            groups, self.enable_caching, config.cache.prefix_match_unit, dcp_world_size
+        )
         self.scheduler_block_size = sizes.scheduler_block_size
         self.hash_block_size = sizes.hash_block_size
         self.cache_hit_alignment_tokens = sizes.cache_hit_alignment_tokens

@@ -92,6 +92,8 @@ class KVCacheManager:
             num_prefill_lookahead=num_prefill_lookahead,
             enable_mamba_shared_prefix_checkpoint=enable_mamba_shared_prefix_checkpoint,
         )
+        if dcp_world_size > 1:
+            options["dcp_world_size"] = dcp_world_size
         self.max_model_len = max_model_len
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         config = EngineConfig.create(
