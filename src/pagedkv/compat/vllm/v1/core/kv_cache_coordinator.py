@@ -64,6 +64,11 @@ class KVCacheCoordinator:
 
     enable_partial_hash_hits = False  # the KVCacheManager sets the runtime's answer
 
+    @property
+    def _cache_hit_alignment_tokens(self) -> int:
+        """Tokens hits land on: the hash block with partial hits, else the scheduler block."""
+        return int(self.impl.alignment_tokens)
+
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         return tuple(m.req_to_blocks.get(request_id, []) for m in self.single_type_managers)
 
