@@ -8,7 +8,7 @@ import pytest
 from pagedkv.errors import ConfigError
 from pagedkv.runtime import KVCacheManager, Request
 
-from .helpers import check_invariants, full, make_manager, mamba
+from .helpers import check_invariants, full, make_manager, mamba, mamba2
 
 
 def offering_manager(**kwargs: object) -> KVCacheManager:
@@ -127,3 +127,23 @@ def test_retention_interval_changes_between_steps() -> None:
     with pytest.raises(ConfigError, match="prefix_cache_retention_interval"):
         manager.set_prefix_cache_retention_interval(100)  # not a multiple of 64
     assert mamba_manager.retention_interval == 0
+
+
+def test_a_checkpoint_on_a_block_boundary_is_offered_at_its_position() -> None:
+    # EAGLE drops a hash unit: a 240-token prompt's checkpoint is 240 // 32 * 32 - 32 = 192,
+    # exported by the final chunk 128..240 into table position 6 (which would hold 224).
+    manager = make_manager(
+        [full(32), mamba2(32, alignment=16)],
+        num_blocks=40,
+        hash_block_size=32,
+        use_eagle=True,
+        prefix_cache_retention_interval=None,
+    )
+    manager.offer_boundary_states()
+    a = Request("a", list(range(240)))
+    run(manager, a, 128)
+    manager.take_boundary_state_offloads()
+    manager.new_step_starts()
+    run(manager, a, 112)
+    table = manager.get_block_ids("a")[1]
+    assert manager.take_boundary_state_offloads() == {"a": [(1, table[6], 192)]}
