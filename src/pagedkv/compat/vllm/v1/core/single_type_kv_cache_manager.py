@@ -4,7 +4,7 @@ free is pagedkv's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, MutableSequence, Sequence
 from typing import Any, ClassVar
 
 from pagedkv.compat.vllm._outside import outside_class
@@ -32,16 +32,56 @@ __all__ = [
 ]
 
 
+class _LiveTable(MutableSequence[KVCacheBlock]):
+    """One request's table in block objects, read through to the pagedkv manager's id list
+    (as vLLM's list object, it shows the blocks later steps append)."""
+
+    def __init__(self, ids: list[int], pool: BlockPool) -> None:
+        self._ids = ids
+        self._blocks = pool.blocks
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._blocks[b] for b in self._ids[index]]
+        return self._blocks[self._ids[index]]
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            self._ids[index] = [b.block_id for b in value]
+        else:
+            self._ids[index] = value.block_id
+
+    def __delitem__(self, index: Any) -> None:
+        del self._ids[index]
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def insert(self, index: int, value: KVCacheBlock) -> None:
+        self._ids.insert(index, value.block_id)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _LiveTable | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __add__(self, other: Iterable[KVCacheBlock]) -> list[KVCacheBlock]:
+        return [*self, *other]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 class _Tables(MutableMapping[str, list[KVCacheBlock]]):
     """``req_to_blocks`` in block objects over the pagedkv manager's id tables (a read
-    gives a fresh list; assign a list to change a table)."""
+    gives a live view of the table; assign a list to change a table)."""
 
     def __init__(self, manager: SingleTypeKVCacheManager) -> None:
         self._impl = manager.impl
         self._pool = manager.block_pool
 
     def __getitem__(self, request_id: str) -> list[KVCacheBlock]:
-        return self._pool.ids_to_blocks(self._impl.req_to_blocks[request_id])
+        return _LiveTable(self._impl.req_to_blocks[request_id], self._pool)  # type: ignore[return-value]
 
     def __setitem__(self, request_id: str, blocks: list[KVCacheBlock]) -> None:
         self._impl.req_to_blocks[request_id] = [b.block_id for b in blocks]
