@@ -23,7 +23,7 @@ from pagedkv.runtime import kv_cache_manager as _kvm
 from pagedkv.runtime.blocks import KVCacheBlocks as _IdBlocks
 from pagedkv.runtime.events import KVCacheEvent
 from pagedkv.runtime.stats import PrefixCacheStats
-from pagedkv.specs import AttentionSpec, UniformTypeKVCacheSpecs
+from pagedkv.specs import AttentionSpec, MambaSpec, UniformTypeKVCacheSpecs
 
 __all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
 
@@ -267,7 +267,14 @@ class KVCacheManager:
                     f"{num_computed_tokens} tokens is not a multiple of block size "
                     f"{manager.block_size}"
                 )
-            cut.append(list(group_blocks[: num_computed_tokens // manager.block_size]))
+            num_blocks = num_computed_tokens // manager.block_size
+            # An external state may stand in for a short Mamba hit; others must cover it.
+            if num_blocks > len(group_blocks) and not isinstance(manager.kv_cache_spec, MambaSpec):
+                raise AssertionError(
+                    f"{num_computed_tokens} tokens is past the group's "
+                    f"{len(group_blocks)} hit blocks of {manager.block_size} tokens"
+                )
+            cut.append(list(group_blocks[:num_blocks]))
         return self.create_kv_cache_blocks(tuple(cut))
 
     def take_kv_cache_block_copies(self) -> tuple[list[KVCacheBlockCopy], list[KVCacheBlock]]:
@@ -342,7 +349,7 @@ def validate_retention_interval(
     multiple of the scheduler block size."""
     if interval is None:
         return
-    from pagedkv.specs import MambaSpec, SlidingWindowSpec
+    from pagedkv.specs import SlidingWindowSpec
 
     groups = kv_cache_config.kv_cache_groups
     if not any(isinstance(g.kv_cache_spec, SlidingWindowSpec | MambaSpec) for g in groups):
