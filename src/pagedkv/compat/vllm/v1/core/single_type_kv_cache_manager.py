@@ -254,12 +254,16 @@ class SingleTypeKVCacheManager:
         pcp_world_size: int = 1,
     ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
         """pagedkv's search of this kind, in block objects."""
-        if drop_eagle_block:
+        if drop_eagle_block and not cls.impl_class.supports_eagle_block_drop:
             raise NotImplementedError("drop_eagle_block needs pagedkv's EAGLE support")
         if isinstance(block_hashes, BlockHashListWithBlockSize):
             hashes, hash_block_size = block_hashes.block_hashes, block_hashes.hash_block_size
         else:
+            # A plain list is hashed at the pool's granularity (when it divides the block).
             hashes, hash_block_size = list(block_hashes), kv_cache_spec.block_size
+            pool_unit = block_pool.impl.hash_block_size
+            if pool_unit and kv_cache_spec.block_size % pool_unit == 0:
+                hash_block_size = pool_unit
         query = HitQuery(
             hashes,
             max_length,
@@ -268,6 +272,7 @@ class SingleTypeKVCacheManager:
             kv_cache_spec,
             alignment_tokens or kv_cache_spec.block_size,
             hash_block_size,
+            drop_eagle_block,
         )
         found, num_tokens = cls.impl_class.find_longest_cache_hit(query)
         return tuple(block_pool.ids_to_blocks(ids) for ids in found), num_tokens
