@@ -147,3 +147,5 @@ def test_a_checkpoint_on_a_block_boundary_is_offered_at_its_position() -> None:
     run(manager, a, 112)
     table = manager.get_block_ids("a")[1]
     assert manager.take_boundary_state_offloads() == {"a": [(1, table[6], 192)]}
+    # the key records its tokens though they are a block multiple (the block ends at 224)
+    assert manager.block_pool.key_num_tokens(table[6]) == 192

@@ -316,11 +316,14 @@ class BlockPool:
         group_id: int,
         block_size: int,
         replace: bool = False,
+        off_position: bool = False,
     ) -> Any:
         """Key ``block`` by the hash of the request's first ``num_tokens`` tokens (a hash
         boundary, maybe inside the block) and return that hash: a primary key if the block
         has none, else one more key. A primary key covering fewer tokens, or with
-        ``replace`` every key, is dropped first. Journaled."""
+        ``replace`` every key, is dropped first. ``off_position``: the block does not end
+        at ``num_tokens`` even when it is a block multiple (a checkpoint exported into a
+        later block), so the key records its tokens. Journaled."""
         hash_block_size = self.hash_block_size or block_size
         num_hashes = num_tokens // hash_block_size
         h = request.block_hashes[num_hashes - 1]
@@ -332,7 +335,8 @@ class BlockPool:
             self._remove_keys(block)
             known = False
         if not known:
-            self._add_key(block, h, group_id, num_tokens if num_tokens % block_size else None)
+            exact = off_position or num_tokens % block_size
+            self._add_key(block, h, group_id, num_tokens if exact else None)
             if self._events is not None:
                 self._events.append(self._tail_event(request, num_hashes, group_id))
         return h

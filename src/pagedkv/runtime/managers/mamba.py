@@ -341,14 +341,10 @@ class MambaManager(SingleTypeKVCacheManager):
         assert offers is not None
         pool = self.block_pool
         table = self.req_to_blocks[request_id]
-        # A checkpoint on a block boundary is keyed like a whole block, one block early.
-        checkpoint = self._checkpoints.get(request_id)
         for index in range(first, min(last, len(table))):
             block = table[index]
             if block and pool.block_hash[block] is not None:
                 tokens = pool.key_num_tokens(block) or (index + 1) * self.block_size
-                if checkpoint is not None and checkpoint[1] == index:
-                    tokens = checkpoint[0]
                 offers.offer(pool, request_id, block, tokens)
 
     def finalize_partial_tail(
@@ -425,8 +421,9 @@ class MambaManager(SingleTypeKVCacheManager):
         if self._keyed_at(request, block, position):
             return None
         group_id = self.kv_cache_group_id
+        off_position = position != (index + 1) * self.block_size
         return pool.cache_partial_block(
-            request, block, position, group_id, self.block_size, replace=True
+            request, block, position, group_id, self.block_size, True, off_position
         )
 
     def _keyed_at(self, request: Request, block: int, num_tokens: int) -> bool:

@@ -125,6 +125,7 @@ class KVCacheManager:
         self.block_pool = BlockPool(
             0, False, 0, metrics_collector=metrics_collector, impl=self.impl.block_pool
         )
+        self.block_pool.table_owners = self.impl.managers
         self.coordinator = KVCacheCoordinator(
             self.impl.coordinator,
             self.block_pool,

@@ -178,8 +178,14 @@ class KVCacheBlock:
 
     @property
     def block_hash_num_tokens(self) -> int | None:
-        """Tokens a sub-block primary key covers (None for a whole-block key)."""
-        return None if self._pool is None else self._pool._key_tokens.get(self.block_id)
+        """Tokens the block's primary key covers (None: no key, or a whole-block key of a
+        block no request holds)."""
+        if self._pool is None or self._pool.block_hash[self.block_id] is None:
+            return None
+        tokens = self._pool.key_num_tokens(self.block_id)
+        if tokens is None and self.pool is not None:
+            tokens = self.pool.full_key_tokens(self.block_id)
+        return tokens
 
     def set_block_hash(
         self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None
