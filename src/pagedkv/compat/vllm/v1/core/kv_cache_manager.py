@@ -3,13 +3,13 @@ manager, called with vLLM's arguments and answering in vLLM's block objects."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pagedkv.compat.vllm.v1.core._dcp import dcp_kv_cache_config
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
@@ -23,7 +23,7 @@ from pagedkv.runtime import kv_cache_manager as _kvm
 from pagedkv.runtime.blocks import KVCacheBlocks as _IdBlocks
 from pagedkv.runtime.events import KVCacheEvent
 from pagedkv.runtime.stats import PrefixCacheStats
-from pagedkv.specs import AttentionSpec, MambaSpec, UniformTypeKVCacheSpecs
+from pagedkv.specs import MambaSpec
 
 __all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
 
@@ -301,30 +301,6 @@ class KVCacheManager:
             request.num_computed_tokens,
             getattr(request, "num_in_flight_tokens", 0),
         )
-
-
-def dcp_kv_cache_config(kv_cache_config: Any, dcp_world_size: int) -> Any:
-    """The config the runtime manages under decode context parallelism: a block of a
-    DCP-sharded group spans ``block_size * dcp_world_size`` tokens across the ranks (vLLM's
-    rule), so its spec gets that block size."""
-    if dcp_world_size <= 1:
-        return kv_cache_config
-    groups = [
-        dataclasses.replace(g, kv_cache_spec=_dcp_spec(g.kv_cache_spec, dcp_world_size))
-        for g in kv_cache_config.kv_cache_groups
-    ]
-    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)
-
-
-def _dcp_spec(spec: Any, dcp_world_size: int) -> Any:
-    if isinstance(spec, UniformTypeKVCacheSpecs):
-        layers = {n: _dcp_spec(s, dcp_world_size) for n, s in spec.kv_cache_specs.items()}
-        sizes = {s.block_size for s in layers.values()}
-        return dataclasses.replace(spec, block_size=sizes.pop(), kv_cache_specs=layers)
-    sharded = getattr(spec, "dcp_sharded", isinstance(spec, AttentionSpec))
-    if not sharded:
-        return spec
-    return spec.copy_with_new_block_size(spec.block_size * dcp_world_size)
 
 
 def _optional_options(**options: Any) -> dict[str, Any]:

@@ -8,7 +8,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, NewType
 
+from pagedkv.compat.vllm.v1.core._dcp import dcp_kv_cache_config
 from pagedkv.runtime import hashing as _hashing
+from pagedkv.runtime.block_sizes import resolve_block_sizes
 from pagedkv.runtime.hashing import DEFAULT_NONE_HASH_SEED, BlockHasher
 
 __all__ = [
@@ -289,9 +291,6 @@ def resolve_cache_hit_alignment_tokens(
 ) -> int:
     """Tokens prefix-cache hits land on, as pagedkv's manager resolves them for this config
     (``pagedkv.runtime.block_sizes``): the hash block when hits may end inside a block."""
-    from pagedkv.compat.vllm.v1.core.kv_cache_manager import dcp_kv_cache_config
-    from pagedkv.runtime.block_sizes import resolve_block_sizes
-
     groups = kv_cache_config.kv_cache_groups
     if not vllm_config.cache_config.enable_prefix_caching or len(groups) <= 1:
         return scheduler_block_size
