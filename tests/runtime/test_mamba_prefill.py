@@ -176,6 +176,17 @@ def test_producer_moves_its_partial_key_to_a_copy() -> None:
     check_invariants(manager)
 
 
+def test_dcp_lets_a_mamba_block_equal_to_the_hash_block_hit_partially() -> None:
+    # DCP 4: the attention block spans 4 ranks (8 tokens); Mamba's 2-token block equals
+    # the hash block, which alone would not take partial hits.
+    specs = [full(8), mamba(2)]
+    assert not make_manager(specs, hash_block_size=2).enable_partial_hash_hits
+    manager = make_manager(specs, hash_block_size=2, dcp_world_size=4)
+    assert manager.enable_partial_hash_hits and manager.cache_hit_alignment_tokens == 2
+    with pytest.raises(ConfigError, match="dcp_world_size"):
+        make_manager(specs, hash_block_size=2, dcp_world_size=0)
+
+
 def test_a_failed_copy_on_write_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     manager = partial_manager()
     a = Request("a", list(range(100)))

@@ -307,6 +307,11 @@ class BlockPool:
         tokens = self._key_tokens.get(block)
         return num_tokens % block_size == 0 if tokens is None else tokens == num_tokens
 
+    def sub_block_key_tokens(self, block: int) -> int | None:
+        """The tokens the block's primary key covers when it ends inside the block (a
+        partial tail or checkpoint); None for a full-block key or no key."""
+        return self._key_tokens.get(block)
+
     def cache_partial_block(
         self,
         request: Request,
@@ -315,11 +320,14 @@ class BlockPool:
         group_id: int,
         block_size: int,
         replace: bool = False,
+        off_position: bool = False,
     ) -> Any:
         """Key ``block`` by the hash of the request's first ``num_tokens`` tokens (a hash
         boundary, maybe inside the block) and return that hash: a primary key if the block
         has none, else one more key. A primary key covering fewer tokens, or with
-        ``replace`` every key, is dropped first. Journaled."""
+        ``replace`` every key, is dropped first. ``off_position``: the block does not end
+        at ``num_tokens`` even when it is a block multiple (a checkpoint exported into a
+        later block), so the key records its tokens. Journaled."""
         hash_block_size = self.hash_block_size or block_size
         num_hashes = num_tokens // hash_block_size
         h = request.block_hashes[num_hashes - 1]
@@ -331,8 +339,8 @@ class BlockPool:
             self._remove_keys(block)
             known = False
         if not known:
-            sub_block = num_tokens if num_tokens % block_size else None
-            self._add_key(block, h, group_id, sub_block, num_tokens)
+            exact = off_position or num_tokens % block_size
+            self._add_key(block, h, group_id, num_tokens if exact else None, num_tokens)
             if self._events is not None:
                 self._events.append(self._tail_event(request, num_hashes, group_id))
         return h

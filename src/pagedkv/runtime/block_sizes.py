@@ -27,10 +27,15 @@ class BlockSizes(NamedTuple):
 
 
 def resolve_block_sizes(
-    groups: Sequence[KVCacheGroupSpec], enable_caching: bool, prefix_match_unit: int | None
+    groups: Sequence[KVCacheGroupSpec],
+    enable_caching: bool,
+    prefix_match_unit: int | None,
+    dcp_world_size: int = 1,
 ) -> BlockSizes:
     """vLLM's rule: one group hashes and hits per block; several hash every
-    ``prefix_match_unit`` tokens (default: the gcd of the prefix-cacheable block sizes)."""
+    ``prefix_match_unit`` tokens (default: the gcd of the prefix-cacheable block sizes).
+    Under decode context parallelism (``dcp_world_size`` > 1) a Mamba block equal to the
+    hash block takes partial hits too (the attention blocks are the larger ones then)."""
     if not groups:
         return BlockSizes(1, 1, 1, False)
     specs = [group_behaviour_spec(g) for g in groups]
@@ -54,7 +59,7 @@ def resolve_block_sizes(
             f"{unit_name}={unit}: every prefix-cacheable KV cache group's block size must be "
             f"a multiple of it (block sizes {block_sizes})"
         )
-    partial = _partial_hits(groups, unit)
+    partial = _partial_hits(groups, unit, dcp_world_size > 1)
     alignment = unit if partial else scheduler
     _check_state_compression(groups, alignment, unit_name, unit)
     return BlockSizes(scheduler, unit, alignment, partial)
@@ -85,11 +90,13 @@ def _mamba_mode(spec: object) -> str | None:
     return getattr(spec, "mamba_cache_mode", None) if getattr(spec, "kind", "") == "mamba" else None
 
 
-def _partial_hits(groups: Sequence[KVCacheGroupSpec], hash_block_size: int) -> bool:
-    # A Mamba "align" group whose block is larger than the hash block, and every other
-    # prefix-cacheable group either hitting at hash granularity or hashed per block.
+def _partial_hits(groups: Sequence[KVCacheGroupSpec], hash_block_size: int, dcp: bool) -> bool:
+    # A Mamba "align" group whose block is larger than the hash block (under DCP: at least
+    # as large), and every other prefix-cacheable group either hitting at hash granularity
+    # or hashed per block.
     specs = [group_behaviour_spec(g) for g in groups]
-    if not any(_mamba_mode(s) == "align" and s.block_size > hash_block_size for s in specs):
+    smallest = hash_block_size if dcp else hash_block_size + 1
+    if not any(_mamba_mode(s) == "align" and s.block_size >= smallest for s in specs):
         return False
     for gid, (group, spec) in enumerate(zip(groups, specs)):
         if not spec.prefix_cacheable or spec.block_size == hash_block_size:

@@ -56,7 +56,11 @@ class KVCacheManager:
     Speculative decoding (vLLM's scheduler passes these): ``use_eagle`` drops the last
     matched block of the EAGLE groups' hits; ``num_hash_lookahead_tokens`` makes each
     block hash cover that many tokens after the block instead; ``num_prefill_lookahead``
-    tokens past the computed ones are read by the drafter (all but one are not final)."""
+    tokens past the computed ones are read by the drafter (all but one are not final).
+
+    ``dcp_world_size`` > 1 (decode context parallelism; the config's attention blocks
+    already span every rank) lets a Mamba "align" block as small as the hash block still
+    take partial hash hits, as vLLM does."""
 
     def __init__(
         self,
@@ -76,6 +80,7 @@ class KVCacheManager:
         use_eagle: bool = False,
         num_hash_lookahead_tokens: int = 0,
         num_prefill_lookahead: int = 0,
+        dcp_world_size: int = 1,
     ) -> None:
         if hash_block_size is not None:
             config = config.replace(prefix_match_unit=hash_block_size)
@@ -91,6 +96,8 @@ class KVCacheManager:
                 raise ConfigError(
                     f"KVCacheManager {name} must be a non-negative integer, got {value!r}"
                 )
+        if not isinstance(dcp_world_size, int) or dcp_world_size < 1:
+            raise ConfigError(f"KVCacheManager dcp_world_size must be >= 1, got {dcp_world_size!r}")
         self.retention = retention = retention or config.cache.prefix_cache_retention
         groups = kv_cache_config.kv_cache_groups
         planned_len = kv_cache_config.max_model_len
@@ -102,7 +109,9 @@ class KVCacheManager:
         self.enable_caching = resolve_caching(
             groups, config.cache.enable_prefix_caching, enable_caching
         )
-        sizes = resolve_block_sizes(groups, self.enable_caching, config.cache.prefix_match_unit)
+        sizes = resolve_block_sizes(
+            groups, self.enable_caching, config.cache.prefix_match_unit, dcp_world_size
+        )
         self.scheduler_block_size = sizes.scheduler_block_size
         self.hash_block_size = sizes.hash_block_size
         self.cache_hit_alignment_tokens = sizes.cache_hit_alignment_tokens
@@ -591,6 +600,50 @@ class KVCacheManager:
                 # The EAGLE lookup matches one block past an aligned hit before dropping it.
                 num_tokens = min(final, final - final % step + m.block_size)
             m.cache_blocks(request, num_tokens)
+
+    def set_prefix_cache_retention_interval(self, interval: int | None) -> None:
+        """Change how densely sliding-window and Mamba groups keep states for later hits
+        (``CacheConfig.prefix_cache_retention_interval``'s rules); applies from the next
+        step's caching on."""
+        check_retention_interval(interval, self.scheduler_block_size, self.managers)
+        for m in self.managers:
+            m.retention_interval = interval
+        self._prefill_end = interval == 0 and any(
+            getattr(m, "has_checkpoint_blocks", False) for m in self.managers
+        )
+
+    def offer_boundary_states(self) -> None:
+        """Start recording the Mamba align states this manager keys, for a KV connector
+        to drain with ``take_boundary_state_offloads`` (docs/runtime.md)."""
+        for m in self.managers:
+            if isinstance(m, MambaManager):
+                m.offer_boundary_states()
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """The boundary states keyed since the last call, per request: ``(group_id,
+        block_id, boundary_tokens)`` in group order ({} unless ``offer_boundary_states``)."""
+        out: dict[str, list[tuple[int, int, int]]] = {}
+        for m in self.managers:
+            offers = getattr(m, "offers", None)
+            if offers is not None:
+                for request_id, block, tokens in offers.take():
+                    out.setdefault(request_id, []).append((m.kv_cache_group_id, block, tokens))
+        return out
+
+    def finalize_partial_tail_offloads(
+        self, request_id: str, num_computed_tokens: int, num_in_flight_tokens: int = 0
+    ) -> list[tuple[int, int, int]]:
+        """For a finishing request: its own uncopied partial tails still holding the
+        prompt's boundary state, as ``(group_id, block_id, boundary_tokens)`` (each once)."""
+        out: list[tuple[int, int, int]] = []
+        for m in self.managers:
+            if isinstance(m, MambaManager):
+                tail = m.finalize_partial_tail(
+                    request_id, num_computed_tokens, num_in_flight_tokens
+                )
+                if tail is not None:
+                    out.append((m.kv_cache_group_id, *tail))
+        return out
 
     def __repr__(self) -> str:
         kinds = ", ".join(kind for kind, _ in self._group_meta)

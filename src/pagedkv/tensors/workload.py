@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from pagedkv.errors import NoFreeBlocksError
 from pagedkv.runtime import KVCacheManager, Request
+from pagedkv.specs.mamba_chunking import MambaChunkRule, mamba_chunk_tokens
 
 
 class WorkloadRequest(NamedTuple):
@@ -80,30 +81,19 @@ class MiniScheduler:
             self._state_block_size = self.manager.scheduler_block_size
 
     def _split(self, request: Request, num_hit: int, num_new: int) -> int:
-        """Tokens of a prefill chunk vLLM 0.33 schedules in align mode (0: none this step).
-
-        The rules of ``pagedkv.sim.chunking.aligned_chunk`` (compared there with vLLM's
-        ``_mamba_block_aligned_split``), which this layer may not import; tests/tensors
-        checks that the two agree.
-        """
+        """Tokens of a prefill chunk vLLM 0.33 schedules in align mode (0: none this step),
+        by ``pagedkv.specs.mamba_chunking`` (the rule the simulator uses too)."""
         block = self._state_block_size
-        start = request.num_computed_tokens + num_hit
-        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
-        if not block or start >= prefill_end:
+        if not block:
             return num_new
-        end = start + num_new
-        if end < prefill_end:
-            aligned = end // block * block
-            if aligned > start or block <= self.max_num_batched_tokens:
-                end = aligned
-        junction = request.shared_prefix_boundary
-        stops = (
-            (start // block + 1) * block if start % block else 0,
-            max((request.num_tokens - 1) // block * block, 0),
-            start + (junction - start) // block * block if start < junction < end else 0,
+        return mamba_chunk_tokens(
+            MambaChunkRule(block, block, self.max_num_batched_tokens),
+            start=request.num_computed_tokens + num_hit,
+            num_new_tokens=num_new,
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_tokens=request.num_tokens,
+            junction=request.shared_prefix_boundary,
         )
-        end = min((s for s in stops if start < s < end), default=end)
-        return max(end - start, 0)
 
     @property
     def done(self) -> bool:

@@ -310,8 +310,9 @@ class SingleTypeKVCacheManager(ABC):
         if self._partial_hits:
             self._partial_hits.pop(request_id, None)
         if table:
-            table.reverse()
-            self.retention.release(request_id, range(len(table) - 1, -1, -1), table, priority)
+            # A reversed copy: a caller may still hold the table (vLLM's tests do).
+            blocks = table[::-1]
+            self.retention.release(request_id, range(len(blocks) - 1, -1, -1), blocks, priority)
         self.retention.forget(request_id)
 
     def remove_skipped_blocks(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pagedkv.runtime.block_pool import NULL_BLOCK
+from pagedkv.runtime.boundary_states import BoundaryStateOffers
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 from pagedkv.specs.base import cdiv
 from pagedkv.specs.mamba import prefill_checkpoint_exportable, prefill_checkpoint_position
@@ -53,6 +54,8 @@ class MambaManager(SingleTypeKVCacheManager):
         self._allocated: set[str] = set()  # requests that allocated a step (not only hits)
         # The checkpoint the latest allocation reserves: (token position, table index).
         self._checkpoints: dict[str, tuple[int, int]] = {}
+        # Keyed states offered to a KV connector (align mode, opt-in; None: off).
+        self.offers: BoundaryStateOffers | None = None
 
     @classmethod
     def find_longest_cache_hit(cls, query: HitQuery) -> tuple[list[list[int]], int]:
@@ -260,7 +263,7 @@ class MambaManager(SingleTypeKVCacheManager):
         copy, new = new[0], new[1:]  # (the pool's journal holds the list it returned)
         self._pop_partial(request_id)
         if allocated:
-            self._preserve_partial_tail(*partial, copy)
+            self._preserve_partial_tail(request_id, *partial, copy)
         else:
             self._apply_copy(request_id, partial[0], partial[1], copy)
             returned.insert(0, copy)
@@ -269,12 +272,14 @@ class MambaManager(SingleTypeKVCacheManager):
             self._mark_allocated(request_id)
         return returned + new
 
-    def _preserve_partial_tail(self, index: int, source: int, copy: int) -> None:
+    def _preserve_partial_tail(self, request_id: str, index: int, source: int, copy: int) -> None:
         """The request keeps writing ``source`` (its table only grows): the prefix cache's
         key moves to ``copy``, which the engine fills from ``source`` before this step."""
         pool = self.block_pool
         pool.move_block_keys(source, copy)
         self._queue_copy(source, copy)
+        if self.offers is not None:
+            self.offers.copy_producer_tail(pool, request_id, copy)
         pool.ref_cnt[source] += 1
         pool.record(pool.ref_cnt.__setitem__, source, pool.ref_cnt[source] - 1)
         h = pool.block_hash[copy]
@@ -332,12 +337,44 @@ class MambaManager(SingleTypeKVCacheManager):
             tail = self._cache_tail_state(request, num_tokens)
             if tail is not None:
                 added.add(tail)
+        if self.offers is not None and self.align:
+            self._offer_keyed(request_id, first, last)
         added.discard(None)
         this_step = self._cached_this_step
         added -= this_step
         if added:
             this_step |= added
             self.block_pool.record(this_step.difference_update, added)  # on rollback
+
+    def offer_boundary_states(self) -> None:
+        """Record keyed align states for a KV connector (see ``BoundaryStateOffers``)."""
+        if self.align and self.offers is None:
+            self.offers = BoundaryStateOffers()
+
+    def _offer_keyed(self, request_id: str, first: int, last: int) -> None:
+        """Offer the states this step keyed in table positions ``[first, last)``, each at the
+        boundary its key covers (a checkpoint re-keyed inside its block counts there)."""
+        offers = self.offers
+        assert offers is not None
+        pool = self.block_pool
+        table = self.req_to_blocks[request_id]
+        for index in range(first, min(last, len(table))):
+            block = table[index]
+            if block and pool.block_hash[block] is not None:
+                tokens = pool.sub_block_key_tokens(block) or (index + 1) * self.block_size
+                offers.offer(pool, request_id, block, tokens)
+
+    def finalize_partial_tail(
+        self, request_id: str, num_computed_tokens: int, num_in_flight_tokens: int
+    ) -> tuple[int, int] | None:
+        """A finishing request's own partial tail ``(block, tokens)``, taken once, if its
+        block still holds that state (nothing computed past it, nothing in flight)."""
+        if self.offers is None:
+            return None
+        tail = self.offers.take_producer_tail(request_id)
+        if tail is None or num_in_flight_tokens or num_computed_tokens != tail[1]:
+            return None
+        return tail
 
     def _cache_tail_state(self, request: Request, num_tokens: int) -> Any:
         """Key the state a step leaves inside its last block: the reserved checkpoint,
@@ -372,6 +409,8 @@ class MambaManager(SingleTypeKVCacheManager):
             # This request produced a partial tail: its next step keeps writing the
             # block, so that step moves the key to a copy (copy on write).
             self._set_partial(request_id, index, source)
+            if self.offers is not None:
+                self.offers.note_producer_tail(pool, request_id, source, num_tokens)
             pool.record(
                 self.num_cached_block.__setitem__, request_id, self.num_cached_block[request_id]
             )
@@ -405,8 +444,9 @@ class MambaManager(SingleTypeKVCacheManager):
         if self._keyed_at(request, block, position):
             return None
         group_id = self.kv_cache_group_id
+        off_position = position != (index + 1) * self.block_size
         return pool.cache_partial_block(
-            request, block, position, group_id, self.block_size, replace=True
+            request, block, position, group_id, self.block_size, True, off_position
         )
 
     def _keyed_at(self, request: Request, block: int, num_tokens: int) -> bool:
@@ -425,6 +465,8 @@ class MambaManager(SingleTypeKVCacheManager):
         self._retired.pop(request_id, None)
         self._allocated.discard(request_id)
         self._checkpoints.pop(request_id, None)
+        if self.offers is not None:
+            self.offers.forget(request_id)
         super().free(request_id, priority)
 
     def new_step_starts(self) -> None:

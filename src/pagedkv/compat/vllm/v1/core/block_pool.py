@@ -241,6 +241,20 @@ class BlockPool:
         self.null_block.is_null = True
         self.free_block_queue = FreeBlockQueueView(self)
         self.cached_block_hash_to_block = BlockHashToBlockMap(self)
+        # The runtime managers whose tables hold this pool's blocks (set by the manager).
+        self.table_owners: Sequence[Any] = ()
+
+    def full_key_tokens(self, block_id: int) -> int | None:
+        """Tokens a whole-block key covers: where the block ends in a table of its group
+        (None when no request holds it)."""
+        group_id = self.impl.block_group[block_id]
+        for manager in self.table_owners:
+            if manager.kv_cache_group_id != group_id:
+                continue
+            for table in manager.req_to_blocks.values():
+                if block_id in table:
+                    return (table.index(block_id) + 1) * int(manager.block_size)
+        return None
 
     @property
     def medium(self) -> str:

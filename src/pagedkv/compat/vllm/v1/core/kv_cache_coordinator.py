@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pagedkv.compat.vllm.v1.core._dcp import dcp_sharded
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import KVCacheBlock
 from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import (
@@ -39,7 +40,8 @@ class KVCacheCoordinator:
         self.block_pool = block_pool
         self.kv_cache_config = kv_cache_config
         self.scheduler_block_size = scheduler_block_size
-        self.retention_interval = retention_interval
+        self._retention_interval = retention_interval
+        self.on_retention_change: Any = None  # the KVCacheManager's runtime setter
         self.use_eagle = use_eagle
         self.enable_caching = impl.enable_caching
         self.hash_block_size = impl.hash_block_size
@@ -54,7 +56,22 @@ class KVCacheCoordinator:
             for m, g in zip(impl.managers, kv_cache_config.kv_cache_groups, strict=True)
         )
 
+    @property
+    def retention_interval(self) -> int | None:
+        return self._retention_interval
+
+    @retention_interval.setter
+    def retention_interval(self, interval: int | None) -> None:
+        if self.on_retention_change is not None:
+            self.on_retention_change(interval)
+        self._retention_interval = interval
+
     enable_partial_hash_hits = False  # the KVCacheManager sets the runtime's answer
+
+    @property
+    def _cache_hit_alignment_tokens(self) -> int:
+        """Tokens hits land on: the hash block with partial hits, else the scheduler block."""
+        return int(self.impl.alignment_tokens)
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         return tuple(m.req_to_blocks.get(request_id, []) for m in self.single_type_managers)
@@ -104,16 +121,6 @@ class KVCacheCoordinator:
     def new_step_starts(self) -> None:
         for m in self.single_type_managers:
             m.new_step_starts()
-
-
-def dcp_sharded(spec: Any) -> bool:
-    """Whether decode context parallelism shards the group's blocks across ranks
-    (attention kinds unless their spec says otherwise; never Mamba state)."""
-    from pagedkv.specs import AttentionSpec, UniformTypeKVCacheSpecs
-
-    if isinstance(spec, UniformTypeKVCacheSpecs):
-        return all(dcp_sharded(s) for s in spec.kv_cache_specs.values())
-    return bool(getattr(spec, "dcp_sharded", isinstance(spec, AttentionSpec)))
 
 
 class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):

@@ -3,7 +3,6 @@ manager, called with vLLM's arguments and answering in vLLM's block objects."""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import math
@@ -11,11 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pagedkv.compat.vllm.v1.core._dcp import dcp_kv_cache_config
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
-from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import (
-    coordinator_class,
-    dcp_sharded,
-)
+from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import coordinator_class
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
     KVCacheBlock,
     KVCacheBlockCopy,
@@ -27,7 +24,7 @@ from pagedkv.runtime import kv_cache_manager as _kvm
 from pagedkv.runtime.blocks import KVCacheBlocks as _IdBlocks
 from pagedkv.runtime.events import BlockStored, KVCacheEvent
 from pagedkv.runtime.stats import PrefixCacheStats
-from pagedkv.specs import UniformTypeKVCacheSpecs
+from pagedkv.specs import MambaSpec
 
 __all__ = ["KVCacheBlocks", "KVCacheManager", "Request"]
 
@@ -99,12 +96,14 @@ class KVCacheManager:
             num_prefill_lookahead=num_prefill_lookahead,
             enable_mamba_shared_prefix_checkpoint=enable_mamba_shared_prefix_checkpoint,
         )
+        if dcp_world_size > 1:
+            options["dcp_world_size"] = dcp_world_size
         self.max_model_len = max_model_len
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         config = EngineConfig.create(
             max_model_len=max_model_len, max_num_batched_tokens=max(in_flight, 1)
         )
-        interval = getattr(kv_cache_config, "prefix_cache_retention_interval", 0)
+        interval = getattr(kv_cache_config, "prefix_cache_retention_interval", None)
         validate_retention_interval(interval, scheduler_block_size, kv_cache_config)
         self.impl = _kvm.KVCacheManager(
             runtime_config,
@@ -125,9 +124,12 @@ class KVCacheManager:
         self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
         self.scheduler_block_size = scheduler_block_size or self.impl.scheduler_block_size
         self.hash_block_size = hash_block_size or self.impl.hash_block_size
+        # vLLM always records Mamba align boundary states for a KV connector to drain.
+        self.impl.offer_boundary_states()
         self.block_pool = BlockPool(
             0, False, 0, metrics_collector=metrics_collector, impl=self.impl.block_pool
         )
+        self.block_pool.table_owners = self.impl.managers
         coordinator = coordinator_class(self.enable_caching, self.num_kv_cache_groups)
         self.coordinator = coordinator(
             self.impl.coordinator,
@@ -138,6 +140,7 @@ class KVCacheManager:
             use_eagle,
             dcp_world_size,
         )
+        self.coordinator.on_retention_change = self.impl.set_prefix_cache_retention_interval
         self.coordinator.enable_partial_hash_hits = bool(
             getattr(self.impl, "enable_partial_hash_hits", False)
         )
@@ -284,7 +287,14 @@ class KVCacheManager:
                     f"{num_computed_tokens} tokens is not a multiple of block size "
                     f"{manager.block_size}"
                 )
-            cut.append(list(group_blocks[: num_computed_tokens // manager.block_size]))
+            num_blocks = num_computed_tokens // manager.block_size
+            # An external state may stand in for a short Mamba hit; others must cover it.
+            if num_blocks > len(group_blocks) and not isinstance(manager.kv_cache_spec, MambaSpec):
+                raise AssertionError(
+                    f"{num_computed_tokens} tokens is past the group's "
+                    f"{len(group_blocks)} hit blocks of {manager.block_size} tokens"
+                )
+            cut.append(list(group_blocks[:num_blocks]))
         return self.create_kv_cache_blocks(tuple(cut))
 
     def take_kv_cache_block_copies(self) -> tuple[list[KVCacheBlockCopy], list[KVCacheBlock]]:
@@ -299,28 +309,17 @@ class KVCacheManager:
     def new_step_starts(self) -> None:
         self.impl.new_step_starts()
 
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """``{request_id: [(group_id, block_id, boundary_tokens), ...]}`` keyed since the
+        last call (Mamba align groups)."""
+        return self.impl.take_boundary_state_offloads()
 
-def dcp_kv_cache_config(kv_cache_config: Any, dcp_world_size: int) -> Any:
-    """The config the runtime manages under decode context parallelism: a block of a
-    DCP-sharded group spans ``block_size * dcp_world_size`` tokens across the ranks (vLLM's
-    rule), so its spec gets that block size."""
-    if dcp_world_size <= 1:
-        return kv_cache_config
-    groups = [
-        dataclasses.replace(g, kv_cache_spec=_dcp_spec(g.kv_cache_spec, dcp_world_size))
-        for g in kv_cache_config.kv_cache_groups
-    ]
-    return dataclasses.replace(kv_cache_config, kv_cache_groups=groups)
-
-
-def _dcp_spec(spec: Any, dcp_world_size: int) -> Any:
-    if isinstance(spec, UniformTypeKVCacheSpecs):
-        layers = {n: _dcp_spec(s, dcp_world_size) for n, s in spec.kv_cache_specs.items()}
-        sizes = {s.block_size for s in layers.values()}
-        return dataclasses.replace(spec, block_size=sizes.pop(), kv_cache_specs=layers)
-    if not dcp_sharded(spec):
-        return spec
-    return spec.copy_with_new_block_size(spec.block_size * dcp_world_size)
+    def finalize_partial_tail_offloads(self, request: Request) -> list[tuple[int, int, int]]:
+        return self.impl.finalize_partial_tail_offloads(
+            request.request_id,
+            request.num_computed_tokens,
+            getattr(request, "num_in_flight_tokens", 0),
+        )
 
 
 def _optional_options(**options: Any) -> dict[str, Any]:
@@ -346,7 +345,7 @@ def validate_retention_interval(
     multiple of the scheduler block size."""
     if interval is None:
         return
-    from pagedkv.specs import MambaSpec, SlidingWindowSpec
+    from pagedkv.specs import SlidingWindowSpec
 
     groups = kv_cache_config.kv_cache_groups
     if not any(isinstance(g.kv_cache_spec, SlidingWindowSpec | MambaSpec) for g in groups):

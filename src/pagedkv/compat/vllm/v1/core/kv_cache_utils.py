@@ -8,7 +8,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, NewType
 
+from pagedkv.compat.vllm.v1.core._dcp import dcp_kv_cache_config
 from pagedkv.runtime import hashing as _hashing
+from pagedkv.runtime.block_sizes import resolve_block_sizes
 from pagedkv.runtime.hashing import DEFAULT_NONE_HASH_SEED, BlockHasher
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "init_none_hash",
     "make_block_hash_with_group_id",
     "null_head_len",
+    "resolve_cache_hit_alignment_tokens",
     "to_event_extra_keys",
     "trim_null_head",
 ]
@@ -177,11 +180,14 @@ class KVCacheBlock:
 
     @property
     def block_hash_num_tokens(self) -> int | None:
-        """Tokens the block's hash covers (None while it has none)."""
-        pool = self._pool
-        if pool is None or pool.block_hash[self.block_id] is None:
+        """Tokens the block's primary key covers (None: no key, or a whole-block key of a
+        block no request holds)."""
+        if self._pool is None or self._pool.block_hash[self.block_id] is None:
             return None
-        return pool.key_num_tokens[self.block_id]
+        tokens = self._pool.sub_block_key_tokens(self.block_id)
+        if tokens is None and self.pool is not None:
+            tokens = self.pool.full_key_tokens(self.block_id)
+        return tokens
 
     @property
     def prev_free_block(self) -> Any:
@@ -289,10 +295,23 @@ for _name in (
     "generate_scheduler_kv_cache_config",
     "get_kv_cache_capacity",
     "get_max_concurrency_for_kv_cache_config",
-    "resolve_cache_hit_alignment_tokens",
     "resolve_kv_cache_block_sizes",
 ):
     globals()[_name] = _outside(_name, _PENDING, __name__)
+
+
+def resolve_cache_hit_alignment_tokens(
+    kv_cache_config: Any, vllm_config: Any, scheduler_block_size: int, hash_block_size: int
+) -> int:
+    """Tokens prefix-cache hits land on, as pagedkv's manager resolves them for this config
+    (``pagedkv.runtime.block_sizes``): the hash block when hits may end inside a block."""
+    groups = kv_cache_config.kv_cache_groups
+    if not vllm_config.cache_config.enable_prefix_caching or len(groups) <= 1:
+        return scheduler_block_size
+    dcp = vllm_config.parallel_config.decode_context_parallel_size
+    runtime_groups = dcp_kv_cache_config(kv_cache_config, dcp).kv_cache_groups
+    sizes = resolve_block_sizes(runtime_groups, True, hash_block_size, dcp)
+    return hash_block_size if sizes.partial_hash_hits else scheduler_block_size
 
 
 def maybe_convert_block_hash(hash_bytes: Any) -> ExternalBlockHash:

@@ -4,7 +4,7 @@ free is pagedkv's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, MutableSequence, Sequence
 from typing import Any, ClassVar
 
 from pagedkv.compat.vllm._outside import outside_class
@@ -32,16 +32,56 @@ __all__ = [
 ]
 
 
+class _LiveTable(MutableSequence[KVCacheBlock]):
+    """One request's table in block objects, read through to the pagedkv manager's id list
+    (as vLLM's list object, it shows the blocks later steps append)."""
+
+    def __init__(self, ids: list[int], pool: BlockPool) -> None:
+        self._ids = ids
+        self._blocks = pool.blocks
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._blocks[b] for b in self._ids[index]]
+        return self._blocks[self._ids[index]]
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, slice):
+            self._ids[index] = [b.block_id for b in value]
+        else:
+            self._ids[index] = value.block_id
+
+    def __delitem__(self, index: Any) -> None:
+        del self._ids[index]
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def insert(self, index: int, value: KVCacheBlock) -> None:
+        self._ids.insert(index, value.block_id)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _LiveTable | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __add__(self, other: Iterable[KVCacheBlock]) -> list[KVCacheBlock]:
+        return [*self, *other]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 class _Tables(MutableMapping[str, list[KVCacheBlock]]):
     """``req_to_blocks`` in block objects over the pagedkv manager's id tables (a read
-    gives a fresh list; assign a list to change a table)."""
+    gives a live view of the table; assign a list to change a table)."""
 
     def __init__(self, manager: SingleTypeKVCacheManager) -> None:
         self._impl = manager.impl
         self._pool = manager.block_pool
 
     def __getitem__(self, request_id: str) -> list[KVCacheBlock]:
-        return self._pool.ids_to_blocks(self._impl.req_to_blocks[request_id])
+        return _LiveTable(self._impl.req_to_blocks[request_id], self._pool)  # type: ignore[return-value]
 
     def __setitem__(self, request_id: str, blocks: list[KVCacheBlock]) -> None:
         self._impl.req_to_blocks[request_id] = [b.block_id for b in blocks]
@@ -214,12 +254,16 @@ class SingleTypeKVCacheManager:
         pcp_world_size: int = 1,
     ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
         """pagedkv's search of this kind, in block objects."""
-        if drop_eagle_block:
+        if drop_eagle_block and not cls.impl_class.supports_eagle_block_drop:
             raise NotImplementedError("drop_eagle_block needs pagedkv's EAGLE support")
         if isinstance(block_hashes, BlockHashListWithBlockSize):
             hashes, hash_block_size = block_hashes.block_hashes, block_hashes.hash_block_size
         else:
+            # A plain list is hashed at the pool's granularity (when it divides the block).
             hashes, hash_block_size = list(block_hashes), kv_cache_spec.block_size
+            pool_unit = block_pool.impl.hash_block_size
+            if pool_unit and kv_cache_spec.block_size % pool_unit == 0:
+                hash_block_size = pool_unit
         query = HitQuery(
             hashes,
             max_length,
@@ -228,6 +272,7 @@ class SingleTypeKVCacheManager:
             kv_cache_spec,
             alignment_tokens or kv_cache_spec.block_size,
             hash_block_size,
+            drop_eagle_block,
         )
         found, num_tokens = cls.impl_class.find_longest_cache_hit(query)
         return tuple(block_pool.ids_to_blocks(ids) for ids in found), num_tokens
