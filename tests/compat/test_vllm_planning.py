@@ -39,7 +39,7 @@ def window() -> SlidingWindowSpec:
 def vllm_config(max_model_len: int = 64, layout: str | None = "LBNHC") -> VllmConfig:
     config = VllmConfig(model_config=ModelConfig(max_model_len=max_model_len))
     config.cache_config.kv_cache_layout = layout
-    config.cache_config.prefix_cache_retention_interval = 0
+    config.cache_config.prefix_cache_retention_interval = None
     return config
 
 

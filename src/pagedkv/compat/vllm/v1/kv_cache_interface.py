@@ -279,7 +279,7 @@ class KVCacheConfig(_types.KVCacheConfig):
     """pagedkv's per-worker config with vLLM's extra fields (retention, hash geometry)."""
 
     kv_cache_layout: Any = "NHD"
-    prefix_cache_retention_interval: int | None = 0
+    prefix_cache_retention_interval: int | None = None
     hash_block_size: int | None = None
     cache_hit_alignment_tokens: int | None = None
     hisparse_host_num_blocks: int | None = None
