@@ -54,8 +54,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "sim": BOTTOM
     | {"registry", "specs", "platforms", "planning", "capacity", "runtime", "models", "deployment"}
     | {"policies", "cluster", "events"},
-    # compat (extension): vLLM's module paths and names, translated onto the core.
-    "compat": BOTTOM | {"registry", "specs", "platforms", "planning", "runtime", "events"},
+    # compat (extension): vLLM's module paths and names, translated onto the core (and
+    # vLLM's worker allocation onto pagedkv's tensors).
+    "compat": BOTTOM
+    | {"registry", "specs", "platforms", "planning", "runtime", "events", "tensors"},
     # hf (extension): transformers models running on the plan, blocks and tensors.
     # (and `pagedkv serve`: it publishes events and shares the router's HTTP guards)
     "hf": BOTTOM
