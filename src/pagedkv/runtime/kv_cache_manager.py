@@ -200,11 +200,23 @@ class KVCacheManager:
             for g in groups
         ]
         self._stats = PrefixCacheStatsCounter()
+        self._prefill_end = self._last_chunk_checkpoints(
+            config.cache.prefix_cache_retention_interval
+        )
+
+    def _last_chunk_checkpoints(self, retention_interval: int | None) -> bool:
         # vLLM reserves Mamba prefill checkpoints on the prompt's last chunk only under
         # retention interval 0 (else on every chunk: prefill_end 0).
-        self._prefill_end = config.cache.prefix_cache_retention_interval == 0 and any(
-            getattr(m, "has_checkpoint_blocks", False) for m in managers
+        return retention_interval == 0 and any(
+            getattr(m, "has_checkpoint_blocks", False) for m in self.managers
         )
+
+    def set_retention_interval(self, retention_interval: int | None) -> None:
+        """Change ``prefix_cache_retention_interval`` (between steps; unchecked): what
+        every group caches from now on."""
+        for m in self.managers:
+            m.retention_interval = retention_interval
+        self._prefill_end = self._last_chunk_checkpoints(retention_interval)
 
     @property
     def num_free_blocks(self) -> int:

@@ -60,7 +60,11 @@ class HiSparseHotManager(_HiSparseGPUManager):
         return 0
 
     def add_local_computed_blocks(
-        self, request_id: str, new_computed_blocks: Sequence[int], total_computed_tokens: int
+        self,
+        request_id: str,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_local_computed_tokens: int | None = None,
     ) -> None:
         super().add_local_computed_blocks(request_id, (), total_computed_tokens)
         if total_computed_tokens > 0:
@@ -108,7 +112,11 @@ class HiSparseResidentManager(_HiSparseGPUManager):
         return max(required - max(existing, host_pages), 0)
 
     def add_local_computed_blocks(
-        self, request_id: str, new_computed_blocks: Sequence[int], total_computed_tokens: int
+        self,
+        request_id: str,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_local_computed_tokens: int | None = None,
     ) -> None:
         super().add_local_computed_blocks(request_id, (), 0)
         table = self.req_to_blocks[request_id]

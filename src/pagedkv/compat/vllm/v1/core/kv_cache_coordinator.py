@@ -34,8 +34,10 @@ class KVCacheCoordinator:
         retention_interval: int | None,
         use_eagle: bool = False,
         dcp_world_size: int = 1,
+        manager: Any = None,
     ) -> None:
         self.impl = impl
+        self.manager = manager  # pagedkv's KVCacheManager over ``impl``
         self.block_pool = block_pool
         self.kv_cache_config = kv_cache_config
         self.scheduler_block_size = scheduler_block_size
@@ -55,6 +57,17 @@ class KVCacheCoordinator:
         )
 
     enable_partial_hash_hits = False  # the KVCacheManager sets the runtime's answer
+
+    @property
+    def retention_interval(self) -> int | None:
+        return self._retention_interval
+
+    @retention_interval.setter
+    def retention_interval(self, interval: int | None) -> None:
+        """vLLM's coordinator holds the interval its managers read: the runtime's too."""
+        self._retention_interval = interval
+        if self.manager is not None:
+            self.manager.set_retention_interval(interval)
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         return tuple(m.req_to_blocks.get(request_id, []) for m in self.single_type_managers)

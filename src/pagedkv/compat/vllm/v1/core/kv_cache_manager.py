@@ -137,6 +137,7 @@ class KVCacheManager:
             interval,
             use_eagle,
             dcp_world_size,
+            self.impl,
         )
         self.coordinator.enable_partial_hash_hits = bool(
             getattr(self.impl, "enable_partial_hash_hits", False)
