@@ -8,7 +8,7 @@ from pagedkv import BlockPool
 from pagedkv.runtime import KVCacheManager, Request
 from pagedkv.runtime.hashing import BlockHasher
 
-from .helpers import check_invariants, cross, full, make_manager, mamba, swa
+from .helpers import cached_blocks, check_invariants, cross, full, make_manager, mamba, swa
 
 
 def test_evict_early_puts_cached_blocks_at_the_front_of_the_cached_part() -> None:
@@ -204,3 +204,16 @@ def test_mamba_positions_keep_one_state_per_segment_and_the_boundary_states() ->
     assert rule(4, 0, 16, 4, 16, (55,)) == {3, 7, 11, 12, 15}
     assert rule(4, 0, 16, 8, 0, (55, 21)) == {3, 11}
     assert rule(4, 5, 16, 4, 0, (8, 400)) == set()  # boundaries outside the range
+
+
+def test_setting_the_retention_interval_changes_what_is_cached_next() -> None:
+    def num_cached(manager: KVCacheManager) -> int:
+        req = Request("a", list(range(64)))
+        manager.allocate_slots(req, 64)
+        return sum(map(len, cached_blocks(manager.block_pool).values()))
+
+    dense = make_manager([swa(8)], num_blocks=40, prefix_cache_retention_interval=None)
+    sparse = make_manager([swa(8)], num_blocks=40, prefix_cache_retention_interval=None)
+    sparse.set_prefix_cache_retention_interval(0)
+    assert sparse.managers[0].retention_interval == 0
+    assert num_cached(sparse) < num_cached(dense) == 16

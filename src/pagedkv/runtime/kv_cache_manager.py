@@ -209,10 +209,15 @@ class KVCacheManager:
             for g in groups
         ]
         self._stats = PrefixCacheStatsCounter()
+        self._prefill_end = self._last_chunk_checkpoints(
+            config.cache.prefix_cache_retention_interval
+        )
+
+    def _last_chunk_checkpoints(self, retention_interval: int | None) -> bool:
         # vLLM reserves Mamba prefill checkpoints on the prompt's last chunk only under
         # retention interval 0 (else on every chunk: prefill_end 0).
-        self._prefill_end = config.cache.prefix_cache_retention_interval == 0 and any(
-            getattr(m, "has_checkpoint_blocks", False) for m in managers
+        return retention_interval == 0 and any(
+            getattr(m, "has_checkpoint_blocks", False) for m in self.managers
         )
 
     @property
@@ -608,9 +613,7 @@ class KVCacheManager:
         check_retention_interval(interval, self.scheduler_block_size, self.managers)
         for m in self.managers:
             m.retention_interval = interval
-        self._prefill_end = interval == 0 and any(
-            getattr(m, "has_checkpoint_blocks", False) for m in self.managers
-        )
+        self._prefill_end = self._last_chunk_checkpoints(interval)
 
     def offer_boundary_states(self) -> None:
         """Start recording the Mamba align states this manager keys, for a KV connector
