@@ -206,7 +206,7 @@ class VllmDriver:
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
-        from pagedkv.sim.tokens import output_tokens, prompt_tokens
+        from pagedkv.sim.traces.tokens import output_tokens, prompt_tokens
 
         hash_fn = get_hash_fn_by_name("sha256")
         init_none_hash(hash_fn)
@@ -333,8 +333,8 @@ def _first_difference(step: int, v: Step, p: Step) -> dict[str, Any]:
 
 
 def compare(args: argparse.Namespace, model: str, num_blocks: int) -> dict[str, Any]:
-    from pagedkv.sim.bundled import load_trace
-    from pagedkv.sim.scheduler import SchedulerSettings
+    from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+    from pagedkv.sim.traces.bundled import load_trace
 
     trace = load_trace(args.trace, limit=args.limit)
     if args.priorities == "mod3":

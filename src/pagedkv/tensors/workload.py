@@ -82,7 +82,7 @@ class MiniScheduler:
     def _split(self, request: Request, num_hit: int, num_new: int) -> int:
         """Tokens of a prefill chunk vLLM 0.33 schedules in align mode (0: none this step).
 
-        The rules of ``pagedkv.sim.chunking.aligned_chunk`` (compared there with vLLM's
+        The rules of ``pagedkv.sim.scheduling.chunking.aligned_chunk`` (compared there with vLLM's
         ``_mamba_block_aligned_split``), which this layer may not import; tests/tensors
         checks that the two agree.
         """
