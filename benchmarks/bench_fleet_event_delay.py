@@ -15,12 +15,12 @@ import dataclasses
 import json
 from functools import partial
 
-from pagedkv.sim.bundled import load_trace
 from pagedkv.sim.engine import engine_from_model
-from pagedkv.sim.fleet import simulate_fleet
-from pagedkv.sim.fleet_result import FleetResult
+from pagedkv.sim.fleet.replicas import simulate_fleet
+from pagedkv.sim.fleet.result import FleetResult
 from pagedkv.sim.jobs import run_jobs
-from pagedkv.sim.scheduler import SchedulerSettings
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.traces.bundled import load_trace
 
 
 def _row(result: FleetResult) -> dict[str, object]:

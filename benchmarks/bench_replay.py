@@ -26,10 +26,10 @@ from typing import Any
 
 from pagedkv.config import EngineConfig
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
-from pagedkv.sim.bundled import load_trace
 from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.run import simulate
-from pagedkv.sim.scheduler import SchedulerSettings
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.traces.bundled import load_trace
 from pagedkv.specs import FullAttentionSpec, SlidingWindowSpec
 
 # The vLLM peer replay's loop (../shared/tools/vllm_peer/replay.py): 64 running requests,

@@ -18,11 +18,11 @@ import json
 import sys
 import time
 
-from pagedkv.sim.bundled import load_trace
 from pagedkv.sim.engine import engine_from_model
 from pagedkv.sim.run import simulate
-from pagedkv.sim.scheduler import SchedulerSettings
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.tiers import host_blocks_for
+from pagedkv.sim.traces.bundled import load_trace
 
 # The vLLM peer replay's loop (../shared/tools/vllm_peer/replay.py): 64 running requests,
 # 2,048-token chunks, 8,192 tokens a step, every request waiting at t=0.

@@ -206,7 +206,7 @@ class VllmDriver:
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
-        from pagedkv.sim.tokens import output_tokens, prompt_tokens
+        from pagedkv.sim.traces.tokens import output_tokens, prompt_tokens
 
         hash_fn = get_hash_fn_by_name("sha256")
         init_none_hash(hash_fn)
@@ -333,8 +333,8 @@ def _first_difference(step: int, v: Step, p: Step) -> dict[str, Any]:
 
 
 def compare(args: argparse.Namespace, model: str, num_blocks: int) -> dict[str, Any]:
-    from pagedkv.sim.bundled import load_trace
-    from pagedkv.sim.scheduler import SchedulerSettings
+    from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+    from pagedkv.sim.traces.bundled import load_trace
 
     trace = load_trace(args.trace, limit=args.limit)
     if args.priorities == "mod3":
@@ -353,7 +353,14 @@ def compare(args: argparse.Namespace, model: str, num_blocks: int) -> dict[str, 
     )
     vllm, paged = VllmDriver(layout, trace), PagedkvDriver(layout, trace, settings)
     totals = {
-        side: {"preemptions": 0, "scheduled_tokens": 0, "hit_tokens": 0, "finish_order": []}
+        side: {
+            "steps": 0,
+            "preemptions": 0,
+            "scheduled_tokens": 0,
+            "prompt_tokens": 0,
+            "hit_tokens": 0,
+            "finish_order": [],
+        }
         for side in ("vllm", "pagedkv")
     }
     seen: dict[str, set[int]] = {"vllm": set(), "pagedkv": set()}
@@ -368,19 +375,24 @@ def compare(args: argparse.Namespace, model: str, num_blocks: int) -> dict[str, 
         results = {"vllm": vllm.step(), "pagedkv": paged.step()}
         for side, (scheduled, preempted, finished) in results.items():
             total = totals[side]
+            total["steps"] += 1
             total["preemptions"] += len(preempted)
             total["scheduled_tokens"] += sum(n for _, _, n in scheduled)
             for index, start, _ in scheduled:
                 if index not in seen[side]:  # first admission: its prefix-cache hit
                     seen[side].add(index)
                     total["hit_tokens"] += start
+                    total["prompt_tokens"] += trace.requests[index].num_prompt_tokens
             total["finish_order"] += finished
+        if args.progress and steps % args.progress == 0:
+            print(f"step {steps}: {len(seen['vllm'])} requests admitted", file=sys.stderr)
         if results["vllm"] != results["pagedkv"]:
             difference = _first_difference(steps, results["vllm"], results["pagedkv"])
             break
     same_order = totals["vllm"]["finish_order"] == totals["pagedkv"]["finish_order"]
     for total in totals.values():
         total["requests_finished"] = len(total.pop("finish_order"))
+        total["hit_rate"] = round(total["hit_tokens"] / max(1, total["prompt_tokens"]), 4)
     return {
         "model": layout.model_name,
         "groups": [
@@ -418,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     ap.add_argument("--variant", choices=sorted(VARIANTS), action="append")
     ap.add_argument("--json", action="store_true", help="one JSON document for all runs")
+    ap.add_argument(
+        "--progress", type=int, default=0, metavar="STEPS", help="report on stderr every STEPS"
+    )
     args = ap.parse_args(argv)
     runs = []
     for model in args.model or ["llama"]:

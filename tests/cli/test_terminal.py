@@ -95,9 +95,9 @@ def test_progress_shows_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_simulate_announces_the_bound_phase() -> None:
-    from pagedkv.sim.bundled import load_trace
     from pagedkv.sim.engine import engine_from_model
     from pagedkv.sim.run import simulate
+    from pagedkv.sim.traces.bundled import load_trace
 
     stages: list[str] = []
     engine = engine_from_model("Llama-3.1-8B", num_blocks=300)
@@ -107,10 +107,10 @@ def test_simulate_announces_the_bound_phase() -> None:
 
 def test_notebook_reprs_and_dataframes() -> None:
     from pagedkv.cli.plan import PlanRequest, make_plan
-    from pagedkv.sim.bundled import load_trace
     from pagedkv.sim.engine import engine_from_model
-    from pagedkv.sim.metrics import STEP_COLUMNS
+    from pagedkv.sim.reports.metrics import STEP_COLUMNS
     from pagedkv.sim.run import simulate, sweep_dataframe
+    from pagedkv.sim.traces.bundled import load_trace
 
     plan = make_plan(
         PlanRequest(model="Llama-3.1-8B", kv_cache_memory="4GiB", max_model_len=8192)
@@ -132,9 +132,9 @@ def test_notebook_reprs_and_dataframes() -> None:
 
 def test_dataframe_without_pandas_or_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     from pagedkv.errors import ConfigError
-    from pagedkv.sim.bundled import load_trace
     from pagedkv.sim.engine import engine_from_model
     from pagedkv.sim.run import simulate
+    from pagedkv.sim.traces.bundled import load_trace
 
     result = simulate(engine_from_model("Llama-3.1-8B", num_blocks=300), load_trace("synthetic:3"))
     with pytest.raises(ConfigError, match="keep_steps=True"):
@@ -155,7 +155,7 @@ def test_plot_library_calls_return_figures_without_a_global_backend() -> None:
 
     from pagedkv.cli.plan import PlanRequest, make_plan
     from pagedkv.cli.plan_render import concurrency_figure
-    from pagedkv.sim.plot import sweep_figure
+    from pagedkv.sim.reports.plot import sweep_figure
     from pagedkv.sim.run import SweepPoint
 
     backend = matplotlib.get_backend()
@@ -171,9 +171,9 @@ def test_plot_library_calls_return_figures_without_a_global_backend() -> None:
 
 def test_summary_takes_an_extensions_rows_after_the_hit_rates() -> None:
     from pagedkv.cli.simulate_render import summary_table
-    from pagedkv.sim.bundled import load_trace
     from pagedkv.sim.engine import engine_from_model
     from pagedkv.sim.run import simulate
+    from pagedkv.sim.traces.bundled import load_trace
 
     result = simulate(engine_from_model("Llama-3.1-8B", num_blocks=300), load_trace("synthetic:3"))
     names = list(summary_table(result, [("host-tier hits", "5")]).columns[0].cells)

@@ -24,9 +24,9 @@ def _engine_process(
     from pagedkv.events import KVEventsConfig
     from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
     from pagedkv.sim.engine import SimEngine
-    from pagedkv.sim.fleet_engine import publish_replay
-    from pagedkv.sim.scheduler import SchedulerSettings
-    from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
+    from pagedkv.sim.fleet.engine import publish_replay
+    from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+    from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
     from pagedkv.specs import FullAttentionSpec
 
     spec = FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=8)

@@ -150,6 +150,26 @@ def test_a_refusing_engine_is_taken_out_and_its_request_goes_elsewhere() -> None
         assert 'pagedkv_engine_up{engine="e1"} 0.0' in client.get("/metrics").text
 
 
+def test_healthz_is_degraded_while_an_engine_is_down() -> None:
+    service, fleet, app = make_router_app(["e0", "e1"])
+    with TestClient(app) as client:
+        answer = client.get("/healthz")
+        assert answer.status_code == 200 and answer.json()["status"] == "ok"
+        fleet.down.add("e0")
+        client.portal.call(service.scrape, httpx.AsyncClient(transport=fleet))  # type: ignore[union-attr]
+        answer = client.get("/healthz")
+        assert answer.status_code == 200 and answer.json()["status"] == "degraded"
+        states = {name: e["state"] for name, e in answer.json()["engines"].items()}
+        assert states == {"e0": "down", "e1": "up"}
+        fleet.down.add("e1")
+        client.portal.call(service.scrape, httpx.AsyncClient(transport=fleet))  # type: ignore[union-attr]
+        answer = client.get("/healthz")
+        assert answer.status_code == 503 and answer.json()["status"] == "no engine up"
+        fleet.down.clear()
+        client.portal.call(service.scrape, httpx.AsyncClient(transport=fleet))  # type: ignore[union-attr]
+        assert client.get("/healthz").json()["status"] == "ok"
+
+
 def test_failures_mid_answer_reach_the_client() -> None:
     service, fleet, app = make_router_app(["e0"])
     fleet.broken.add("e0")

@@ -22,7 +22,7 @@ from pagedkv.cluster.feed import EngineEndpoints, IndexFeed
 from pagedkv.cluster.service import RouteService, create_app
 from pagedkv.errors import ConfigError
 from pagedkv.events import KVEventsConfig, ZmqEventPublisher
-from pagedkv.events.wire import external_block_hash
+from pagedkv.events.wire import encode_event_batch, external_block_hash
 
 pytestmark = pytest.mark.timeout(60)
 PROMPT = list(range(100, 140))  # 10 full blocks of 4
@@ -170,6 +170,42 @@ def test_a_dead_feed_turns_healthz_503_and_a_bad_endpoint_is_named() -> None:
             assert answer.status_code == 503 and "index bug" in answer.json()["error"]
     with pytest.raises(ConfigError, match=r"engine .x. at tcp://"):
         IndexFeed(KVIndex(), {"x": EngineEndpoints("tcp://*:notaport")}).start()
+
+
+def test_an_engine_whose_replay_goes_unanswered_is_stale_in_healthz() -> None:
+    # Its first batch shows a gap and its replay endpoint takes requests, never answers.
+    import zmq
+
+    ctx = zmq.Context()
+    pub, silent = ctx.socket(zmq.PUB), ctx.socket(zmq.ROUTER)
+    try:
+        pub.bind(LOOPBACK)
+        silent.bind(LOOPBACK)
+        ends = EngineEndpoints(
+            pub.getsockopt_string(zmq.LAST_ENDPOINT), silent.getsockopt_string(zmq.LAST_ENDPOINT)
+        )
+        index = KVIndex()
+        feed = IndexFeed(index, {"a": ends}, idle_sync_s=3600.0, replay_timeout_s=0.05)
+        with feed:
+            service = RouteService(index, make_router("prefix"), PromptHasher(4), ["a"], feed)
+            client = TestClient(create_app(service))
+            assert client.get("/healthz").json()["engines"]["a"]["state"] == "up"
+            manager = small_manager()
+            _cache(manager, PROMPT)
+            gap_batch = encode_event_batch(manager.take_events(), 5)
+            deadline = time.monotonic() + 20
+            while not feed.stats()["a"].replay_unanswered and time.monotonic() < deadline:
+                pub.send_multipart(gap_batch)
+                time.sleep(0.02)
+            answer = client.get("/healthz")
+            assert answer.status_code == 200 and answer.json()["status"] == "degraded"
+            engine = answer.json()["engines"]["a"]
+            assert engine["state"] == "stale" and engine["healthy"] is True
+            assert engine["replay_unanswered"] >= 1
+    finally:
+        pub.close(linger=0)
+        silent.close(linger=0)
+        ctx.term()
 
 
 def test_route_serve_refuses_the_per_process_builtin_hash(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
 """EventSubscriber's ordering logic under random loss, duplication, reordering of replay
-and restarts, against an in-memory publisher (no sockets: ``_replay`` reads a buffer)."""
+and restarts, against an in-memory publisher (no sockets: a replay request is answered
+from a buffer at once)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from pagedkv.events.subscriber import Delivery, EventSubscriber
+from pagedkv.events.subscriber import Delivery, EventSubscriber, PendingReplay
 from pagedkv.events.wire import encode_payload
 from pagedkv.runtime.events import BlockRemoved, BlockStored
 
@@ -19,8 +20,9 @@ class _Memory(EventSubscriber):
         super().__init__("inproc://unused-stateful", "inproc://replay")
         self.publisher = publisher
 
-    def _replay(self, start: int) -> list[tuple[int, bytes]]:
-        return [(s, p) for s, p in self.publisher.buffer if s >= start]
+    def _send_replay_request(self, pending: PendingReplay) -> None:
+        pending.replies = [(s, p) for s, p in self.publisher.buffer if s >= pending.ask_from]
+        pending.answered = True
 
 
 class PublisherModel:

@@ -22,9 +22,9 @@ import pytest
 from pagedkv.policies.free_queue import PolicyFreeQueue, make_free_queue
 from pagedkv.runtime import KVCacheManager, Request
 from pagedkv.runtime.free_queue import FreeQueue
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.simulator import Simulator
-from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.scheduling.simulator import Simulator
+from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
 from sim.helpers import make_engine
 
 Op = tuple[Any, ...]

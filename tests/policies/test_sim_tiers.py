@@ -13,8 +13,7 @@ import pytest
 from pagedkv.errors import ConfigError
 from pagedkv.sim.engine import engine_from_model
 from pagedkv.sim.run import simulate
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.tiers import (
     CostModel,
     active_params,
@@ -23,6 +22,7 @@ from pagedkv.sim.tiers import (
     tier_plot_lines,
     tier_sweep,
 )
+from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
 
 ENV = {**os.environ, "PAGEDKV_TRANSFORMERS": "0"}
 

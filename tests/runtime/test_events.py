@@ -9,7 +9,7 @@ from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.events.wire import decode_event_batch, encode_event_batch
 from pagedkv.runtime import AllBlocksCleared, BlockRemoved, BlockStored, LoRA, Request
 
-from .helpers import full, make_manager, swa
+from .helpers import full, make_manager, mamba, swa
 
 
 def test_manager_events_follow_store_evict_reset() -> None:
@@ -108,12 +108,45 @@ def test_events_per_kind_match_the_documented_table() -> None:
     assert m.take_events() == []
 
 
-def test_events_can_leave_token_ids_out() -> None:
-    manager = make_manager([full()], num_blocks=16, enable_events=True, event_token_ids=False)
-    manager.allocate_slots(Request("a", list(range(9))), 9)
-    (stored,) = manager.take_events()
-    assert isinstance(stored, BlockStored) and len(stored.block_hashes) == 2
-    assert stored.token_ids == []
+def _stored_on_the_wire(events: list[object]) -> list[dict[str, object]]:
+    """The BlockStored maps of a published batch, read as plain msgpack (no schema)."""
+    _, _, payload = encode_event_batch(events, 0)  # type: ignore[arg-type]
+    _, batch, _ = msgspec.msgpack.decode(payload)
+    return [e for e in batch if e["type"] == "BlockStored"]
+
+
+def test_stored_events_always_carry_their_token_ids() -> None:
+    # vLLM 0.33's BlockStored requires token_ids (block_size per block of the range it
+    # caches, a window's skipped null positions included) and has no option to leave
+    # them out: a strict consumer checks the length.
+    with pytest.raises(TypeError, match="event_token_ids"):
+        make_manager([full()], num_blocks=16, enable_events=True, event_token_ids=False)
+    managers = [
+        make_manager([full(), swa(8)], num_blocks=32, enable_events=True),
+        make_manager([full(64), mamba(64)], num_blocks=20, hash_block_size=16, enable_events=True),
+    ]
+    for manager in managers:
+        prompt = list(range(100))
+        first = Request("a", prompt)
+        manager.allocate_slots(first, 96)
+        first.num_computed_tokens = 96
+        manager.allocate_slots(first, 4)
+        first.num_computed_tokens = 100
+        manager.free(first)
+        again = Request("b", prompt + [7] * 40, kv_cache_report_mode="full")
+        hit, num_hit = manager.get_computed_blocks(again)
+        manager.allocate_slots(again, 140 - num_hit, num_hit, hit)
+        stored = _stored_on_the_wire(manager.take_events())
+        assert stored
+        for event in stored:
+            hashes, tokens = event["block_hashes"], event["token_ids"]
+            assert isinstance(hashes, list) and isinstance(tokens, list) and tokens
+            block_size = event["block_size"]
+            assert isinstance(block_size, int) and len(tokens) % block_size == 0
+            if event["kv_cache_spec_kind"] == "full_attention":
+                assert len(tokens) == block_size * len(hashes)
+            else:
+                assert len(tokens) >= block_size * len(hashes)
 
 
 def test_stored_events_carry_extra_keys_session_and_lookahead_tokens() -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pagedkv.config import EngineConfig
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.sim.engine import SimEngine
-from pagedkv.sim.trace import Segment, Trace, TraceRequest
+from pagedkv.sim.traces.trace import Segment, Trace, TraceRequest
 from pagedkv.specs import FullAttentionSpec, SlidingWindowSpec
 
 BS = 4

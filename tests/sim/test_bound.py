@@ -3,10 +3,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagedkv.sim.bound import INSERT, LOOKUP, AccessLog, belady_bound
-from pagedkv.sim.keys import chain_keys, full_sequence
-from pagedkv.sim.tokens import segment_tokens
-from pagedkv.sim.trace import Segment, TraceRequest
+from pagedkv.sim.reports.bound import INSERT, LOOKUP, AccessLog, belady_bound
+from pagedkv.sim.traces.keys import chain_keys, full_sequence
+from pagedkv.sim.traces.tokens import segment_tokens
+from pagedkv.sim.traces.trace import Segment, TraceRequest
 
 BS = 4
 

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from pagedkv.errors import ConfigError
 from pagedkv.sim.run import simulate, sweep, sweep_sizes
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.trace import Segment, Trace, TraceRequest
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.traces.trace import Segment, Trace, TraceRequest
 
 from .helpers import make_engine, make_trace
 
@@ -72,7 +72,7 @@ def test_bound_needs_a_full_attention_group(monkeypatch):
 
 
 def test_with_room_for_everything_lru_reaches_the_bound():
-    from pagedkv.sim.bundled import load_trace
+    from pagedkv.sim.traces.bundled import load_trace
 
     trace = load_trace("synthetic:60:5")
     engine = make_engine(20000, max_model_len=20000)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pagedkv.sim.chunking import aligned_chunk, last_checkpoint_position
+from pagedkv.sim.scheduling.chunking import aligned_chunk, last_checkpoint_position
 
 CASES = [
     # decode (past the prefill): untouched

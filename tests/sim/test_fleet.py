@@ -8,10 +8,10 @@ import pytest
 
 from pagedkv.errors import ConfigError
 from pagedkv.events.wire import external_block_hash
-from pagedkv.sim.fleet import simulate_fleet
+from pagedkv.sim.fleet.replicas import simulate_fleet
 from pagedkv.sim.run import simulate
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
 
 from .helpers import make_engine
 
@@ -64,7 +64,7 @@ def test_cache_aware_routing_beats_round_robin_and_matches_the_oracle() -> None:
 
 
 def test_index_equals_the_union_of_the_replicas_caches() -> None:
-    from pagedkv.sim import fleet as fleet_module
+    from pagedkv.sim.fleet import replicas as fleet_module
 
     seen: dict[str, object] = {}
     original = fleet_module._Routing.__init__
@@ -97,7 +97,7 @@ def test_bound_of_one_larger_cache_and_bad_input() -> None:
 
 
 def test_sweep_results_do_not_depend_on_what_runs_them() -> None:
-    from pagedkv.sim.fleet_sweep import fleet_sweep
+    from pagedkv.sim.fleet.sweep import fleet_sweep
 
     small = TRACE.head(60)
     here = fleet_sweep(_engine(), small, [1, 2], ["round-robin", "prefix"], SETTINGS, workers=1)
@@ -114,7 +114,7 @@ def test_sweep_results_do_not_depend_on_what_runs_them() -> None:
 @pytest.mark.timeout(120)
 def test_sweep_on_a_local_ray_instance_gives_the_same_results() -> None:
     ray = pytest.importorskip("ray")
-    from pagedkv.sim.fleet_sweep import fleet_sweep
+    from pagedkv.sim.fleet.sweep import fleet_sweep
 
     small = TRACE.head(40)
     args = (_engine(), small, [2], ["prefix"], SETTINGS)
@@ -147,7 +147,7 @@ def test_late_events_cost_hits_and_never_reach_a_blind_index() -> None:
 
 
 def test_imbalance_counts_busy_time_only_not_idle_jumps_to_an_arrival() -> None:
-    from pagedkv.sim.trace import Segment, Trace, TraceRequest
+    from pagedkv.sim.traces.trace import Segment, Trace, TraceRequest
 
     far_apart = Trace(
         "gaps",

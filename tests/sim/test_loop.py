@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pagedkv.sim.scheduler import SchedulerSettings
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 
 from .helpers import make_engine, make_trace
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from pagedkv.errors import ConfigError
-from pagedkv.sim.scheduler import SchedulerSettings
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 
 from .helpers import make_engine, make_trace
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from pagedkv.errors import ConfigError, TraceFormatError
-from pagedkv.sim.bundled import load_trace
-from pagedkv.sim.readers import read_mooncake
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.tokens import prompt_tokens
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.traces.bundled import load_trace
+from pagedkv.sim.traces.readers import read_mooncake
+from pagedkv.sim.traces.tokens import prompt_tokens
 
 from .helpers import make_engine
 

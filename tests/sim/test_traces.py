@@ -6,11 +6,11 @@ import json
 import pytest
 
 from pagedkv.errors import ConfigError, TraceFormatError
-from pagedkv.sim.bundled import list_bundled_traces, load_trace
-from pagedkv.sim.readers import read_azure, read_mooncake
-from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
-from pagedkv.sim.tokens import output_tokens, prompt_tokens, segment_tokens
-from pagedkv.sim.trace import Segment
+from pagedkv.sim.traces.bundled import list_bundled_traces, load_trace
+from pagedkv.sim.traces.readers import read_azure, read_mooncake
+from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
+from pagedkv.sim.traces.tokens import output_tokens, prompt_tokens, segment_tokens
+from pagedkv.sim.traces.trace import Segment
 
 
 def _jsonl(tmp_path, rows, name="t.jsonl"):

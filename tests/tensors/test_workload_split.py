@@ -1,5 +1,5 @@
 """MiniScheduler's Mamba align-mode chunk split is vLLM 0.33's: the same rules as
-``pagedkv.sim.chunking.aligned_chunk`` (which the tensors layer may not import)."""
+``pagedkv.sim.scheduling.chunking.aligned_chunk`` (which the tensors layer may not import)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pagedkv.config import EngineConfig
 from pagedkv.planning.planner import get_kv_cache_configs
 from pagedkv.runtime import KVCacheManager
-from pagedkv.sim.chunking import aligned_chunk
+from pagedkv.sim.scheduling.chunking import aligned_chunk
 from pagedkv.specs import FullAttentionSpec, MambaSpec
 
 pytest.importorskip("torch")

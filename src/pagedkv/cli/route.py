@@ -204,9 +204,9 @@ def simulate_engine_command(
     import time
 
     from pagedkv.events import KVEventsConfig
-    from pagedkv.sim.bundled import load_trace
     from pagedkv.sim.engine import engine_from_model
-    from pagedkv.sim.fleet_engine import publish_replay
+    from pagedkv.sim.fleet.engine import publish_replay
+    from pagedkv.sim.traces.bundled import load_trace
 
     config = KVEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint or None, topic=topic)
     engine = dataclasses.replace(

@@ -250,10 +250,10 @@ def simulate_command(
 
     from pagedkv.models import load_model_config
     from pagedkv.models.tokenizer import TextTokenizer
-    from pagedkv.sim.bundled import load_trace
-    from pagedkv.sim.readers import MOONCAKE_BLOCK_TOKENS
     from pagedkv.sim.run import simulate
-    from pagedkv.sim.scheduler import SchedulerSettings
+    from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+    from pagedkv.sim.traces.bundled import load_trace
+    from pagedkv.sim.traces.readers import MOONCAKE_BLOCK_TOKENS
 
     if arrivals not in ("all", "timestamp"):
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
@@ -395,7 +395,7 @@ def _run_sweep(
             ray_address=ray_address,
         )
     if plot is not None:
-        from pagedkv.sim.plot import plot_sweep
+        from pagedkv.sim.reports.plot import plot_sweep
 
         title = f"{engine.model_name}, {loaded.name} ({len(loaded.requests)} requests)"
         plot_sweep(points, plot, title=title, block_size=block_size)

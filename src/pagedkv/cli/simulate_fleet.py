@@ -52,8 +52,8 @@ def run_fleet(
     ray_address: str | None,
 ) -> None:
     """Simulate one fleet, or (``sweep``) every router at 1, 2, 4 .. ``replicas``."""
-    from pagedkv.sim.fleet import simulate_fleet
-    from pagedkv.sim.fleet_sweep import fleet_sweep
+    from pagedkv.sim.fleet.replicas import simulate_fleet
+    from pagedkv.sim.fleet.sweep import fleet_sweep
 
     if sweep:
         results = fleet_sweep(
@@ -63,7 +63,7 @@ def run_fleet(
     else:
         results = [simulate_fleet(engine, trace, replicas, router, settings, bound=bound)]
     if plot is not None:
-        from pagedkv.sim.fleet_plot import plot_fleet_sweep
+        from pagedkv.sim.fleet.plot import plot_fleet_sweep
 
         title = f"{engine.model_name}, {trace.name} ({len(trace.requests)} requests)"
         plot_fleet_sweep(results, plot, title=title)

@@ -2,9 +2,12 @@
 
 The thread owns every socket. It applies each engine's batches in order (a subscriber's
 ``reset`` clears that engine first), holding ``lock`` while it does, so readers that take
-the same lock see whole batches only. An engine quiet for ``idle_sync_s`` is asked for
-its tail by replay (less and less often while its replay endpoint does not answer), so
-a batch lost at the end of a burst is not left missing until the engine's next step.
+the same lock see whole batches only. Replay requests never hold the thread: each is a
+socket in the same poll, so while one engine's replay waits for an answer (or for its
+timeout) the other engines' batches are applied as they come; that engine's own live
+batches wait, in order, behind its replay. An engine quiet for ``idle_sync_s`` is asked
+for its tail by replay (less and less often while its replay endpoint does not answer),
+so a batch lost at the end of a burst is not left missing until the engine's next step.
 ``sync()`` does that for every engine now and waits for it.
 """
 
@@ -14,7 +17,7 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import zmq
@@ -60,6 +63,8 @@ class EngineEndpoints(NamedTuple):
 
 
 class EngineFeedStats(NamedTuple):
+    """One engine's stream as the feed read it."""
+
     batches: int
     gaps: int
     recovered: int  # gap batches replayed
@@ -70,6 +75,8 @@ class EngineFeedStats(NamedTuple):
     replay_timeouts: int
     next_seq: int | None
     last_batch_ts: float | None
+    replay_pending: bool  # a replay request waits for its answer
+    replay_unanswered: int  # replay requests unanswered in a row (0: it answers)
 
 
 class IndexFeed:
@@ -103,6 +110,11 @@ class IndexFeed:
         self._last_ts: dict[str, float] = {}
         self._received = 0
         self._commands: deque[tuple[str, str]] = deque()  # (forget | resync, engine)
+        # the feed thread's: the poll over every SUB socket and the replays in flight
+        self._poller = zmq.Poller()
+        self._by_socket: dict[zmq.Socket, str] = {}
+        self._replaying: dict[str, zmq.Socket] = {}  # engine -> its replay's socket
+        self._last_seen: dict[str, float] = {}  # engine -> its last message or replay
         self.error: BaseException | None = None  # what stopped the feed thread, if anything
         self._thread = threading.Thread(target=self._run, name="pagedkv-index-feed", daemon=True)
         for name in self.engines:
@@ -159,6 +171,8 @@ class IndexFeed:
                     sub.num_replay_timeouts,
                     sub.next_seq,
                     self._last_ts.get(name),
+                    sub.replay_socket is not None,
+                    sub.replay_unanswered,
                 )
                 for name, sub in self._subs.items()
             }
@@ -174,8 +188,6 @@ class IndexFeed:
         ctx = zmq.Context()
         # ZeroMQ's default cap is 1023 sockets a context: past it no engine could start
         ctx.set(zmq.MAX_SOCKETS, SOCKETS_PER_ENGINE * len(self.engines) + SPARE_DESCRIPTORS)
-        poller = zmq.Poller()
-        by_socket: dict[zmq.Socket, str] = {}
         try:
             for name, ends in self.engines.items():
                 try:
@@ -186,29 +198,10 @@ class IndexFeed:
                 except zmq.ZMQError as exc:
                     raise ConfigError(f"engine {name!r} at {ends.endpoint}: {exc}") from exc
                 self._subs[name] = sub
-                by_socket[sub.socket] = name
-                poller.register(sub.socket, zmq.POLLIN)
+                self._by_socket[sub.socket] = name
+                self._poller.register(sub.socket, zmq.POLLIN)
             self._ready.set()
-            last_seen = dict.fromkeys(self.engines, time.monotonic())
-            idle_s = dict.fromkeys(self.engines, self.idle_sync_s)
-            while not self._stop.is_set():
-                for sock, _ in poller.poll(50):
-                    name = by_socket[sock]
-                    last_seen[name] = time.monotonic()
-                    self._receive(name, self._subs[name])
-                while self._commands:
-                    self._command(*self._commands.popleft())
-                if self._sync_requested.is_set():
-                    self._sync_requested.clear()
-                    for name, sub in self._subs.items():
-                        self._apply(name, sub.sync_tail())
-                    self._synced.set()
-                    continue
-                now = time.monotonic()
-                for name, seen in last_seen.items():
-                    if now - seen >= idle_s[name]:
-                        idle_s[name] = self._idle_sync(name, self._subs[name], idle_s[name])
-                        last_seen[name] = time.monotonic()
+            self._loop()
         except Exception as exc:
             self.error = exc
         finally:
@@ -217,37 +210,100 @@ class IndexFeed:
                 sub.close()
             ctx.destroy(linger=0)
 
+    def _loop(self) -> None:
+        last_seen = self._last_seen
+        last_seen.update(dict.fromkeys(self.engines, time.monotonic()))
+        syncing: set[str] = set()  # engines whose replay a sync() waits for
+        while not self._stop.is_set():
+            for sock, _ in self._poller.poll(self._poll_ms()):
+                name = self._by_socket.get(sock)
+                if name is None:  # a replay that ended earlier in this round
+                    continue
+                sub = self._subs[name]
+                if sock is sub.socket:
+                    last_seen[name] = time.monotonic()
+                    self._receive(name, sub)
+                elif sock is sub.replay_socket:
+                    self._step(name, sub.advance)
+            now = time.monotonic()
+            for name in list(self._replaying):
+                deadline = self._subs[name].replay_deadline_s
+                if deadline is not None and now >= deadline:
+                    self._step(name, self._subs[name].advance)
+            while self._commands:
+                self._command(*self._commands.popleft())
+            if self._sync_requested.is_set():
+                self._sync_requested.clear()
+                for name, sub in self._subs.items():
+                    self._step(name, sub.begin_tail)
+                syncing = set(self._subs)
+            if syncing:
+                syncing &= set(self._replaying)
+                if not syncing:
+                    self._synced.set()
+            now = time.monotonic()
+            for name, seen in last_seen.items():
+                if name not in self._replaying and now - seen >= self._idle_wait_s(name):
+                    last_seen[name] = now
+                    self._step(name, self._subs[name].begin_tail)
+
+    def _poll_ms(self) -> int:
+        """50 ms, or less when a replay's deadline comes sooner."""
+        deadlines = [self._subs[n].replay_deadline_s for n in self._replaying]
+        soonest = min((d for d in deadlines if d is not None), default=None)
+        if soonest is None:
+            return 50
+        return max(0, min(50, int((soonest - time.monotonic()) * 1000) + 1))
+
+    def _idle_wait_s(self, name: str) -> float:
+        """How long an engine stays quiet before its tail is asked: ``idle_sync_s``,
+        doubling (up to ``MAX_IDLE_SYNC_S``) for each ask its replay endpoint left
+        unanswered in a row."""
+        unanswered = min(self._subs[name].replay_unanswered, 32)
+        return min(self.idle_sync_s * 2**unanswered, max(MAX_IDLE_SYNC_S, self.idle_sync_s))
+
+    def _step(self, name: str, action: Callable[[], list[Delivery]]) -> None:
+        """Run one subscriber action, apply what it delivers, and poll its replay
+        socket while a replay is in flight."""
+        self._apply(name, action())
+        self._track_replay(name)
+
+    def _track_replay(self, name: str) -> None:
+        sock = self._subs[name].replay_socket
+        old = self._replaying.get(name)
+        if old is sock:
+            return
+        if old is not None:
+            self._poller.unregister(old)
+            del self._by_socket[old], self._replaying[name]
+            self._last_seen[name] = time.monotonic()  # quiet from the replay's end on
+        if sock is not None:
+            self._poller.register(sock, zmq.POLLIN)
+            self._by_socket[sock] = name
+            self._replaying[name] = sock
+
     def _command(self, command: str, name: str) -> None:
         sub = self._subs.get(name)
         if sub is None:
             return
+        sub.restart_from(0)
+        self._track_replay(name)
         if command == "forget":
             self._reset(name)
-            sub.restart_from(0)
         else:
-            sub.restart_from(0)
-            self._apply(name, sub.sync_tail())
-
-    def _idle_sync(self, name: str, sub: EventSubscriber, idle_s: float) -> float:
-        """Ask a quiet engine for its tail; the wait before the next ask doubles (up to
-        ``MAX_IDLE_SYNC_S``) while its replay endpoint does not answer, since each
-        unanswered ask holds the thread for ``replay_timeout_s``."""
-        timeouts = sub.num_replay_timeouts
-        self._apply(name, sub.sync_tail())
-        if sub.num_replay_timeouts == timeouts:
-            return self.idle_sync_s
-        return min(2 * idle_s, max(MAX_IDLE_SYNC_S, self.idle_sync_s))
+            self._step(name, sub.begin_tail)
 
     def _receive(self, name: str, sub: EventSubscriber) -> None:
         for _ in range(1000):
             try:
                 frames = sub.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
             self._received += 1
             if self.drop_every and self._received % self.drop_every == 0:
                 continue
-            self._apply(name, sub.handle(frames))
+            self._apply(name, sub.receive(frames))
+        self._track_replay(name)
 
     def _reset(self, name: str) -> None:
         """Clear ``name`` in the index a step at a time, releasing the lock in between."""

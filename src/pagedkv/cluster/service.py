@@ -8,7 +8,9 @@ uvicorn, prometheus-client, httpx).
     POST /route                 {"token_ids": [...]} or {"block_hashes": [...]} ->
                                 {"engine", "num_prompt_blocks", "num_cached_blocks"}
     POST /engines/{name}/load   {"running", "waiting", "kv_usage"} (with --load-source post)
-    GET  /healthz, /metrics
+    GET  /healthz               status ok | degraded (200), no engine up | feed stopped
+                                (503), and each engine's state: up | down | stale
+    GET  /metrics
     POST /admin/route           as /route plus every engine's cached blocks (admin key)
 
 Tokenizing and hashing run in worker threads, never on the event loop. Engines' loads
@@ -46,7 +48,7 @@ from pagedkv.cluster.engines import (
     engine_table,
     parse_vllm_metrics,
 )
-from pagedkv.cluster.feed import IndexFeed
+from pagedkv.cluster.feed import EngineFeedStats, IndexFeed
 from pagedkv.cluster.hashing import PromptHasher
 from pagedkv.cluster.http import (
     DEFAULT_MAX_BODY_BYTES,
@@ -60,10 +62,30 @@ from pagedkv.cluster.index import KVIndex
 from pagedkv.cluster.routing import Router
 from pagedkv.errors import PagedKVError
 
-__all__ = ["Choice", "PromptTokenizer", "RouteService", "RouterSettings", "create_app"]
+__all__ = [
+    "Choice",
+    "PromptTokenizer",
+    "RouteService",
+    "RouterSettings",
+    "create_app",
+    "engine_health",
+]
 
 MAX_PROMPT_TOKENS = 1 << 21
 LOAD_SOURCES = ("metrics", "post")
+UP, DOWN, STALE = "up", "down", "stale"  # an engine's state in /healthz
+HEALTHY_STATUSES = ("ok", "degraded")  # /healthz answers 200; otherwise 503
+
+
+def engine_health(healthy: bool, feed: EngineFeedStats | None) -> str:
+    """``down``: out of routing (its scrapes fail or it refused a connection);
+    ``stale``: in routing, but its replay endpoint left the last request unanswered, so
+    a lost batch cannot be repaired and its cached blocks may be behind; else ``up``."""
+    if not healthy:
+        return DOWN
+    if feed is not None and feed.replay_unanswered:
+        return STALE
+    return UP
 
 
 class PromptTokenizer(Protocol):
@@ -274,15 +296,28 @@ class RouteService:
         self.mark_up(state.name)
 
     def health(self) -> dict[str, Any]:
+        """The router's state for ``/healthz``: ``status`` is ``ok`` (the feed runs and
+        every engine is up), ``degraded`` (some engine is up, another is down or its
+        feed stale), ``no engine up`` or ``feed stopped``; per engine its ``state`` and
+        the feed's counters."""
         stats = self.feed.stats() if self.feed is not None else {}
         feed_ok = self.feed is None or self.feed.alive
         error = None if self.feed is None or self.feed.error is None else repr(self.feed.error)
-        up = self.healthy_engines()
-        status = "ok" if feed_ok and up else ("feed stopped" if not feed_ok else "no engine up")
         engines = {
-            name: {"healthy": s.healthy, **(stats[name]._asdict() if name in stats else {})}
+            name: {
+                "state": engine_health(s.healthy, stats.get(name)),
+                "healthy": s.healthy,
+                **(stats[name]._asdict() if name in stats else {}),
+            }
             for name, s in self.table.items()
         }
+        states = {e["state"] for e in engines.values()}
+        if not feed_ok:
+            status = "feed stopped"
+        elif UP not in states and STALE not in states:
+            status = "no engine up"
+        else:
+            status = "ok" if states == {UP} else "degraded"
         return {"status": status, "error": error, "engines": engines}
 
     def metrics(self) -> bytes:
@@ -512,7 +547,8 @@ def create_app(
 
     async def healthz(request: Request) -> Response:
         health = service.health()
-        return JSONResponse(health, status_code=200 if health["status"] == "ok" else 503)
+        ok = health["status"] in HEALTHY_STATUSES
+        return JSONResponse(health, status_code=200 if ok else 503)
 
     async def metrics(request: Request) -> Response:
         return Response(service.metrics(), media_type=CONTENT_TYPE_LATEST)

@@ -82,7 +82,6 @@ class OnlineEngine:
         *,
         publish: Callable[[Sequence[Any]], object] | None = None,
         max_waiting: int = 1024,
-        event_token_ids: bool = True,
     ) -> None:
         self.generator = generator
         self.publish = publish
@@ -91,7 +90,6 @@ class OnlineEngine:
             generator.kv_cache_config,
             generator.config,
             enable_events=publish is not None,
-            event_token_ids=event_token_ids,
         )
         self.max_model_len = self.manager.max_model_len
         self.usable_blocks = max(generator.kv_cache_config.num_blocks - 1, 1)

@@ -60,7 +60,6 @@ class BlockPool:
         self._extra_keys: dict[int, list[tuple[Any, int]]] = {}  # block -> (hash, group)
         self._key_tokens: dict[int, int] = {}  # block -> tokens of a sub-block primary key
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
-        self.event_token_ids = True
         self._journal: list[tuple[Any, ...]] | None = None
         self.num_evictions = 0  # hashes dropped to reuse a block or by evict_blocks
 
@@ -263,7 +262,7 @@ class BlockPool:
         return BlockStored(
             block_hashes=block_hashes,
             parent_block_hash=parent,
-            token_ids=tokens[first:end] if self.event_token_ids else [],
+            token_ids=tokens[first:end],
             block_size=block_size,
             lora_id=None if lora is None else lora.id,
             medium=self.medium,
@@ -481,7 +480,7 @@ class BlockPool:
         return BlockStored(
             block_hashes=[hashes[num_hashes - 1]],
             parent_block_hash=hashes[num_hashes - 2] if num_hashes > 1 else None,
-            token_ids=tokens[start:end] if self.event_token_ids else [],
+            token_ids=tokens[start:end],
             block_size=hash_block_size,
             lora_id=None if lora is None else lora.id,
             medium=self.medium,

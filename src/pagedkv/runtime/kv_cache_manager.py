@@ -74,7 +74,6 @@ class KVCacheManager:
         hash_seed: str | None = None,
         retention: str | None = None,
         free_queue: FreeQueue | None = None,
-        event_token_ids: bool = True,
         hash_block_size: int | None = None,
         prefix_cache_retention_interval: int | _FromConfig | None = FROM_CONFIG,
         use_eagle: bool = False,
@@ -147,7 +146,6 @@ class KVCacheManager:
         self.use_eagle = use_eagle
         self.enable_events = enable_events
         self.block_pool = self.coordinator.block_pool
-        self.block_pool.event_token_ids = event_token_ids
         self.block_pool.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         self.managers = managers = self.coordinator.managers
         for m in managers:

@@ -1,16 +1,16 @@
 """Trace-driven simulation: trace readers, the scheduler loop, metrics, the bound, sweeps."""
 
-from pagedkv.sim.bound import AccessLog, BoundResult, belady_bound
-from pagedkv.sim.bundled import list_bundled_traces, load_trace
 from pagedkv.sim.engine import SimEngine, engine_from_model, engine_from_plan
-from pagedkv.sim.metrics import SimResult
 from pagedkv.sim.planned import PlanInputs, plan_with_num_blocks
-from pagedkv.sim.readers import read_azure, read_mooncake
+from pagedkv.sim.reports.bound import AccessLog, BoundResult, belady_bound
+from pagedkv.sim.reports.metrics import SimResult
 from pagedkv.sim.run import SweepPoint, simulate, sweep, sweep_sizes
-from pagedkv.sim.scheduler import SchedulerSettings, SimulationError
-from pagedkv.sim.simulator import Simulator
-from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
-from pagedkv.sim.trace import Segment, Trace, TraceRequest
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings, SimulationError
+from pagedkv.sim.scheduling.simulator import Simulator
+from pagedkv.sim.traces.bundled import list_bundled_traces, load_trace
+from pagedkv.sim.traces.readers import read_azure, read_mooncake
+from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
+from pagedkv.sim.traces.trace import Segment, Trace, TraceRequest
 
 __all__ = [
     "AccessLog",

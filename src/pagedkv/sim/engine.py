@@ -13,8 +13,8 @@ from pagedkv.deployment import DeploymentPlan
 from pagedkv.errors import ConfigError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.sim.planned import PlanInputs, plan_inputs_for, plan_with_num_blocks
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.simulator import Simulator
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.scheduling.simulator import Simulator
 from pagedkv.specs import MambaSpec
 
 

@@ -7,11 +7,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError
-from pagedkv.sim.bound import AccessLog, belady_bound
 from pagedkv.sim.engine import SimEngine, bound_geometry, host_block_tokens
-from pagedkv.sim.metrics import SimResult
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.trace import Trace
+from pagedkv.sim.reports.bound import AccessLog, belady_bound
+from pagedkv.sim.reports.metrics import SimResult
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.traces.trace import Trace
 
 
 def simulate(
@@ -70,7 +70,7 @@ class SweepPoint(NamedTuple):
 
 def sweep_dataframe(points: Sequence[SweepPoint]) -> Any:
     """The sweep as a pandas DataFrame, one row per cache size (needs pandas)."""
-    from pagedkv.sim.frames import dataframe
+    from pagedkv.sim.reports.frames import dataframe
 
     return dataframe([tuple(p) for p in points], SweepPoint._fields)
 

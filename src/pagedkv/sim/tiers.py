@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError
 from pagedkv.sim.engine import SimEngine
-from pagedkv.sim.metrics import SimResult
+from pagedkv.sim.reports.metrics import SimResult
 from pagedkv.sim.run import simulate
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.trace import Trace
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.traces.trace import Trace
 
 # Vendor peak dense BF16 tensor throughput (no sparsity), TFLOP/s, keyed like the GPU
 # table (``pagedkv gpus``; aliases resolve through it).
@@ -299,7 +299,7 @@ def _device_tokens(point: TierPoint) -> int:
 
 def plot_tier_sweep(points: Sequence[TierPoint], path: str, *, title: str) -> None:
     """Hit rate against the device cache size (``tier_plot_lines``)."""
-    from pagedkv.sim.plot import hit_rate_axes, new_figure, save_figure
+    from pagedkv.sim.reports.plot import hit_rate_axes, new_figure, save_figure
 
     fig = new_figure(figsize=(7.5, 4.5), dpi=120)
     ax = fig.subplots()

@@ -24,7 +24,6 @@ class HostBlockPool(BlockPool):
             num_blocks, owner.enable_caching, owner.hash_block_size, owner._events is not None
         )
         self.medium = HOST_MEDIUM
-        self.event_token_ids = owner.event_token_ids
         self.num_hash_lookahead_tokens = owner.num_hash_lookahead_tokens
 
     @property

@@ -6,7 +6,7 @@ import hashlib
 import sys
 from array import array
 
-from pagedkv.sim.trace import Segment, TraceRequest
+from pagedkv.sim.traces.trace import Segment, TraceRequest
 
 _BIG_ENDIAN = sys.byteorder == "big"
 

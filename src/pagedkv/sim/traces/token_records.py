@@ -19,7 +19,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from pagedkv.sim.trace import Segment, TraceRequest, unique_segment_id
+from pagedkv.sim.traces.trace import Segment, TraceRequest, unique_segment_id
 
 __all__ = ["CHUNK_TOKENS", "TOKEN_FIELDS", "TEXT_FIELDS", "ChunkTable", "token_request"]
 

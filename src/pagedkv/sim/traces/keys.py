@@ -1,13 +1,13 @@
 """Chained block keys computed from a request's segments (no token ids needed).
 
 Two blocks get the same key exactly when their token ids and all tokens before them are
-equal under :mod:`pagedkv.sim.tokens` (up to 64-bit hash collisions): the key of block
+equal under :mod:`pagedkv.sim.traces.tokens` (up to 64-bit hash collisions): the key of block
 ``i`` hashes the key of block ``i - 1`` with the (segment, offset, length) pieces it covers.
 """
 
 from __future__ import annotations
 
-from pagedkv.sim.trace import Segment, TraceRequest
+from pagedkv.sim.traces.trace import Segment, TraceRequest
 
 
 def full_sequence(request: TraceRequest) -> tuple[Segment, ...]:

@@ -6,11 +6,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from pagedkv.sim.bound import AccessLog
-from pagedkv.sim.loop import EngineLoop
-from pagedkv.sim.metrics import SimResult
-from pagedkv.sim.scheduler import Scheduler, SchedulerSettings
-from pagedkv.sim.trace import Trace
+from pagedkv.sim.reports.bound import AccessLog
+from pagedkv.sim.reports.metrics import SimResult
+from pagedkv.sim.scheduling.loop import EngineLoop
+from pagedkv.sim.scheduling.scheduler import Scheduler, SchedulerSettings
+from pagedkv.sim.traces.trace import Trace
 
 
 class Simulator:

@@ -11,9 +11,9 @@ from typing import NamedTuple
 from pagedkv.events import KVEventsConfig, ZmqEventPublisher
 from pagedkv.events.wire import external_block_hash
 from pagedkv.sim.engine import SimEngine
-from pagedkv.sim.metrics import SimResult
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.trace import Trace
+from pagedkv.sim.reports.metrics import SimResult
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.traces.trace import Trace
 
 
 class PublishedRun(NamedTuple):

@@ -14,8 +14,8 @@ import heapq
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from pagedkv.sim.keys import chain_keys, full_sequence
-from pagedkv.sim.trace import TraceRequest
+from pagedkv.sim.traces.keys import chain_keys, full_sequence
+from pagedkv.sim.traces.trace import TraceRequest
 
 _INF = float("inf")
 LOOKUP, INSERT = 0, 1

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pagedkv.errors import ConfigError, PagedKVError
-from pagedkv.sim.bound import AccessLog
-from pagedkv.sim.chunking import aligned_chunk
-from pagedkv.sim.tokens import output_tokens, prompt_tokens
-from pagedkv.sim.trace import TraceRequest
+from pagedkv.sim.reports.bound import AccessLog
+from pagedkv.sim.scheduling.chunking import aligned_chunk
+from pagedkv.sim.traces.tokens import output_tokens, prompt_tokens
+from pagedkv.sim.traces.trace import TraceRequest
 
 Arrivals = Literal["all", "timestamp"]
 Policy = Literal["fcfs", "priority"]

@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 
 from pagedkv.errors import ConfigError
 from pagedkv.sim.engine import SimEngine
-from pagedkv.sim.fleet import FLEET_ROUTERS, simulate_fleet, single_cache
-from pagedkv.sim.fleet_result import FleetResult
+from pagedkv.sim.fleet.replicas import FLEET_ROUTERS, simulate_fleet, single_cache
+from pagedkv.sim.fleet.result import FleetResult
 from pagedkv.sim.jobs import Job, run_jobs
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.trace import Trace
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.traces.trace import Trace
 
 # the routers a sweep compares unless told otherwise (their documented tables)
 SWEEP_ROUTERS = ("round-robin", "least-loaded", "prefix", "cost", "oracle")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError
-from pagedkv.sim.trace import Segment, Trace, TraceRequest
+from pagedkv.sim.traces.trace import Segment, Trace, TraceRequest
 
 # Requests one trace may hold in memory (a few hundred bytes each); more is a typo.
 MAX_MATERIALIZED_REQUESTS = 10_000_000

@@ -20,11 +20,11 @@ from pagedkv.cluster.routing import PrefixRouter
 from pagedkv.errors import ConfigError
 from pagedkv.events.wire import external_block_hash
 from pagedkv.sim.engine import SimEngine
-from pagedkv.sim.fleet_result import FleetResult, ReplicaStats
-from pagedkv.sim.loop import EngineLoop
-from pagedkv.sim.scheduler import SchedulerSettings
-from pagedkv.sim.tokens import prompt_tokens
-from pagedkv.sim.trace import Trace
+from pagedkv.sim.fleet.result import FleetResult, ReplicaStats
+from pagedkv.sim.scheduling.loop import EngineLoop
+from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.traces.tokens import prompt_tokens
+from pagedkv.sim.traces.trace import Trace
 
 FLEET_ROUTERS = ("round-robin", "least-loaded", "prefix", "cost", "balanced", "oracle")
 

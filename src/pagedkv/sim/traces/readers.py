@@ -16,8 +16,8 @@ from typing import IO, Any
 import msgspec
 
 from pagedkv.errors import ConfigError, TraceFormatError
-from pagedkv.sim.token_records import TEXT_FIELDS, TOKEN_FIELDS, ChunkTable, token_request
-from pagedkv.sim.trace import Segment, Trace, TraceRequest, unique_segment_id
+from pagedkv.sim.traces.token_records import TEXT_FIELDS, TOKEN_FIELDS, ChunkTable, token_request
+from pagedkv.sim.traces.trace import Segment, Trace, TraceRequest, unique_segment_id
 
 MOONCAKE_BLOCK_TOKENS = 512
 _AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -210,7 +210,7 @@ def read_mooncake(
     """Read a JSONL trace. Each line is a Mooncake record (``timestamp`` ms,
     ``input_length``, ``output_length``, ``hash_ids`` of ``block_tokens``-token blocks)
     or a record with its prompt (``token_ids``, or ``prompt`` / ``messages`` that
-    ``tokenize`` turns into ids; see :mod:`pagedkv.sim.token_records`).
+    ``tokenize`` turns into ids; see :mod:`pagedkv.sim.traces.token_records`).
 
     Malformed lines raise TraceFormatError naming the file and line, or are skipped and
     counted with ``skip_bad_lines``; hash ids that do not fit ``block_tokens`` are an

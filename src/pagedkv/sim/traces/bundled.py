@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pagedkv.errors import TraceFormatError
-from pagedkv.sim.readers import MOONCAKE_BLOCK_TOKENS, read_azure, read_mooncake
-from pagedkv.sim.synthetic import SyntheticTraceConfig, synthetic_trace
-from pagedkv.sim.trace import Trace
+from pagedkv.sim.traces.readers import MOONCAKE_BLOCK_TOKENS, read_azure, read_mooncake
+from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
+from pagedkv.sim.traces.trace import Trace
 
-TRACE_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
+TRACE_DIR = Path(__file__).resolve().parents[2] / "data" / "traces"
 BUNDLED_TRACES = {
     "mooncake_conversation": "mooncake_conversation.first_half.jsonl.gz",
     "azure_conv": "azure_llm_2023_conv.csv.gz",

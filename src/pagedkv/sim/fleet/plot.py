@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pagedkv.sim.fleet_result import FleetResult
-from pagedkv.sim.plot import HIT_RATE_LABEL, new_figure, save_figure
+from pagedkv.sim.fleet.result import FleetResult
+from pagedkv.sim.reports.plot import HIT_RATE_LABEL, new_figure, save_figure
 
 
 def plot_fleet_sweep(results: Sequence[FleetResult], path: str | Path, *, title: str) -> None:

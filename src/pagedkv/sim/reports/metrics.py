@@ -136,7 +136,7 @@ class SimResult:
     def to_dataframe(self) -> Any:
         """The per-step series as a pandas DataFrame (``STEP_COLUMNS``; needs pandas and
         a result from ``simulate(..., keep_steps=True)``)."""
-        from pagedkv.sim.frames import dataframe
+        from pagedkv.sim.reports.frames import dataframe
 
         if self.step_rows is None:
             raise ConfigError(
@@ -155,7 +155,7 @@ class SimResult:
         yield "preemptions", self.preemptions
 
     def _repr_html_(self) -> str:
-        from pagedkv.sim.frames import html_table
+        from pagedkv.sim.reports.frames import html_table
 
         return html_table(f"{self.model} on {self.trace}", self.summary_rows())
 

@@ -13,9 +13,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
-from pagedkv.sim.metrics import SimResult, StepWriter
-from pagedkv.sim.scheduler import Scheduler, SchedulerSettings, Seq, SimulationError
-from pagedkv.sim.trace import TraceRequest
+from pagedkv.sim.reports.metrics import SimResult, StepWriter
+from pagedkv.sim.scheduling.scheduler import Scheduler, SchedulerSettings, Seq, SimulationError
+from pagedkv.sim.traces.trace import TraceRequest
 
 
 class StepOutcome(NamedTuple):
