@@ -3,7 +3,7 @@ request block hasher (pagedkv's ``BlockHasher``) and the capacity helpers."""
 
 from __future__ import annotations
 
-import inspect
+import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, NewType
@@ -16,6 +16,7 @@ __all__ = [
     "BlockHash",
     "BlockHashWithGroupId",
     "ExternalBlockHash",
+    "FreeKVCacheBlockQueue",
     "KVCacheBlock",
     "KVCacheBlockCopy",
     "algo_name",
@@ -102,8 +103,25 @@ def hash_block_tokens(
 def generate_block_hash_extra_keys(
     request: Any, start_token_idx: int, end_token_idx: int, start_mm_idx: int
 ) -> tuple[tuple[Any, ...] | None, int]:
-    """The extra hash keys of one block (pagedkv's ``block_extra_keys``)."""
-    return _hashing.block_extra_keys(request, start_token_idx, end_token_idx, start_mm_idx)
+    """The extra hash keys of one block (pagedkv's ``block_extra_keys``); a request's
+    prompt-embedding keys are computed once per block range and kept on the request."""
+    cache: dict[tuple[int, int], bytes] | None = getattr(
+        request, "_prompt_embeds_per_block_hashes", None
+    )
+
+    def embeds_digest(embeds: Any) -> bytes:
+        span = (start_token_idx, end_token_idx)
+        digest = None if cache is None else cache.get(span)
+        if digest is None:
+            # through this module's tensor_data, looked up per call as vLLM's is
+            digest = _hashing.prompt_embeds_digest(embeds, lambda t: tensor_data(t))
+            if cache is not None:
+                cache[span] = digest
+        return digest
+
+    return _hashing.block_extra_keys(
+        request, start_token_idx, end_token_idx, start_mm_idx, embeds_digest
+    )
 
 
 def to_event_extra_keys(
@@ -124,22 +142,23 @@ def get_request_block_hasher(
     caching_hash_fn: Callable[[Any], Any],
     num_hash_lookahead_tokens: int = 0,
 ) -> BlockHasher:
-    """pagedkv's ``BlockHasher``: called with a request, it returns its new block hashes."""
-    options: dict[str, Any] = {}
-    if num_hash_lookahead_tokens:
-        if "num_lookahead_tokens" not in inspect.signature(BlockHasher).parameters:
-            raise NotImplementedError(
-                "num_hash_lookahead_tokens needs pagedkv's lookahead block hashing"
-            )
-        options["num_lookahead_tokens"] = num_hash_lookahead_tokens
-    return BlockHasher(hash_block_size, algo_name(caching_hash_fn), seed=_none_hash_seed, **options)
+    """pagedkv's ``BlockHasher``: called with a request, it returns its new block hashes.
+    ``num_hash_lookahead_tokens`` may be any integer, a bool included (vLLM's arithmetic
+    reads ``True`` as 1)."""
+    lookahead = operator.index(num_hash_lookahead_tokens)
+    return BlockHasher(
+        hash_block_size,
+        algo_name(caching_hash_fn),
+        seed=_none_hash_seed,
+        num_lookahead_tokens=int(lookahead),
+    )
 
 
 class KVCacheBlock:
     """One block: a live view of a pagedkv pool's block (``pool`` set), or a standalone
     record (``pool`` None) as vLLM's tests build them."""
 
-    __slots__ = ("_block_hash", "_pool", "_ref_cnt", "block_id", "is_null", "pool")
+    __slots__ = ("_block_hash", "_free_queue", "_pool", "_ref_cnt", "block_id", "is_null", "pool")
 
     def __init__(
         self,
@@ -156,6 +175,19 @@ class KVCacheBlock:
         self._ref_cnt = ref_cnt
         self._block_hash = _block_hash
         self.is_null = is_null
+        self._free_queue: Any = None  # the FreeKVCacheBlockQueue holding it, if any
+
+    @property
+    def prev_free_block(self) -> Any:
+        """The block (or list end) before this one in its ``FreeKVCacheBlockQueue``."""
+        queue = self._free_queue
+        return None if queue is None else queue.neighbour(self, after=False)
+
+    @property
+    def next_free_block(self) -> Any:
+        """The block (or list end) after this one in its ``FreeKVCacheBlockQueue``."""
+        queue = self._free_queue
+        return None if queue is None else queue.neighbour(self, after=True)
 
     @property
     def ref_cnt(self) -> int:
@@ -266,8 +298,9 @@ def tensor_data(tensor: Any) -> memoryview:
 
 from pagedkv.compat.vllm._outside import outside_function as _outside  # noqa: E402
 
+from pagedkv.compat.vllm.v1.core.free_block_queue import FreeKVCacheBlockQueue  # noqa: E402
+
 _PENDING = "a vLLM KV cache helper pagedkv.compat.vllm does not translate yet"
-FreeKVCacheBlockQueue = _outside("FreeKVCacheBlockQueue", "vLLM's linked-list free queue", __name__)
 for _name in (
     "generate_scheduler_kv_cache_config",
     "get_kv_cache_capacity",
