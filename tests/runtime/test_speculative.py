@@ -324,3 +324,20 @@ def test_a_block_keyed_for_fewer_tokens_takes_its_full_key_when_cached() -> None
     removed, stored = pool.take_events()
     assert isinstance(removed, BlockRemoved) and removed.block_hashes == [req.block_hashes[0]]
     assert stored.block_hashes == [req.block_hashes[1]]  # type: ignore[union-attr]
+
+
+def test_a_speculative_mamba_block_moves_only_when_exclusive_and_unhashed() -> None:
+    from pagedkv.runtime.block_pool import NULL_BLOCK
+
+    manager = make_manager([spec_mamba()])
+    mamba, pool = manager.managers[0], manager.block_pool
+    block = pool.get_new_blocks(1)[0]
+    table = [block]
+    mamba._relocate_speculative_block(table, 0)
+    assert table == [NULL_BLOCK, block] and pool.ref_cnt[block] == 1
+    shared = pool.get_new_blocks(1)[0]
+    pool.touch([shared])  # a second holder
+    with pytest.raises(KVCacheRuntimeError, match="exclusively owned and unhashed"):
+        mamba._relocate_speculative_block([shared], 0)
+    with pytest.raises(KVCacheRuntimeError, match="exclusively owned"):
+        mamba._relocate_speculative_block([NULL_BLOCK], 0)

@@ -12,6 +12,7 @@ from pagedkv.compat.vllm.v1 import kv_cache_interface as _ki
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import BlockHashListWithBlockSize, KVCacheBlock
 from pagedkv.compat.vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import managers as _m
 from pagedkv.runtime.managers.base import HitQuery
 
@@ -256,6 +257,22 @@ class MambaManager(SingleTypeKVCacheManager):
     def _checkpoints(self) -> dict[str, Any]:
         """Requests with a prefill checkpoint reserved: pagedkv's record of them."""
         return getattr(self.impl, "_checkpoints", {})
+
+    @property
+    def _allocated_block_reqs(self) -> set[str]:
+        """Requests that allocated a step's blocks (not only hits): pagedkv's record."""
+        allocated: set[str] = self.impl._allocated  # type: ignore[attr-defined]
+        return allocated
+
+    def _relocate_speculative_block(self, req_blocks: list[KVCacheBlock], block_idx: int) -> None:
+        """pagedkv's relocation on ``req_blocks`` (vLLM's AssertionError for a shared or
+        hashed block)."""
+        table = _ids(req_blocks)
+        try:
+            self.impl._relocate_speculative_block(table, block_idx)  # type: ignore[attr-defined]
+        except KVCacheRuntimeError as exc:
+            raise AssertionError(str(exc)) from exc
+        req_blocks[:] = self.block_pool.ids_to_blocks(table)
 
 
 class CrossAttentionManager(SingleTypeKVCacheManager):
