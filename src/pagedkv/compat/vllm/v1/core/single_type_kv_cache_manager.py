@@ -95,6 +95,7 @@ class SingleTypeKVCacheManager:
                 alignment_tokens=scheduler_block_size,
                 max_model_len=max_model_len,
                 in_flight_tokens=max_in_flight_tokens,
+                record_new_block_ids=needs_kv_cache_zeroing,
             )
         self.impl = impl
         self.kv_cache_spec = impl.kv_cache_spec
@@ -157,13 +158,29 @@ class SingleTypeKVCacheManager:
         num_external_computed_tokens: int,
         record_for_zeroing: bool = True,
     ) -> None:
-        """Blocks for tokens a KV connector loads: the table grows to cover them."""
+        """Blocks for tokens a KV connector loads: the table grows to cover them
+        (``record_for_zeroing`` False: the load writes them, so they are not zeroed)."""
         if num_external_computed_tokens <= 0:
             return
         total = num_local_computed_tokens + num_external_computed_tokens
-        self.impl.req_to_blocks.setdefault(request_id, [])
-        self.impl.num_cached_block.setdefault(request_id, 0)
-        self.impl.allocate_new_blocks(request_id, total, total)
+        impl = self.impl
+        impl.req_to_blocks.setdefault(request_id, [])
+        impl.num_cached_block.setdefault(request_id, 0)
+        num_recorded = len(impl.new_block_ids)
+        impl.allocate_new_blocks(request_id, total, total)
+        if not record_for_zeroing:
+            del impl.new_block_ids[num_recorded:]
+
+    @property
+    def records_new_block_ids(self) -> bool:
+        return self.impl.records_new_block_ids
+
+    @property
+    def new_block_ids(self) -> list[int]:
+        return self.impl.new_block_ids
+
+    def take_new_block_ids(self) -> list[int]:
+        return self.impl.take_new_block_ids()
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int | None = None
