@@ -290,3 +290,18 @@ def test_a_ring_buffer_never_records_blocks_for_zeroing() -> None:
     manager.req_to_blocks["r"] = []
     assert len(manager.allocate_new_blocks("r", 16, 16)) == 1
     assert not manager.records_new_block_ids and manager.take_new_block_ids() == []
+
+
+@pytest.mark.parametrize("window", [8, 64])  # a full window found, and a run from block 0
+def test_sliding_window_hit_with_hashes_and_alignment_finer_than_the_block(window: int) -> None:
+    from pagedkv.runtime.block_pool import BlockPool
+    from pagedkv.runtime.managers import SlidingWindowManager
+    from pagedkv.runtime.managers.base import HitQuery
+
+    pool = BlockPool(16, hash_block_size=2)
+    hashes = [bytes([i]) for i in range(4)]  # every 2 tokens; a block holds 4
+    pool.hash_map(0)[hashes[1]] = 10
+    pool.hash_map(0)[hashes[3]] = 11
+    query = HitQuery(hashes, 8, (0,), pool, swa(window), alignment_tokens=2, hash_block_size=2)
+    tables, num_tokens = SlidingWindowManager.find_longest_cache_hit(query)
+    assert (tables, num_tokens) == ([[10, 11]], 8)

@@ -68,7 +68,7 @@ class BlockHashToBlockMap:
         from pagedkv.compat.vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 
         pool, blocks = self._pool.impl, self._pool.blocks
-        out: dict[BlockHashWithGroupId, Any] = {}
+        out: dict[BlockHashWithGroupId, Any] = _CacheSnapshot(pool)
         for group_id, cached in enumerate(pool._maps):
             for block_hash, block_id in cached.items():
                 key = make_block_hash_with_group_id(block_hash, group_id)
@@ -81,6 +81,21 @@ class BlockHashToBlockMap:
 
     def __len__(self) -> int:
         return sum(len(m) for m in self._pool.impl._maps)
+
+
+class _CacheSnapshot(dict):  # type: ignore[type-arg]
+    """The key map as a dict; ``clear()`` also drops every key from the pool (vLLM's
+    tests empty the prefix cache so)."""
+
+    def __init__(self, pool: _pool.BlockPool) -> None:
+        super().__init__()
+        self._pool = pool
+
+    def clear(self) -> None:
+        pool = self._pool
+        for block in range(pool.num_blocks):
+            pool.uncache_block(block)
+        super().clear()
 
 
 class FreeBlockQueueView:

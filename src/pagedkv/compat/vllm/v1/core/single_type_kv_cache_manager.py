@@ -237,7 +237,9 @@ class SingleTypeKVCacheManager:
         if isinstance(block_hashes, BlockHashListWithBlockSize):
             hashes, hash_block_size = block_hashes.block_hashes, block_hashes.hash_block_size
         else:
-            hashes, hash_block_size = list(block_hashes), kv_cache_spec.block_size
+            # raw hashes are at the pool's hash granularity (vLLM's resolve_block_hashes)
+            hashes = list(block_hashes)
+            hash_block_size = block_pool.hash_block_size or kv_cache_spec.block_size
         query = HitQuery(
             hashes,
             max_length,
