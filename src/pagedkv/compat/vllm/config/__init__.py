@@ -91,11 +91,17 @@ class VllmConfig(ConfigPart):
                 setattr(self, name, None if cls is None else cls())
 
     @property
-    def max_in_flight_tokens(self) -> int:
-        batches = self.parallel_config.pipeline_parallel_size
+    def max_concurrent_batches(self) -> int:
+        """Batches in flight at once: one per pipeline stage, two for async scheduling
+        without pipeline parallelism."""
+        batches = int(self.parallel_config.pipeline_parallel_size)
         if getattr(self.scheduler_config, "async_scheduling", False) and batches == 1:
             batches = 2
-        return int(batches * self.scheduler_config.max_num_batched_tokens)
+        return batches
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        return int(self.max_concurrent_batches * self.scheduler_config.max_num_batched_tokens)
 
     @property
     def num_prefill_lookahead_tokens(self) -> int:

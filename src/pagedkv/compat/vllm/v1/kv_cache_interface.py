@@ -152,6 +152,20 @@ class UniformTypeKVCacheSpecs(_specs.UniformTypeKVCacheSpecs):
     """pagedkv's uniform-type group spec; a spec type nobody registered fails the check
     with vLLM's ``AssertionError``."""
 
+    def __post_init__(self) -> None:
+        if self.kv_cache_specs:
+            super().__post_init__()
+            return
+        # vLLM builds empty wrappers too (projecting groups onto a worker): no layers
+        object.__setattr__(self, "kv_cache_specs", {})
+        _specs.KVCacheSpec.__post_init__(self)
+
+    @property
+    def dcp_sharded(self) -> bool:
+        """Whether the layers' blocks are sharded over DCP ranks (the first layer's)."""
+        specs = self.kv_cache_specs
+        return bool(specs) and bool(getattr(self.first_spec, "dcp_sharded", False))
+
     @classmethod
     def is_uniform_type(cls, kv_cache_specs: Any) -> bool:
         try:

@@ -3,6 +3,8 @@ request block hasher (pagedkv's ``BlockHasher``) and the capacity helpers."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,14 +23,20 @@ __all__ = [
     "KVCacheBlockCopy",
     "algo_name",
     "generate_block_hash_extra_keys",
+    "generate_scheduler_kv_cache_config",
     "get_block_hash",
     "get_group_id",
+    "get_kv_cache_capacity",
+    "get_max_concurrency_for_kv_cache_config",
     "get_none_hash_seed",
     "get_request_block_hasher",
     "hash_block_tokens",
     "init_none_hash",
     "make_block_hash_with_group_id",
     "null_head_len",
+    "resolve_block_hashes",
+    "resolve_dcp_kv_block_size",
+    "resolve_dcp_kv_cache_spec",
     "to_event_extra_keys",
     "trim_null_head",
 ]
@@ -301,14 +309,116 @@ from pagedkv.compat.vllm._outside import outside_function as _outside  # noqa: E
 from pagedkv.compat.vllm.v1.core.free_block_queue import FreeKVCacheBlockQueue  # noqa: E402
 
 _PENDING = "a vLLM KV cache helper pagedkv.compat.vllm does not translate yet"
-for _name in (
-    "generate_scheduler_kv_cache_config",
-    "get_kv_cache_capacity",
-    "get_max_concurrency_for_kv_cache_config",
-    "resolve_cache_hit_alignment_tokens",
-    "resolve_kv_cache_block_sizes",
-):
+for _name in ("resolve_cache_hit_alignment_tokens", "resolve_kv_cache_block_sizes"):
     globals()[_name] = _outside(_name, _PENDING, __name__)
+
+
+def _layer_specs(spec: Any) -> list[Any]:
+    return list(spec.kv_cache_specs.values()) if hasattr(spec, "kv_cache_specs") else [spec]
+
+
+def resolve_dcp_kv_block_size(spec: Any, dcp_world_size: int) -> int:
+    """Tokens one block spans under decode context parallelism: a DCP-sharded spec's
+    block holds ``block_size`` tokens on each of the ``dcp_world_size`` ranks."""
+    return int(spec.block_size) * (dcp_world_size if getattr(spec, "dcp_sharded", False) else 1)
+
+
+def resolve_dcp_kv_cache_spec(spec: Any, dcp_world_size: int) -> Any:
+    """``spec`` with its block size scaled for DCP (itself when it is not sharded; a
+    uniform-type group scales every layer)."""
+    block_size = resolve_dcp_kv_block_size(spec, dcp_world_size)
+    if block_size == spec.block_size:
+        return spec
+    if hasattr(spec, "kv_cache_specs"):
+        layers = {
+            name: resolve_dcp_kv_cache_spec(layer, dcp_world_size)
+            for name, layer in spec.kv_cache_specs.items()
+        }
+        return dataclasses.replace(spec, block_size=block_size, kv_cache_specs=layers)
+    return dataclasses.replace(spec, block_size=block_size)
+
+
+def resolve_block_hashes(
+    block_hashes: Any,
+    hash_block_size: int,
+    block_size: int,
+    *,
+    supports_fine_grained_hash_lookup: bool = False,
+    alignment_tokens: int | None = None,
+) -> Any:
+    """The hashes a hit search at ``block_size`` reads: the raw ones when the sizes match
+    or a fine-grained search may end inside a block (``alignment_tokens`` finer than the
+    block), else a block-size view of them (a view must already be at ``block_size``)."""
+    if block_size == hash_block_size:
+        return block_hashes
+    if isinstance(block_hashes, BlockHashListWithBlockSize):
+        if block_hashes.scale_factor != block_size // hash_block_size:
+            raise AssertionError(
+                f"a hash view at {block_hashes.scale_factor * hash_block_size} tokens per "
+                f"block read at block_size={block_size}"
+            )
+        return block_hashes
+    if (
+        supports_fine_grained_hash_lookup
+        and alignment_tokens is not None
+        and alignment_tokens < block_size
+        and block_size % alignment_tokens == 0
+    ):
+        return block_hashes
+    if block_size % hash_block_size:
+        raise AssertionError(f"block_size={block_size} is not a multiple of {hash_block_size}")
+    return BlockHashListWithBlockSize(block_hashes, hash_block_size, block_size)
+
+
+def generate_scheduler_kv_cache_config(kv_cache_configs: Sequence[Any]) -> Any:
+    """The scheduler's config: the workers' (equal but for layer names), each uniform-type
+    group standing as its first layer's spec."""
+    first = kv_cache_configs[0]
+    for cfg in kv_cache_configs:
+        if cfg.num_blocks != first.num_blocks:
+            raise AssertionError(f"workers differ in num_blocks: {cfg.num_blocks}, {first.num_blocks}")
+        host = getattr(cfg, "hisparse_host_num_blocks", None)
+        if host != getattr(first, "hisparse_host_num_blocks", None):
+            raise AssertionError("workers differ in hisparse_host_num_blocks")
+    cfg = copy.deepcopy(first)
+    for group in cfg.kv_cache_groups:
+        spec = group.kv_cache_spec
+        if hasattr(spec, "kv_cache_specs") and spec.kv_cache_specs:
+            object.__setattr__(group, "kv_cache_spec", next(iter(spec.kv_cache_specs.values())))
+    return cfg
+
+
+def _engine_config(vllm_config: Any) -> Any:
+    to_engine = getattr(vllm_config, "to_engine_config", None)
+    return vllm_config if to_engine is None else to_engine()
+
+
+def get_max_concurrency_for_kv_cache_config(vllm_config: Any, kv_cache_config: Any) -> float:
+    """Requests of ``max_model_len`` the pool holds at once: each group's table costs
+    whole blocks (the spec's ``max_memory_usage_blocks``), summed over the device groups;
+    host-resident groups draw on the host pool, and the smaller limit applies."""
+    config = _engine_config(vllm_config)
+    device_blocks = host_blocks = 0
+    for group in kv_cache_config.kv_cache_groups:
+        blocks = group.kv_cache_spec.max_memory_usage_blocks(config)
+        if getattr(group, "host_resident", False):
+            host_blocks += blocks
+        else:
+            device_blocks += blocks
+    limits = [kv_cache_config.num_blocks / device_blocks]
+    if host_blocks:
+        host_pool = getattr(kv_cache_config, "hisparse_host_num_blocks", None)
+        if host_pool is None:
+            raise AssertionError("host-resident groups need hisparse_host_num_blocks")
+        limits.append(host_pool / host_blocks)
+    return min(limits)
+
+
+def get_kv_cache_capacity(vllm_config: Any, kv_cache_config: Any) -> tuple[int, float]:
+    """Tokens the cache holds at the maximum concurrency, and that concurrency."""
+    concurrency = get_max_concurrency_for_kv_cache_config(vllm_config, kv_cache_config)
+    max_model_len = _engine_config(vllm_config).max_model_len
+    return int(concurrency * max_model_len), concurrency
 
 
 def maybe_convert_block_hash(hash_bytes: Any) -> ExternalBlockHash:
