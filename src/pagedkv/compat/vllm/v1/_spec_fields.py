@@ -93,6 +93,8 @@ def vllm_spec_class(
         namespace={
             "__post_init__": __post_init__,
             "__module__": "pagedkv.compat.vllm.v1.kv_cache_interface",
+            # vLLM's name for the page before padding
+            "unpadded_page_size_bytes": property(lambda self: self.real_page_size_bytes),
         },
         frozen=True,
         kw_only=True,
