@@ -4,7 +4,6 @@ blocks entirely before the window are freed and replaced by the null block."""
 from __future__ import annotations
 
 import math
-
 from typing import TYPE_CHECKING, Any
 
 from pagedkv.runtime.block_pool import NULL_BLOCK

@@ -83,7 +83,7 @@ class BlockHashToBlockMap:
         return sum(len(m) for m in self._pool.impl._maps)
 
 
-class _CacheSnapshot(dict):  # type: ignore[type-arg]
+class _CacheSnapshot(dict[Any, Any]):
     """The key map as a dict; ``clear()`` also drops every key from the pool (vLLM's
     tests empty the prefix cache so)."""
 

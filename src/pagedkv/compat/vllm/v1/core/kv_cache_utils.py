@@ -305,7 +305,6 @@ def tensor_data(tensor: Any) -> memoryview:
 
 
 from pagedkv.compat.vllm._outside import outside_function as _outside  # noqa: E402
-
 from pagedkv.compat.vllm.v1.core.free_block_queue import FreeKVCacheBlockQueue  # noqa: E402
 
 _PENDING = "a vLLM KV cache helper pagedkv.compat.vllm does not translate yet"
@@ -376,7 +375,9 @@ def generate_scheduler_kv_cache_config(kv_cache_configs: Sequence[Any]) -> Any:
     first = kv_cache_configs[0]
     for cfg in kv_cache_configs:
         if cfg.num_blocks != first.num_blocks:
-            raise AssertionError(f"workers differ in num_blocks: {cfg.num_blocks}, {first.num_blocks}")
+            raise AssertionError(
+                f"workers differ in num_blocks: {cfg.num_blocks}, {first.num_blocks}"
+            )
         host = getattr(cfg, "hisparse_host_num_blocks", None)
         if host != getattr(first, "hisparse_host_num_blocks", None):
             raise AssertionError("workers differ in hisparse_host_num_blocks")

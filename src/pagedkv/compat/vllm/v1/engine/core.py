@@ -11,7 +11,10 @@ from pagedkv.compat.vllm._outside import outside_class
 __all__ = ["EngineCore"]
 
 
-class EngineCore(outside_class("EngineCore", "engine core", __name__)):  # type: ignore[misc]
+_Outside: Any = outside_class("EngineCore", "engine core", __name__)
+
+
+class EngineCore(_Outside):
     vllm_config: Any
     scheduler: Any
 

@@ -23,7 +23,10 @@ _PER_TOKEN_HEAD_FORMATS = {
 }
 
 
-class TritonAttentionBackend(outside_class("TritonAttentionBackend", "attention backends", __name__)):  # type: ignore[misc]
+_Outside: Any = outside_class("TritonAttentionBackend", "attention backends", __name__)
+
+
+class TritonAttentionBackend(_Outside):
     @classmethod
     def customize_spec(cls, spec: Any) -> Any:
         """A per-token-head quantized layer's spec with its packed content per head
