@@ -245,7 +245,7 @@ class BlockHasher:
         new: list[Any] = []
         while start + bs <= end:
             if request is not None:
-                extra, mm_index = block_extra_keys(request, start, start + bs, mm_index)
+                extra, _, mm_index = _extra_keys(request, start, start + bs, mm_index)
             parent = fn((parent, tuple(tokens[start : start + bs]), extra))
             new.append(parent)
             start += bs
