@@ -11,14 +11,18 @@ one from their own blocks, and a pool's free queue is never one of these.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pagedkv.runtime.free_queue import LRUFreeQueue
 
-if TYPE_CHECKING:
-    from pagedkv.compat.vllm.v1.core.kv_cache_utils import KVCacheBlock
-
 __all__ = ["FreeKVCacheBlockQueue", "FreeListEnd"]
+
+
+class KVCacheBlock(Protocol):
+    """What the queue reads and sets on a block (``kv_cache_utils.KVCacheBlock``)."""
+
+    block_id: int
+    _free_queue: Any
 
 
 class FreeListEnd:
