@@ -9,7 +9,7 @@ import pytest
 
 from pagedkv.errors import ConfigError
 from pagedkv.runtime import BlockHasher, MultiModalFeature, Request, get_hash_fn, hash_token_blocks
-from pagedkv.runtime.hashing import block_extra_keys, sha256_cbor
+from pagedkv.runtime.hashing import block_extra_keys, prompt_embeds_digest, sha256_cbor
 
 
 def hashes(tokens: list[int], block_size: int = 4, algo: str = "sha256_cbor", **kw: object) -> list:
@@ -112,6 +112,47 @@ def test_multimodal_offsets_are_relative_to_the_block_start() -> None:
     assert hashes(list(range(12)), mm_features=[feature]) != hashes(
         list(range(12)), mm_features=[other]
     )
+
+
+def test_next_multimodal_index_is_past_the_items_a_block_finishes() -> None:
+    features = [MultiModalFeature("a", 0, 5), MultiModalFeature("b", 10, 5)]
+    req = Request("r", list(range(20)), mm_features=features)
+    assert block_extra_keys(req, 0, 5, 0) == ((("mm", "a", 0),), 1)
+    assert block_extra_keys(req, 3, 8, 0) == ((("mm", "a", -3),), 1)
+    assert block_extra_keys(req, 6, 10, 0) == (None, 1)  # "a" ended before, "b" not begun
+    assert block_extra_keys(req, 8, 12, 1) == ((("mm", "b", 2),), 1)  # "b" goes on
+    assert block_extra_keys(req, 0, 15, 0) == ((("mm", "a", 0), ("mm", "b", 10)), 2)
+    assert block_extra_keys(req, 16, 20, 1) == (None, 1)  # past every item: index kept
+
+
+def test_set_lora_keys_the_blocks_hashed_afterwards() -> None:
+    from pagedkv.runtime import LoRA
+
+    req = Request("r", list(range(8)))
+    req.set_lora(LoRA("adapter", 1, "/w/a"))
+    assert not req.plain
+    assert block_extra_keys(req, 0, 4, 0)[0] == (("lora", "adapter", "/w/a"),)
+    req.set_lora(None)
+    assert req.plain and block_extra_keys(req, 0, 4, 0)[0] is None
+
+
+def test_prompt_embeds_digest_reads_bytes_through_the_given_reader() -> None:
+    import hashlib
+
+    np = pytest.importorskip("numpy")
+    embeds = np.arange(6, dtype=np.float32).reshape(2, 3)
+    seen: list[object] = []
+
+    def reader(tensor: object) -> bytes:
+        seen.append(tensor)
+        return b"fixed"
+
+    assert prompt_embeds_digest(embeds) == hashlib.sha256(embeds.tobytes()).digest()
+    assert prompt_embeds_digest(embeds, reader) == hashlib.sha256(b"fixed").digest()
+    assert len(seen) == 1
+    req = Request("r", [0, 1], prompt_embeds=embeds)
+    keys, _ = block_extra_keys(req, 0, 2, 0, embeds_digest=lambda e: b"key")
+    assert keys == (("prompt_embeds", b"key"),)
 
 
 def test_empty_prompt_is_rejected() -> None:

@@ -238,3 +238,70 @@ def test_full_attention_scan_stops_exactly_at_the_first_miss(
             break
         expected.append(table[h])
     assert _leading_hits(table.get, hashes, limit) == expected
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "records"),
+    [
+        ("FullAttentionManager", full(), True),
+        ("SlidingWindowManager", swa(), True),
+        ("ChunkedLocalAttentionManager", chunked(), True),
+        ("MambaManager", mamba(), False),
+    ],
+)
+def test_new_blocks_are_recorded_for_zeroing_only_when_asked(
+    kind: str, spec: object, records: bool
+) -> None:
+    from pagedkv.runtime import managers
+    from pagedkv.runtime.block_pool import BlockPool
+
+    for asked in (False, True):
+        manager = getattr(managers, kind)(spec, BlockPool(16), record_new_block_ids=asked)
+        manager.req_to_blocks["r"] = []
+        manager.num_cached_block["r"] = 0
+        real = [b for b in manager.allocate_new_blocks("r", 8, 8) if b]
+        assert real and manager.records_new_block_ids is (asked and records)
+        assert manager.take_new_block_ids() == (real if asked and records else [])
+        assert manager.take_new_block_ids() == []
+
+
+def test_a_rolled_back_allocation_unrecords_its_blocks() -> None:
+    from pagedkv.runtime.block_pool import BlockPool
+    from pagedkv.runtime.managers import FullAttentionManager
+
+    pool = BlockPool(16)
+    manager = FullAttentionManager(full(), pool, record_new_block_ids=True)
+    manager.req_to_blocks["r"] = []
+    manager.num_cached_block["r"] = 0
+    first = manager.allocate_new_blocks("r", 4, 4)
+    savepoint = pool.begin()
+    manager.allocate_new_blocks("r", 12, 12)
+    pool.rollback(savepoint)
+    assert manager.take_new_block_ids() == first
+
+
+def test_a_ring_buffer_never_records_blocks_for_zeroing() -> None:
+    from pagedkv import CircularBufferSpec
+    from pagedkv.runtime.block_pool import BlockPool
+    from pagedkv.runtime.managers import CircularBufferManager
+
+    spec = CircularBufferSpec(block_size=4, num_kv_heads=1, head_size=8)
+    manager = CircularBufferManager(spec, BlockPool(8), record_new_block_ids=True)
+    manager.req_to_blocks["r"] = []
+    assert len(manager.allocate_new_blocks("r", 16, 16)) == 1
+    assert not manager.records_new_block_ids and manager.take_new_block_ids() == []
+
+
+@pytest.mark.parametrize("window", [8, 64])  # a full window found, and a run from block 0
+def test_sliding_window_hit_with_hashes_and_alignment_finer_than_the_block(window: int) -> None:
+    from pagedkv.runtime.block_pool import BlockPool
+    from pagedkv.runtime.managers import SlidingWindowManager
+    from pagedkv.runtime.managers.base import HitQuery
+
+    pool = BlockPool(16, hash_block_size=2)
+    hashes = [bytes([i]) for i in range(4)]  # every 2 tokens; a block holds 4
+    pool.hash_map(0)[hashes[1]] = 10
+    pool.hash_map(0)[hashes[3]] = 11
+    query = HitQuery(hashes, 8, (0,), pool, swa(window), alignment_tokens=2, hash_block_size=2)
+    tables, num_tokens = SlidingWindowManager.find_longest_cache_hit(query)
+    assert (tables, num_tokens) == ([[10, 11]], 8)

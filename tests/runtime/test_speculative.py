@@ -69,6 +69,18 @@ def test_two_lookahead_tokens_and_extra_keys_follow_vllms_layout() -> None:
     assert grown.block_hashes == req.block_hashes
 
 
+def test_an_item_in_a_blocks_lookahead_tokens_also_keys_the_next_block() -> None:
+    from pagedkv.runtime import MultiModalFeature
+
+    hasher = BlockHasher(4, "sha256_cbor", seed=SEED, num_lookahead_tokens=2)
+    items = [MultiModalFeature("A", 3, 2), MultiModalFeature("B", 5, 1)]  # [3, 5) and [5, 6)
+    req = Request("r", list(range(10)), mm_features=items, hasher=hasher)
+    none = sha256_cbor(SEED)
+    first = sha256_cbor((none, (0, 1, 2, 3), ((("mm", "A", 3), ("mm", "B", 5)), 4, 5)))
+    second = sha256_cbor((first, (4, 5, 6, 7), ((("mm", "A", -1), ("mm", "B", 1)), 8, 9)))
+    assert req.block_hashes == [first, second]
+
+
 def test_bad_lookahead_settings_are_rejected() -> None:
     with pytest.raises(ConfigError, match="num_lookahead_tokens"):
         BlockHasher(4, num_lookahead_tokens=-1)
@@ -312,3 +324,20 @@ def test_a_block_keyed_for_fewer_tokens_takes_its_full_key_when_cached() -> None
     removed, stored = pool.take_events()
     assert isinstance(removed, BlockRemoved) and removed.block_hashes == [req.block_hashes[0]]
     assert stored.block_hashes == [req.block_hashes[1]]  # type: ignore[union-attr]
+
+
+def test_a_speculative_mamba_block_moves_only_when_exclusive_and_unhashed() -> None:
+    from pagedkv.runtime.block_pool import NULL_BLOCK
+
+    manager = make_manager([spec_mamba()])
+    mamba, pool = manager.managers[0], manager.block_pool
+    block = pool.get_new_blocks(1)[0]
+    table = [block]
+    mamba._relocate_speculative_block(table, 0)
+    assert table == [NULL_BLOCK, block] and pool.ref_cnt[block] == 1
+    shared = pool.get_new_blocks(1)[0]
+    pool.touch([shared])  # a second holder
+    with pytest.raises(KVCacheRuntimeError, match="exclusively owned and unhashed"):
+        mamba._relocate_speculative_block([shared], 0)
+    with pytest.raises(KVCacheRuntimeError, match="exclusively owned"):
+        mamba._relocate_speculative_block([NULL_BLOCK], 0)

@@ -120,28 +120,60 @@ def _embeds_bytes(embeds: Any) -> bytes:
     return bytes(memoryview(embeds))
 
 
+def prompt_embeds_digest(embeds: Any, to_bytes: Callable[[Any], Any] | None = None) -> bytes:
+    """The hash key of a block's prompt embeddings: SHA-256 of their bytes (``to_bytes``:
+    how to read a tensor's bytes, default its raw memory)."""
+    data = _embeds_bytes(embeds) if to_bytes is None else to_bytes(embeds)
+    return hashlib.sha256(data).digest()
+
+
 def block_extra_keys(
-    request: HashedRequest, start: int, end: int, mm_index: int
+    request: HashedRequest,
+    start: int,
+    end: int,
+    mm_index: int,
+    embeds_digest: Callable[[Any], bytes] = prompt_embeds_digest,
 ) -> tuple[tuple[Any, ...] | None, int]:
-    """Extra keys of the block ``[start, end)`` and the next multimodal item index to look at."""
+    """Extra keys of the block ``[start, end)`` and the multimodal item index the next
+    block starts looking at (past every item that ends inside this block; ``mm_index``
+    unchanged when every item ends before it, as vLLM returns it). ``embeds_digest``:
+    a prompt-embedding slice's key bytes."""
+    keys, _, next_index = _extra_keys(request, start, end, mm_index, embeds_digest)
+    return keys, next_index
+
+
+def _extra_keys(
+    request: HashedRequest,
+    start: int,
+    end: int,
+    mm_index: int,
+    embeds_digest: Callable[[Any], bytes] = prompt_embeds_digest,
+) -> tuple[tuple[Any, ...] | None, int, int]:
+    """``block_extra_keys`` plus the first item that does not end before ``start`` (where
+    a block overlapping this one, as a lookahead window does, must start looking)."""
     keys: list[tuple[Any, ...]] = []
     lora = request.lora
     if lora is not None:
         keys.append(("lora", lora.name, lora.path))
     features = request.mm_features
+    num_features = len(features)
     i = mm_index
-    while i < len(features) and features[i].offset + features[i].length <= start:
+    while i < num_features and features[i].offset + features[i].length <= start:
         i += 1  # items entirely before this block are never needed again
-    next_index = i
-    while i < len(features) and features[i].offset < end:
-        keys.append(("mm", features[i].identifier, features[i].offset - start))
+    live = i
+    next_index = mm_index if i == num_features else i
+    while i < num_features and features[i].offset < end:
+        feature = features[i]
+        keys.append(("mm", feature.identifier, feature.offset - start))
+        if feature.offset + feature.length > end:
+            break  # it continues into the next block
         i += 1
+        next_index = i
     if start == 0 and request.cache_salt:
         keys.append(("cache_salt", request.cache_salt))
     if request.prompt_embeds is not None and start < request.num_prompt_tokens:
-        data = _embeds_bytes(request.prompt_embeds[start:end])
-        keys.append(("prompt_embeds", hashlib.sha256(data).digest()))
-    return (tuple(keys) if keys else None), next_index
+        keys.append(("prompt_embeds", embeds_digest(request.prompt_embeds[start:end])))
+    return (tuple(keys) if keys else None), live, next_index
 
 
 def event_extra_keys(
@@ -213,7 +245,7 @@ class BlockHasher:
         new: list[Any] = []
         while start + bs <= end:
             if request is not None:
-                extra, mm_index = block_extra_keys(request, start, start + bs, mm_index)
+                extra, _, mm_index = _extra_keys(request, start, start + bs, mm_index)
             parent = fn((parent, tuple(tokens[start : start + bs]), extra))
             new.append(parent)
             start += bs
@@ -230,8 +262,8 @@ class BlockHasher:
         new: list[Any] = []
         while start + bs <= last:
             end = start + bs
-            if not plain:
-                extra, mm_index = block_extra_keys(request, start, end + ahead, mm_index)
+            if not plain:  # the window overlaps the next block: resume at the live item
+                extra, mm_index, _ = _extra_keys(request, start, end + ahead, mm_index)
             keys = (extra, tokens[end]) if ahead == 1 else (extra, *tokens[end : end + ahead])
             parent = fn((parent, tuple(tokens[start:end]), keys))
             new.append(parent)

@@ -89,6 +89,19 @@ class Request:
         if hasher is not None:
             self.set_hasher(hasher)
 
+    def set_lora(self, lora: Any) -> None:
+        """Change the LoRA adapter (a ``LoRA``, an object with vLLM's ``LoRARequest``
+        fields, or None): blocks hashed from now on carry its key."""
+        if lora is not None and not isinstance(lora, LoRA):
+            lora = LoRA(lora.lora_name, lora.lora_int_id, lora.lora_path)
+        self.lora = lora
+        self.plain = (
+            lora is None
+            and not self.cache_salt
+            and not self.mm_features
+            and self.prompt_embeds is None
+        )
+
     @property
     def lora_name(self) -> str | None:
         return None if self.lora is None else self.lora.name

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
-from pagedkv.specs.base import cdiv
+from pagedkv.specs.base import AttentionSpec, cdiv
+from pagedkv.specs.ring import CircularBufferSpec
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
@@ -60,6 +61,7 @@ class SingleTypeKVCacheManager(ABC):
         in_flight_tokens: int | None = None,
         retention: type[Retention] | None = None,
         retention_interval: int | None = 0,
+        record_new_block_ids: bool = False,
     ) -> None:
         self.kv_cache_spec = kv_cache_spec
         self.block_size = kv_cache_spec.block_size
@@ -83,6 +85,10 @@ class SingleTypeKVCacheManager(ABC):
         self.use_eagle = False
         self.eagle_replay = False
         self.scheduler_block_size = self.alignment_tokens
+        # ``record_new_block_ids`` (vLLM's needs_kv_cache_zeroing): the engine zeroes the
+        # blocks this kind hands out before use; ``take_new_block_ids`` drains them.
+        self.records_new_block_ids = record_new_block_ids and zeroed_on_allocation(kv_cache_spec)
+        self.new_block_ids: list[int] = []
 
     @classmethod
     @abstractmethod
@@ -198,7 +204,21 @@ class SingleTypeKVCacheManager(ABC):
         new = self.block_pool.get_new_blocks(num_new)
         self.block_pool.record(self._truncate, table, len(table))
         table.extend(new)
+        if self.records_new_block_ids:
+            self.record_new_block_ids(new)
         return new
+
+    def record_new_block_ids(self, blocks: Sequence[int]) -> None:
+        """Queue ``blocks`` for zeroing (undone with the allocation)."""
+        ids = self.new_block_ids
+        self.block_pool.record(self._truncate, ids, len(ids))
+        ids.extend(blocks)
+
+    def take_new_block_ids(self) -> list[int]:
+        """The blocks handed out since the last call, for the engine to zero (always
+        empty unless the manager ``records_new_block_ids``)."""
+        ids, self.new_block_ids = self.new_block_ids, []
+        return ids
 
     def _copy_partial_hit(self, request_id: str) -> int:
         """Give the request a private copy of the shared block its hit ends inside."""
@@ -206,6 +226,8 @@ class SingleTypeKVCacheManager(ABC):
         copy = self.block_pool.get_new_blocks(1)[0]
         self._pop_partial(request_id)
         self._apply_copy(request_id, index, source, copy)
+        if self.records_new_block_ids:
+            self.record_new_block_ids([copy])
         return copy
 
     def _apply_copy(self, request_id: str, index: int, source: int, copy: int) -> None:
@@ -353,6 +375,13 @@ class SingleTypeKVCacheManager(ABC):
     @staticmethod
     def _truncate(table: list[int], length: int) -> None:
         del table[length:]
+
+
+def zeroed_on_allocation(spec: KVCacheSpec) -> bool:
+    """Whether the engine zeroes this kind's new blocks when the cache needs zeroing
+    (vLLM's rule): attention blocks are, except a ring buffer's (a request reads only
+    slots it wrote); state and wrapped groups are not."""
+    return isinstance(spec, AttentionSpec) and not isinstance(spec, CircularBufferSpec)
 
 
 def eagle_replay_boundaries(num_prompt_tokens: int, alignment_tokens: int) -> tuple[int, ...]:

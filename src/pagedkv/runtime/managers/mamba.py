@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime.block_pool import NULL_BLOCK
 from pagedkv.runtime.boundary_states import BoundaryStateOffers
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
@@ -248,9 +249,7 @@ class MambaManager(SingleTypeKVCacheManager):
             for index in range(start - num_spec, start):
                 if index >= num_skipped - checkpoint:
                     break
-                pool.record(table.__setitem__, index, table[index])
-                table.append(table[index])
-                table[index] = NULL_BLOCK
+                self._relocate_speculative_block(table, index)
         num_new = max(required - len(table), 0)
         if partial is None:
             table.extend(pool.get_new_blocks(num_new))
@@ -271,6 +270,21 @@ class MambaManager(SingleTypeKVCacheManager):
         if not allocated:
             self._mark_allocated(request_id)
         return returned + new
+
+    def _relocate_speculative_block(self, table: list[int], index: int) -> None:
+        """Move the speculative block at ``index`` to the end of ``table``, a null in its
+        place (undone with the allocation). The block must be the request's alone and
+        unhashed: a shared or cached block would carry another reader's state along."""
+        block = table[index]
+        pool = self.block_pool
+        if block == NULL_BLOCK or pool.ref_cnt[block] != 1 or pool.block_hash[block] is not None:
+            raise KVCacheRuntimeError(
+                f"group {self.kv_cache_group_id}: speculative Mamba block {block} must be "
+                "exclusively owned and unhashed before relocation"
+            )
+        pool.record(table.__setitem__, index, block)
+        table.append(block)
+        table[index] = NULL_BLOCK
 
     def _preserve_partial_tail(self, request_id: str, index: int, source: int, copy: int) -> None:
         """The request keeps writing ``source`` (its table only grows): the prefix cache's

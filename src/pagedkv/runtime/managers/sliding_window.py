@@ -3,6 +3,7 @@ blocks entirely before the window are freed and replaced by the null block."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -62,14 +63,14 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             tables, miss = _blocks(maps, hashes[:run], 0, last=False)
             num_blocks = run if miss < 0 else miss
             if not aligned:
-                num_blocks -= num_blocks % (alignment_tokens // block_size)
+                num_blocks -= num_blocks % _blocks_per_alignment(alignment_tokens, block_size)
             for table in tables:
                 del table[num_blocks:]
         num_blocks = len(tables[0]) if tables else 0
         if drop and num_blocks:
             num_blocks -= 1
             if not aligned:
-                num_blocks -= num_blocks % (alignment_tokens // block_size)
+                num_blocks -= num_blocks % _blocks_per_alignment(alignment_tokens, block_size)
             for table in tables:
                 del table[num_blocks:]
         return tables, num_blocks * block_size
@@ -172,3 +173,9 @@ def _blocks(
             del got[index:]
         tables.append(nulls + got)  # type: ignore[arg-type]  # no None left
     return tables, found
+
+
+def _blocks_per_alignment(alignment_tokens: int, block_size: int) -> int:
+    """The fewest blocks whose tokens end on an alignment boundary (1 when the alignment
+    is finer than the block, as with hashes finer than a hybrid model's blocks)."""
+    return alignment_tokens // math.gcd(alignment_tokens, block_size)

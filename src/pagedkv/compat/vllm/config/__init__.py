@@ -92,11 +92,45 @@ class VllmConfig(ConfigPart):
                 setattr(self, name, None if cls is None else cls())
 
     @property
-    def max_in_flight_tokens(self) -> int:
-        batches = self.parallel_config.pipeline_parallel_size
+    def max_concurrent_batches(self) -> int:
+        """Batches in flight at once: one per pipeline stage, two for async scheduling
+        without pipeline parallelism."""
+        batches = int(self.parallel_config.pipeline_parallel_size)
         if getattr(self.scheduler_config, "async_scheduling", False) and batches == 1:
             batches = 2
-        return int(batches * self.scheduler_config.max_num_batched_tokens)
+        return batches
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        return int(self.max_concurrent_batches * self.scheduler_config.max_num_batched_tokens)
+
+    @property
+    def num_prefill_lookahead_tokens(self) -> int:
+        """Prompt tokens past the computed range that the drafter reads (0 without an
+        EAGLE-style drafter, its number of speculative tokens for multi-module MTP, else 1)."""
+        spec = self.speculative_config
+        if spec is None or not (spec.use_eagle() or spec.use_dflash() or spec.use_dspark()):
+            return 0
+        if spec.use_multi_module_mtp():
+            return int(spec.num_speculative_tokens)
+        return 1
+
+    @property
+    def num_hash_lookahead_tokens(self) -> int:
+        """Tokens after each block that its hash covers (vLLM's lookahead block hashes):
+        the prefill lookahead for a next-token drafter with prefix caching, else 0 (also
+        when lookahead hashes or the EAGLE block drop are disabled, or a KV connector is
+        configured: connectors keep the plain hashes)."""
+        spec = self.speculative_config
+        if (
+            spec is None
+            or not spec.use_eagle_block_drop()
+            or getattr(spec, "disable_lookahead_block_hashes", False)
+            or not self.cache_config.enable_prefix_caching
+            or self.kv_transfer_config is not None
+        ):
+            return 0
+        return int(self.num_prefill_lookahead_tokens)
 
     def to_engine_config(self) -> EngineConfig:
         return engine_config(self)

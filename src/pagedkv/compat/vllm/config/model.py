@@ -12,10 +12,12 @@ RunnerOption = Literal["auto", "generate", "pooling", "draft"]
 
 
 class ModelConfig(ConfigPart):
-    """vLLM's fields; ``original_max_model_len == -1`` asks planning to auto-fit."""
+    """vLLM's fields by keyword (``model`` may come first, as in vLLM); nothing is read
+    from the Hub. ``original_max_model_len == -1`` asks planning to auto-fit."""
 
     DEFAULTS = {
         "model": None,
+        "runner": "auto",
         "max_model_len": 8192,
         "original_max_model_len": None,
         "dtype": "bfloat16",
@@ -26,6 +28,4 @@ class ModelConfig(ConfigPart):
     }
 
     def __init__(self, model: str | None = None, **fields: Any) -> None:
-        super().__init__(**fields)
-        if model is not None:
-            self.model = model
+        super().__init__(model=model, **fields)

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from pagedkv.errors import KVCacheSpecError
+from pagedkv.specs import full as _specs_full
+from pagedkv.specs.base import merge_checked
 
 __all__ = ["SpecMergeError", "vllm_spec_class"]
 
@@ -83,6 +85,20 @@ def _alignment_bytes(spec: Any) -> int:
     return alignment if type(alignment) is int else 1
 
 
+def _engine_config(config: Any) -> Any:
+    """pagedkv's ``EngineConfig`` for a vLLM config (an engine config as it is)."""
+    to_engine = getattr(config, "to_engine_config", None)
+    return config if to_engine is None else to_engine()
+
+
+def _dcp_shards(spec: Any, config: Any) -> int:
+    """Ranks a DCP-sharded spec's tokens spread over under ``config`` (1 otherwise)."""
+    if not getattr(spec, "dcp_sharded", False):
+        return 1
+    parallel = getattr(config, "parallel_config", None)
+    return int(getattr(parallel, "decode_context_parallel_size", 1) or 1)
+
+
 def vllm_spec_class(
     name: str,
     bases: tuple[type, ...],
@@ -107,11 +123,40 @@ def vllm_spec_class(
         _check_translatable(self, added_names)
         _check_alignment(self)
 
-    def merge(cls: type, specs: Any) -> Any:
+    core: Any = bases[0]
+    core_merge = core.merge
+    # Fields pagedkv's merge reconciles (a full-attention group's promoted windows): a
+    # mismatch there is a ValueError, anywhere else vLLM's AssertionError.
+    reconciled = (
+        ("sliding_window", "attention_chunk_size")
+        if any(issubclass(b, _specs_full.FullAttentionSpec) for b in bases)
+        else ()
+    )
+
+    def merge(cls: Any, specs: Any) -> Any:
         try:
-            return super(made, cls).merge(specs)  # type: ignore[arg-type]
+            merge_checked(cls, specs, reconciled=reconciled)
         except KVCacheSpecError as exc:
             raise SpecMergeError(str(exc)) from exc
+        return core_merge.__func__(cls, specs)
+
+    core_blocks_per_req = core.max_num_blocks_per_req
+    core_memory = core.max_memory_usage_bytes
+    is_full = any(issubclass(b, _specs_full.FullAttentionSpec) for b in bases)
+
+    def max_num_blocks_per_req(self: Any, config: Any, max_len: int | None = None) -> int:
+        shards = _dcp_shards(self, config)
+        if shards == 1:
+            return int(core_blocks_per_req(self, _engine_config(config), max_len))
+        length = _engine_config(config).max_model_len if max_len is None else max_len
+        return -(-length // (self.block_size * shards))
+
+    def max_memory_usage_bytes(self: Any, config: Any) -> int:
+        shards = _dcp_shards(self, config)
+        if shards == 1 or not is_full:
+            return int(core_memory(self, _engine_config(config)))
+        tokens_per_rank = -(-_engine_config(config).max_model_len // shards)
+        return -(-tokens_per_rank // self.block_size) * int(self.page_size_bytes)
 
     made: type = dataclasses.make_dataclass(
         name,
@@ -123,6 +168,10 @@ def vllm_spec_class(
             "merge": classmethod(merge),
             "block_stride_alignment_bytes": _alignment_bytes,
             "get_block_stride_alignment": _alignment_bytes,
+            # vLLM's name for the page before padding
+            "unpadded_page_size_bytes": property(lambda self: self.real_page_size_bytes),
+            "max_num_blocks_per_req": max_num_blocks_per_req,
+            "max_memory_usage_bytes": max_memory_usage_bytes,
         },
         frozen=True,
         kw_only=True,

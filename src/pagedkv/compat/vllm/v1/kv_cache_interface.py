@@ -171,6 +171,20 @@ class UniformTypeKVCacheSpecs(_specs.UniformTypeKVCacheSpecs):
     """pagedkv's uniform-type group spec; a spec type nobody registered fails the check
     with vLLM's ``AssertionError``."""
 
+    def __post_init__(self) -> None:
+        if self.kv_cache_specs:
+            super().__post_init__()
+            return
+        # vLLM builds empty wrappers too (projecting groups onto a worker): no layers
+        object.__setattr__(self, "kv_cache_specs", {})
+        _specs.KVCacheSpec.__post_init__(self)
+
+    @property
+    def dcp_sharded(self) -> bool:
+        """Whether the layers' blocks are sharded over DCP ranks (the first layer's)."""
+        specs = self.kv_cache_specs
+        return bool(specs) and bool(getattr(self.first_spec, "dcp_sharded", False))
+
     @classmethod
     def is_uniform_type(cls, kv_cache_specs: Any) -> bool:
         try:
@@ -297,6 +311,67 @@ class KVCacheConfig(_types.KVCacheConfig):
         return tuple(
             i for i, g in enumerate(self.kv_cache_groups) if getattr(g, "enable_kv_transfer", True)
         )
+
+    @property
+    def transfer_groups(self) -> tuple[Any, ...]:
+        """The groups a KV connector transfers (``transfer_group_ids``)."""
+        return tuple(self.kv_cache_groups[i] for i in self.transfer_group_ids)
+
+    @property
+    def transfer_group_index_by_layer(self) -> dict[str, int]:
+        """Each transferred layer's position in ``transfer_groups``."""
+        return {
+            name: index
+            for index, group in enumerate(self.transfer_groups)
+            for name in group.layer_names
+        }
+
+    def select_transfer_block_ids(self, block_ids: Sequence[list[int]]) -> tuple[list[int], ...]:
+        """The block id lists of the transferred groups, from one list per group."""
+        if len(block_ids) != len(self.kv_cache_groups):
+            raise ValueError(
+                f"Expected {len(self.kv_cache_groups)} KV cache groups, got {len(block_ids)}."
+            )
+        return tuple(block_ids[i] for i in self.transfer_group_ids)
+
+    @property
+    def prefix_cacheable_group_ids(self) -> tuple[int, ...]:
+        """Transferred groups whose blocks a hash-addressed store may keep."""
+        return tuple(
+            i
+            for i in self.transfer_group_ids
+            if self.kv_cache_groups[i].kv_cache_spec.prefix_cacheable
+        )
+
+    @property
+    def prefix_cacheable_groups(self) -> tuple[Any, ...]:
+        return tuple(self.kv_cache_groups[i] for i in self.prefix_cacheable_group_ids)
+
+    @property
+    def has_mamba_layers(self) -> bool:
+        return any(
+            isinstance(spec, _specs.MambaSpec)
+            for group in self.kv_cache_groups
+            for spec in iter_layer_specs(group.kv_cache_spec)
+        )
+
+    @property
+    def has_mixed_precision_kv_cache(self) -> bool:
+        """Whether the device's attention layers use more than one precision."""
+        precisions = {
+            (str(spec.dtype), int(getattr(spec, "kv_quant_mode", 0)))
+            for group in self.kv_cache_groups
+            if not getattr(group, "host_resident", False)
+            for spec in iter_layer_specs(group.kv_cache_spec)
+            if isinstance(spec, _specs.AttentionSpec)
+        }
+        return len(precisions) > 1
+
+    @property
+    def needs_kv_cache_zeroing(self) -> bool:
+        """Whether new blocks must be zeroed before use: Mamba state is read before it is
+        fully written, and a block reused under another precision decodes stale bytes."""
+        return self.has_mamba_layers or self.has_mixed_precision_kv_cache
 
 
 KVCacheConfig.__setattr__ = object.__setattr__  # type: ignore[method-assign]

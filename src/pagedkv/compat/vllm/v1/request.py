@@ -94,7 +94,8 @@ class Request(_request.Request):
         self.mm_feature_specs = list(mm_features or ())
         self.sampling_params = sampling_params
         self.pooling_params = pooling_params
-        self.lora_request = lora_request
+        self._lora_request = lora_request
+        self._prompt_embeds_per_block_hashes: dict[tuple[int, int], bytes] = {}
         self.client_index = client_index
         self.arrival_time = arrival_time
         if "session_id" not in _CORE_OPTIONS:
@@ -105,6 +106,16 @@ class Request(_request.Request):
         self.kv_transfer_params: Any = None
         self.skip_reading_prefix_cache = _skips_reading(sampling_params, pooling_params)
         self.max_tokens = getattr(sampling_params, "max_tokens", None)
+
+    @property
+    def lora_request(self) -> Any:
+        return self._lora_request
+
+    @lora_request.setter
+    def lora_request(self, lora_request: Any) -> None:
+        """Setting it changes the LoRA key of blocks hashed from now on (vLLM's)."""
+        self._lora_request = lora_request
+        self.set_lora(lora_request)
 
     @property
     def block_hasher(self) -> BlockHasher | None:

@@ -3,7 +3,9 @@ request block hasher (pagedkv's ``BlockHasher``) and the capacity helpers."""
 
 from __future__ import annotations
 
-import inspect
+import copy
+import dataclasses
+import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, NewType
@@ -18,12 +20,16 @@ __all__ = [
     "BlockHash",
     "BlockHashWithGroupId",
     "ExternalBlockHash",
+    "FreeKVCacheBlockQueue",
     "KVCacheBlock",
     "KVCacheBlockCopy",
     "algo_name",
     "generate_block_hash_extra_keys",
+    "generate_scheduler_kv_cache_config",
     "get_block_hash",
     "get_group_id",
+    "get_kv_cache_capacity",
+    "get_max_concurrency_for_kv_cache_config",
     "get_none_hash_seed",
     "get_request_block_hasher",
     "hash_block_tokens",
@@ -31,6 +37,9 @@ __all__ = [
     "make_block_hash_with_group_id",
     "null_head_len",
     "resolve_cache_hit_alignment_tokens",
+    "resolve_block_hashes",
+    "resolve_dcp_kv_block_size",
+    "resolve_dcp_kv_cache_spec",
     "to_event_extra_keys",
     "trim_null_head",
 ]
@@ -105,8 +114,25 @@ def hash_block_tokens(
 def generate_block_hash_extra_keys(
     request: Any, start_token_idx: int, end_token_idx: int, start_mm_idx: int
 ) -> tuple[tuple[Any, ...] | None, int]:
-    """The extra hash keys of one block (pagedkv's ``block_extra_keys``)."""
-    return _hashing.block_extra_keys(request, start_token_idx, end_token_idx, start_mm_idx)
+    """The extra hash keys of one block (pagedkv's ``block_extra_keys``); a request's
+    prompt-embedding keys are computed once per block range and kept on the request."""
+    cache: dict[tuple[int, int], bytes] | None = getattr(
+        request, "_prompt_embeds_per_block_hashes", None
+    )
+
+    def embeds_digest(embeds: Any) -> bytes:
+        span = (start_token_idx, end_token_idx)
+        digest = None if cache is None else cache.get(span)
+        if digest is None:
+            # through this module's tensor_data, looked up per call as vLLM's is
+            digest = _hashing.prompt_embeds_digest(embeds, lambda t: tensor_data(t))
+            if cache is not None:
+                cache[span] = digest
+        return digest
+
+    return _hashing.block_extra_keys(
+        request, start_token_idx, end_token_idx, start_mm_idx, embeds_digest
+    )
 
 
 def to_event_extra_keys(
@@ -127,22 +153,23 @@ def get_request_block_hasher(
     caching_hash_fn: Callable[[Any], Any],
     num_hash_lookahead_tokens: int = 0,
 ) -> BlockHasher:
-    """pagedkv's ``BlockHasher``: called with a request, it returns its new block hashes."""
-    options: dict[str, Any] = {}
-    if num_hash_lookahead_tokens:
-        if "num_lookahead_tokens" not in inspect.signature(BlockHasher).parameters:
-            raise NotImplementedError(
-                "num_hash_lookahead_tokens needs pagedkv's lookahead block hashing"
-            )
-        options["num_lookahead_tokens"] = int(num_hash_lookahead_tokens)  # a bool too
-    return BlockHasher(hash_block_size, algo_name(caching_hash_fn), seed=_none_hash_seed, **options)
+    """pagedkv's ``BlockHasher``: called with a request, it returns its new block hashes.
+    ``num_hash_lookahead_tokens`` may be any integer, a bool included (vLLM's arithmetic
+    reads ``True`` as 1)."""
+    lookahead = operator.index(num_hash_lookahead_tokens)
+    return BlockHasher(
+        hash_block_size,
+        algo_name(caching_hash_fn),
+        seed=_none_hash_seed,
+        num_lookahead_tokens=int(lookahead),
+    )
 
 
 class KVCacheBlock:
     """One block: a live view of a pagedkv pool's block (``pool`` set), or a standalone
     record (``pool`` None) as vLLM's tests build them."""
 
-    __slots__ = ("_block_hash", "_pool", "_ref_cnt", "block_id", "is_null", "pool")
+    __slots__ = ("_block_hash", "_free_queue", "_pool", "_ref_cnt", "block_id", "is_null", "pool")
 
     def __init__(
         self,
@@ -159,6 +186,29 @@ class KVCacheBlock:
         self._ref_cnt = ref_cnt
         self._block_hash = _block_hash
         self.is_null = is_null
+        self._free_queue: Any = None  # the FreeKVCacheBlockQueue holding it, if any
+
+    @property
+    def prev_free_block(self) -> Any:
+        """The block (or list end) before this one in its ``FreeKVCacheBlockQueue``, or in
+        its pool's free queue (None if not free)."""
+        queue = self._free_queue
+        if queue is not None:
+            return queue.neighbour(self, after=False)
+        return (
+            None if self.pool is None else self.pool.free_block_queue.neighbours(self.block_id)[0]
+        )
+
+    @property
+    def next_free_block(self) -> Any:
+        """The block (or list end) after this one in its ``FreeKVCacheBlockQueue``, or in
+        its pool's free queue (None if not free)."""
+        queue = self._free_queue
+        if queue is not None:
+            return queue.neighbour(self, after=True)
+        return (
+            None if self.pool is None else self.pool.free_block_queue.neighbours(self.block_id)[1]
+        )
 
     @property
     def ref_cnt(self) -> int:
@@ -188,20 +238,6 @@ class KVCacheBlock:
         if tokens is None and self.pool is not None:
             tokens = self.pool.full_key_tokens(self.block_id)
         return tokens
-
-    @property
-    def prev_free_block(self) -> Any:
-        """The entry before this block in its pool's free queue (None if not free)."""
-        if self.pool is None:
-            return None
-        return self.pool.free_block_queue.neighbours(self.block_id)[0]
-
-    @property
-    def next_free_block(self) -> Any:
-        """The entry after this block in its pool's free queue (None if not free)."""
-        if self.pool is None:
-            return None
-        return self.pool.free_block_queue.neighbours(self.block_id)[1]
 
     def set_block_hash(
         self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None
@@ -287,17 +323,119 @@ def tensor_data(tensor: Any) -> memoryview:
     return memoryview(_hashing._embeds_bytes(tensor))
 
 
-from pagedkv.compat.vllm._outside import outside_function as _outside  # noqa: E402
+from pagedkv.compat.vllm.v1.core.free_block_queue import FreeKVCacheBlockQueue  # noqa: E402
 
 _PENDING = "a vLLM KV cache helper pagedkv.compat.vllm does not translate yet"
-FreeKVCacheBlockQueue = _outside("FreeKVCacheBlockQueue", "vLLM's linked-list free queue", __name__)
-for _name in (
-    "generate_scheduler_kv_cache_config",
-    "get_kv_cache_capacity",
-    "get_max_concurrency_for_kv_cache_config",
-    "resolve_kv_cache_block_sizes",
-):
-    globals()[_name] = _outside(_name, _PENDING, __name__)
+
+
+def _layer_specs(spec: Any) -> list[Any]:
+    return list(spec.kv_cache_specs.values()) if hasattr(spec, "kv_cache_specs") else [spec]
+
+
+def resolve_dcp_kv_block_size(spec: Any, dcp_world_size: int) -> int:
+    """Tokens one block spans under decode context parallelism: a DCP-sharded spec's
+    block holds ``block_size`` tokens on each of the ``dcp_world_size`` ranks."""
+    return int(spec.block_size) * (dcp_world_size if getattr(spec, "dcp_sharded", False) else 1)
+
+
+def resolve_dcp_kv_cache_spec(spec: Any, dcp_world_size: int) -> Any:
+    """``spec`` with its block size scaled for DCP (itself when it is not sharded; a
+    uniform-type group scales every layer)."""
+    block_size = resolve_dcp_kv_block_size(spec, dcp_world_size)
+    if block_size == spec.block_size:
+        return spec
+    if hasattr(spec, "kv_cache_specs"):
+        layers = {
+            name: resolve_dcp_kv_cache_spec(layer, dcp_world_size)
+            for name, layer in spec.kv_cache_specs.items()
+        }
+        return dataclasses.replace(spec, block_size=block_size, kv_cache_specs=layers)
+    return dataclasses.replace(spec, block_size=block_size)
+
+
+def resolve_block_hashes(
+    block_hashes: Any,
+    hash_block_size: int,
+    block_size: int,
+    *,
+    supports_fine_grained_hash_lookup: bool = False,
+    alignment_tokens: int | None = None,
+) -> Any:
+    """The hashes a hit search at ``block_size`` reads: the raw ones when the sizes match
+    or a fine-grained search may end inside a block (``alignment_tokens`` finer than the
+    block), else a block-size view of them (a view must already be at ``block_size``)."""
+    if block_size == hash_block_size:
+        return block_hashes
+    if isinstance(block_hashes, BlockHashListWithBlockSize):
+        if block_hashes.scale_factor != block_size // hash_block_size:
+            raise AssertionError(
+                f"a hash view at {block_hashes.scale_factor * hash_block_size} tokens per "
+                f"block read at block_size={block_size}"
+            )
+        return block_hashes
+    if (
+        supports_fine_grained_hash_lookup
+        and alignment_tokens is not None
+        and alignment_tokens < block_size
+        and block_size % alignment_tokens == 0
+    ):
+        return block_hashes
+    if block_size % hash_block_size:
+        raise AssertionError(f"block_size={block_size} is not a multiple of {hash_block_size}")
+    return BlockHashListWithBlockSize(block_hashes, hash_block_size, block_size)
+
+
+def generate_scheduler_kv_cache_config(kv_cache_configs: Sequence[Any]) -> Any:
+    """The scheduler's config: the workers' (equal but for layer names), each uniform-type
+    group standing as its first layer's spec."""
+    first = kv_cache_configs[0]
+    for cfg in kv_cache_configs:
+        if cfg.num_blocks != first.num_blocks:
+            raise AssertionError(
+                f"workers differ in num_blocks: {cfg.num_blocks}, {first.num_blocks}"
+            )
+        host = getattr(cfg, "hisparse_host_num_blocks", None)
+        if host != getattr(first, "hisparse_host_num_blocks", None):
+            raise AssertionError("workers differ in hisparse_host_num_blocks")
+    cfg = copy.deepcopy(first)
+    for group in cfg.kv_cache_groups:
+        spec = group.kv_cache_spec
+        if hasattr(spec, "kv_cache_specs") and spec.kv_cache_specs:
+            object.__setattr__(group, "kv_cache_spec", next(iter(spec.kv_cache_specs.values())))
+    return cfg
+
+
+def _engine_config(vllm_config: Any) -> Any:
+    to_engine = getattr(vllm_config, "to_engine_config", None)
+    return vllm_config if to_engine is None else to_engine()
+
+
+def get_max_concurrency_for_kv_cache_config(vllm_config: Any, kv_cache_config: Any) -> float:
+    """Requests of ``max_model_len`` the pool holds at once: each group's table costs
+    whole blocks (the spec's ``max_memory_usage_blocks``), summed over the device groups;
+    host-resident groups draw on the host pool, and the smaller limit applies."""
+    config = _engine_config(vllm_config)
+    device_blocks = host_blocks = 0
+    for group in kv_cache_config.kv_cache_groups:
+        blocks = group.kv_cache_spec.max_memory_usage_blocks(config)
+        if getattr(group, "host_resident", False):
+            host_blocks += blocks
+        else:
+            device_blocks += blocks
+    limits = [kv_cache_config.num_blocks / device_blocks]
+    if host_blocks:
+        host_pool = getattr(kv_cache_config, "hisparse_host_num_blocks", None)
+        if host_pool is None:
+            raise AssertionError("host-resident groups need hisparse_host_num_blocks")
+        limits.append(host_pool / host_blocks)
+    return min(limits)
+
+
+def get_kv_cache_capacity(vllm_config: Any, kv_cache_config: Any) -> tuple[int, float]:
+    """Tokens the cache holds at the maximum concurrency, and that concurrency."""
+    concurrency = get_max_concurrency_for_kv_cache_config(vllm_config, kv_cache_config)
+    max_model_len = _engine_config(vllm_config).max_model_len
+    return int(concurrency * max_model_len), concurrency
 
 
 def resolve_cache_hit_alignment_tokens(
@@ -321,32 +459,6 @@ def maybe_convert_block_hash(hash_bytes: Any) -> ExternalBlockHash:
     from pagedkv.events.wire import external_block_hash
 
     return external_block_hash(hash_bytes, envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES)
-
-
-def generate_scheduler_kv_cache_config(kv_cache_configs: Sequence[Any]) -> Any:
-    """The scheduler's view of the workers' configs (they agree but in layer names):
-    the first, each uniform-type group spec standing as one of its layers' specs."""
-    import copy
-
-    from pagedkv.specs import UniformTypeKVCacheSpecs
-
-    if not kv_cache_configs:
-        raise ValueError("generate_scheduler_kv_cache_config needs at least one worker config")
-    first = kv_cache_configs[0]
-    for field in ("num_blocks", "hisparse_host_num_blocks"):
-        values = {getattr(c, field, None) for c in kv_cache_configs}
-        assert len(values) == 1, f"workers disagree on {field}: {sorted(map(str, values))}"
-    scheduler = copy.deepcopy(first)
-    for group in scheduler.kv_cache_groups:
-        spec = group.kv_cache_spec
-        if isinstance(spec, UniformTypeKVCacheSpecs):
-            group.kv_cache_spec = next(iter(spec.kv_cache_specs.values()))
-    return scheduler
-
-
-def resolve_dcp_kv_block_size(spec: Any, dcp_world_size: int) -> int:
-    """Tokens one block of ``spec`` spans when decode context parallelism shards it."""
-    return int(spec.block_size * (dcp_world_size if getattr(spec, "dcp_sharded", False) else 1))
 
 
 def resolve_kv_cache_block_sizes(kv_cache_config: Any, vllm_config: Any) -> tuple[int, int]:
@@ -373,23 +485,12 @@ def resolve_kv_cache_block_sizes(kv_cache_config: Any, vllm_config: Any) -> tupl
                 f"to {block_size}."
             )
         return block_size, block_size
-    scaled = [dataclasses.replace(g, kv_cache_spec=_dcp_spec(g.kv_cache_spec, dcp)) for g in groups]
+    scaled = [
+        dataclasses.replace(g, kv_cache_spec=resolve_dcp_kv_cache_spec(g.kv_cache_spec, dcp))
+        for g in groups
+    ]
     try:
         sizes = resolve_block_sizes(scaled, hashing, cache.prefix_match_unit)
     except ConfigError as exc:
         raise ValueError(f"Invalid prefix_match_unit: {exc}") from exc
     return sizes.scheduler_block_size, sizes.hash_block_size
-
-
-def _dcp_spec(spec: Any, dcp: int) -> Any:
-    import dataclasses
-
-    from pagedkv.specs import UniformTypeKVCacheSpecs
-
-    block_size = resolve_dcp_kv_block_size(spec, dcp)
-    if block_size == spec.block_size:
-        return spec
-    if isinstance(spec, UniformTypeKVCacheSpecs):
-        layers = {n: _dcp_spec(s, dcp) for n, s in spec.kv_cache_specs.items()}
-        return dataclasses.replace(spec, block_size=block_size, kv_cache_specs=layers)
-    return dataclasses.replace(spec, block_size=block_size)

@@ -12,6 +12,7 @@ from pagedkv.compat.vllm.v1 import kv_cache_interface as _ki
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import BlockHashListWithBlockSize, KVCacheBlock
 from pagedkv.compat.vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import managers as _m
 from pagedkv.runtime.managers.base import HitQuery
 
@@ -73,29 +74,60 @@ class _LiveTable(MutableSequence[KVCacheBlock]):
 
 
 class _Tables(MutableMapping[str, list[KVCacheBlock]]):
-    """``req_to_blocks`` in block objects over the pagedkv manager's id tables (a read
-    gives a live view of the table; assign a list to change a table)."""
+    """``req_to_blocks`` in block objects over the pagedkv manager's id tables. A read
+    gives a live view of the table; a list assigned here stays the request's table as
+    vLLM's does: the manager's changes (blocks nulled, added, relocated) are written back
+    into it."""
 
     def __init__(self, manager: SingleTypeKVCacheManager) -> None:
         self._impl = manager.impl
         self._pool = manager.block_pool
+        self._assigned: dict[str, list[KVCacheBlock]] = {}
 
     def __getitem__(self, request_id: str) -> list[KVCacheBlock]:
-        return _LiveTable(self._impl.req_to_blocks[request_id], self._pool)  # type: ignore[return-value]
+        ids = self._impl.req_to_blocks[request_id]
+        assigned = self._assigned.get(request_id)
+        if assigned is None:
+            return _LiveTable(ids, self._pool)  # type: ignore[return-value]
+        self.write_back(request_id)
+        return assigned
 
     def __setitem__(self, request_id: str, blocks: list[KVCacheBlock]) -> None:
         self._impl.req_to_blocks[request_id] = [b.block_id for b in blocks]
         self._impl.num_cached_block.setdefault(request_id, 0)
+        self._assigned[request_id] = blocks
 
     def __delitem__(self, request_id: str) -> None:
         del self._impl.req_to_blocks[request_id]
         self._impl.num_cached_block.pop(request_id, None)
+        self._assigned.pop(request_id, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._impl.req_to_blocks)
 
     def __len__(self) -> int:
         return len(self._impl.req_to_blocks)
+
+    def write_back(self, request_id: str) -> None:
+        """Bring an assigned list in line with the manager's table (blocks whose id is
+        unchanged stay the caller's objects); forget it once the table is gone."""
+        assigned = self._assigned.get(request_id)
+        if assigned is None:
+            return
+        ids = self._impl.req_to_blocks.get(request_id)
+        if ids is None:
+            del self._assigned[request_id]
+            return
+        if len(assigned) == len(ids) and all(
+            b.block_id == i for b, i in zip(assigned, ids, strict=True)
+        ):
+            return
+        blocks = self._pool.blocks
+        kept = [b if b.block_id == i else blocks[i] for b, i in zip(assigned, ids, strict=False)]
+        assigned[:] = kept + [blocks[i] for i in ids[len(kept) :]]
+
+    def pop_assigned(self, request_id: str) -> list[KVCacheBlock] | None:
+        return self._assigned.pop(request_id, None)
 
 
 def _ids(blocks: Sequence[KVCacheBlock]) -> list[int]:
@@ -134,6 +166,7 @@ class SingleTypeKVCacheManager:
                 alignment_tokens=scheduler_block_size,
                 max_model_len=max_model_len,
                 in_flight_tokens=max_in_flight_tokens,
+                record_new_block_ids=needs_kv_cache_zeroing,
             )
         self.impl = impl
         self.kv_cache_spec = impl.kv_cache_spec
@@ -188,6 +221,7 @@ class SingleTypeKVCacheManager:
         total = num_local_computed_tokens + num_external_computed_tokens
         local = num_local_computed_tokens if num_external_computed_tokens else None
         self.impl.add_local_computed_blocks(request_id, _ids(new_computed_blocks), total, local)
+        self.req_to_blocks.pop_assigned(request_id)  # a new table
 
     def allocate_external_computed_blocks(
         self,
@@ -196,13 +230,30 @@ class SingleTypeKVCacheManager:
         num_external_computed_tokens: int,
         record_for_zeroing: bool = True,
     ) -> None:
-        """Blocks for tokens a KV connector loads: the table grows to cover them."""
+        """Blocks for tokens a KV connector loads: the table grows to cover them
+        (``record_for_zeroing`` False: the load writes them, so they are not zeroed)."""
         if num_external_computed_tokens <= 0:
             return
         total = num_local_computed_tokens + num_external_computed_tokens
-        self.impl.req_to_blocks.setdefault(request_id, [])
-        self.impl.num_cached_block.setdefault(request_id, 0)
-        self.impl.allocate_external_computed_blocks(request_id, total)
+        impl = self.impl
+        impl.req_to_blocks.setdefault(request_id, [])
+        impl.num_cached_block.setdefault(request_id, 0)
+        num_recorded = len(impl.new_block_ids)
+        impl.allocate_external_computed_blocks(request_id, total)
+        self.req_to_blocks.write_back(request_id)
+        if not record_for_zeroing:
+            del impl.new_block_ids[num_recorded:]
+
+    @property
+    def records_new_block_ids(self) -> bool:
+        return self.impl.records_new_block_ids
+
+    @property
+    def new_block_ids(self) -> list[int]:
+        return self.impl.new_block_ids
+
+    def take_new_block_ids(self) -> list[int]:
+        return self.impl.take_new_block_ids()
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int | None = None
@@ -210,20 +261,26 @@ class SingleTypeKVCacheManager:
         self.impl.req_to_blocks.setdefault(request_id, [])
         self.impl.num_cached_block.setdefault(request_id, 0)
         main = num_tokens if num_tokens_main_model is None else num_tokens_main_model
-        return self.block_pool.ids_to_blocks(
-            self.impl.allocate_new_blocks(request_id, num_tokens, main)
-        )
+        new = self.impl.allocate_new_blocks(request_id, num_tokens, main)
+        self.req_to_blocks.write_back(request_id)
+        return self.block_pool.ids_to_blocks(new)
 
     def cache_blocks(self, request: Any, num_tokens: int, *args: Any, **kwargs: Any) -> None:
         self.impl.cache_blocks(request, num_tokens)
 
     def free(self, request_id: str) -> None:
         self.impl.free(request_id)
+        self.req_to_blocks.pop_assigned(request_id)
 
     def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """The request's table without its null head (the table itself when it has none)."""
+        self.req_to_blocks.write_back(request_id)
+        assigned = self.req_to_blocks.pop_assigned(request_id)
         table = self.impl.req_to_blocks.pop(request_id, [])
         self.impl.num_cached_block.pop(request_id, None)
         start = next((i for i, b in enumerate(table) if b), len(table))
+        if assigned is not None:
+            return assigned[start:] if start else assigned
         return self.block_pool.ids_to_blocks(table[start:])
 
     def remove_skipped_blocks(
@@ -232,7 +289,10 @@ class SingleTypeKVCacheManager:
         processed_computed_tokens: int,
         num_prompt_tokens: int | None = None,
     ) -> None:
-        self.impl.remove_skipped_blocks(request_id, processed_computed_tokens)
+        self.impl.remove_skipped_blocks(
+            request_id, processed_computed_tokens, num_prompt_tokens=num_prompt_tokens
+        )
+        self.req_to_blocks.write_back(request_id)
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return self.impl.get_num_skipped_tokens(num_computed_tokens)
@@ -379,6 +439,22 @@ class MambaManager(SingleTypeKVCacheManager):
     def _checkpoints(self) -> dict[str, Any]:
         """Requests with a prefill checkpoint reserved: pagedkv's record of them."""
         return getattr(self.impl, "_checkpoints", {})
+
+    @property
+    def _allocated_block_reqs(self) -> set[str]:
+        """Requests that allocated a step's blocks (not only hits): pagedkv's record."""
+        allocated: set[str] = self.impl._allocated  # type: ignore[attr-defined]
+        return allocated
+
+    def _relocate_speculative_block(self, req_blocks: list[KVCacheBlock], block_idx: int) -> None:
+        """pagedkv's relocation on ``req_blocks`` (vLLM's AssertionError for a shared or
+        hashed block)."""
+        table = _ids(req_blocks)
+        try:
+            self.impl._relocate_speculative_block(table, block_idx)  # type: ignore[attr-defined]
+        except KVCacheRuntimeError as exc:
+            raise AssertionError(str(exc)) from exc
+        req_blocks[:] = self.block_pool.ids_to_blocks(table)
 
 
 class CrossAttentionManager(SingleTypeKVCacheManager):

@@ -1,0 +1,103 @@
+"""pagedkv.compat.vllm's kv_cache_utils and per-group managers: the free block queue view,
+vLLM's live req_to_blocks lists, zeroing records and the capacity helpers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pagedkv.compat.vllm.config import VllmConfig
+from pagedkv.compat.vllm.config.model import ModelConfig
+from pagedkv.compat.vllm.config.speculative import SpeculativeConfig
+from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
+from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    generate_scheduler_kv_cache_config,
+    get_max_concurrency_for_kv_cache_config,
+)
+from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
+from pagedkv.compat.vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+    UniformTypeKVCacheSpecs,
+)
+
+
+def test_free_queue_links_follow_pagedkvs_order() -> None:
+    blocks = [KVCacheBlock(i) for i in range(4)]
+    queue = FreeKVCacheBlockQueue([blocks[2], blocks[0], blocks[3]])
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    assert head.next_free_block is blocks[2] and blocks[2].prev_free_block is head
+    assert blocks[0].next_free_block is blocks[3] and blocks[3].next_free_block is tail
+    queue.remove(blocks[0])
+    assert blocks[2].next_free_block is blocks[3] and blocks[0].next_free_block is None
+    queue.prepend_n([blocks[1], blocks[0]])
+    queue.append(KVCacheBlock(9))
+    assert [b.block_id for b in queue.get_all_free_blocks()] == [1, 0, 2, 3, 9]
+    assert [b.block_id for b in queue.popleft_n(2)] == [1, 0]
+    assert queue.num_free_blocks == 3 and blocks[1].prev_free_block is None
+    with pytest.raises(ValueError, match="already in a free block queue"):
+        queue.append(blocks[2])
+    with pytest.raises(RuntimeError, match="invalid block"):
+        queue.remove(blocks[1])
+    queue.popleft_n(3)
+    assert head.next_free_block is tail and tail.prev_free_block is head
+    with pytest.raises(ValueError, match="No free blocks available"):
+        queue.popleft()
+
+
+def test_an_assigned_table_list_sees_the_managers_changes() -> None:
+    spec = SlidingWindowSpec(block_size=2, num_kv_heads=1, head_size=1, sliding_window=4)
+    pool = BlockPool(num_gpu_blocks=16, enable_caching=True, hash_block_size=2)
+    manager = SlidingWindowManager(spec, block_pool=pool, needs_kv_cache_zeroing=True)
+    table = pool.get_new_blocks(4)
+    manager.req_to_blocks["r"] = table
+    manager.remove_skipped_blocks("r", 7)  # tokens 0-3 left the window: blocks 0 and 1
+    assert table[:2] == [pool.null_block, pool.null_block] and manager.req_to_blocks["r"] is table
+    new = manager.allocate_new_blocks("r", 10, 10)
+    assert table[4:] == new and manager.take_new_block_ids() == [b.block_id for b in new]
+    assert manager.pop_blocks_for_free("r") == table[2:]
+
+
+def test_scheduler_config_and_concurrency_agree_for_uniform_groups() -> None:
+    full = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype="float16")
+    window = SlidingWindowSpec(
+        block_size=16, num_kv_heads=2, head_size=64, dtype="float16", sliding_window=64
+    )
+    uniform = UniformTypeKVCacheSpecs(block_size=16, kv_cache_specs={"a": full, "b": full})
+    config = KVCacheConfig(
+        num_blocks=400,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["a", "b"], uniform), KVCacheGroupSpec(["c"], window)],
+    )
+    scheduler = generate_scheduler_kv_cache_config([config])
+    assert scheduler.kv_cache_groups[0].kv_cache_spec == full
+    assert config.kv_cache_groups[0].kv_cache_spec is uniform  # the workers' stays
+    vllm = VllmConfig(model_config=ModelConfig("m", max_model_len=1024))
+    # full attention: 1024 / 16 = 64 blocks; the window: cdiv(63 + 1024, 16) + 1 = 65
+    expected = 400 / (64 + 65)
+    assert get_max_concurrency_for_kv_cache_config(vllm, config) == pytest.approx(expected)
+    assert get_max_concurrency_for_kv_cache_config(vllm, scheduler) == pytest.approx(expected)
+    with pytest.raises(AssertionError, match="num_blocks"):
+        generate_scheduler_kv_cache_config([config, dataclasses.replace(config, num_blocks=1)])
+
+
+@pytest.mark.parametrize(
+    ("method", "fields", "expected"),
+    [
+        ("eagle", {}, 1),
+        ("mtp", {"disable_lookahead_block_hashes": True}, 0),
+        ("mtp", {"disable_eagle_block_drop": True}, 0),
+        ("dflash", {}, 0),
+    ],
+)
+def test_hash_lookahead_follows_the_drafter(method: str, fields: dict, expected: int) -> None:
+    spec = SpeculativeConfig(method=method, num_speculative_tokens=3, **fields)
+    assert VllmConfig(speculative_config=spec).num_hash_lookahead_tokens == expected
+    no_cache = VllmConfig(speculative_config=spec)
+    no_cache.cache_config.enable_prefix_caching = False
+    assert no_cache.num_hash_lookahead_tokens == 0
