@@ -172,3 +172,14 @@ def test_groups_holding_draft_layers_are_eagle_groups(
 def test_a_speculative_method_must_be_named() -> None:
     with pytest.raises(ConfigError, match="speculative_method"):
         EngineConfig.create(speculative_method="")
+
+
+def test_vllm_serves_speculative_config_reaches_the_planner() -> None:
+    import pagedkv
+
+    flags = '{"method": "mtp", "num_speculative_tokens": 3}'
+    plan = pagedkv.plan("DeepSeek-V3", gpu="H200", tensor_parallel_size=8, speculative_config=flags)
+    scheduler = plan.config.scheduler
+    assert (scheduler.speculative_method, scheduler.num_speculative_tokens) == ("mtp", 3)
+    assert scheduler.num_draft_modules == 1  # DeepSeek-V3 has one MTP module
+    assert (scheduler.num_prefill_lookahead_tokens, scheduler.use_eagle_block_drop) == (1, True)
