@@ -186,19 +186,58 @@ class ParallelConfig:
         check_fields(self, "tensor_parallel_size", "pipeline_parallel_size")
 
 
+# vLLM's speculative methods whose drafter reads the target's hidden states (EAGLE family).
+EAGLE_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+# Those whose draft KV at a position depends on the next token (the trailing block dropped).
+BLOCK_DROP_METHODS = ("eagle", "eagle3", "mtp")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
+    """The batch limits and speculative decoding as vLLM's ``--speculative-config`` states
+    it: ``speculative_method`` (None: none), ``num_speculative_tokens``,
+    ``num_draft_modules`` (an MTP draft's modules, its ``num_nextn_predict_layers``) and
+    ``disable_eagle_block_drop``."""
+
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     max_num_encoder_input_tokens: int | None = None
     async_scheduling: bool = False
     num_lookahead_tokens: int = 0
+    speculative_method: str | None = None
+    num_speculative_tokens: int = 0
+    num_draft_modules: int = 1
+    disable_eagle_block_drop: bool = False
 
     def __post_init__(self) -> None:
-        check_fields(self, "max_num_batched_tokens", "max_num_seqs")
+        check_fields(self, "max_num_batched_tokens", "max_num_seqs", "num_draft_modules")
         check_fields(self, "max_num_encoder_input_tokens", allow_none=True)
-        check_fields(self, "num_lookahead_tokens", minimum=0)
+        check_fields(self, "num_lookahead_tokens", "num_speculative_tokens", minimum=0)
         _check_bool(self, "async_scheduling")
+        _check_bool(self, "disable_eagle_block_drop")
+        method = self.speculative_method
+        if method is not None and (not isinstance(method, str) or not method):
+            raise ConfigError(
+                f"SchedulerConfig.speculative_method must be a method name or None, got {method!r}"
+            )
+
+    @property
+    def num_prefill_lookahead_tokens(self) -> int:
+        """Prompt tokens past the computed range the drafter reads (vLLM 0.33): none
+        without an EAGLE-family drafter, ``num_speculative_tokens`` for a chain of MTP
+        modules (each reads one token further), else 1."""
+        if self.speculative_method not in EAGLE_METHODS:
+            return 0
+        modules = min(self.num_draft_modules, self.num_speculative_tokens)
+        if self.speculative_method == "mtp" and modules > 1:
+            return self.num_speculative_tokens
+        return 1
+
+    @property
+    def use_eagle_block_drop(self) -> bool:
+        """Whether the groups holding draft layers drop their trailing prefix-cache block
+        (vLLM's EAGLE groups)."""
+        return self.speculative_method in BLOCK_DROP_METHODS and not self.disable_eagle_block_drop
 
 
 _PARTS = {

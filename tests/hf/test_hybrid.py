@@ -8,7 +8,8 @@ state, and preempted requests recompute.
   the aligned block is 48 tokens, not 560, and short prompts cross checkpoints.
 - Nemotron-H: Mamba-2, attention and MLP-only layers (``ssm_state_size`` 8, real 256).
 - Qwen3-Next: gated DeltaNet and full attention (3:1). Key/value head sizes shrunk from
-  128 to 16 for the same reason.
+  128 to 16 for the same reason; the aligned block is 64 tokens (vLLM keeps GDN blocks
+  on the prefill kernel's 64-token checkpoint step).
 - Jamba: Mamba-1 and attention (4:1). transformers' Mamba-1 scan takes no initial state;
   pagedkv's scan (``pagedkv.hf.mamba1``) starts from the cached one, so Jamba resumes
   from checkpoints and earlier chunks like the others (``mamba_d_state`` 8: 48-token
@@ -33,8 +34,10 @@ GRANITE = Case("granite-4.0-h-350m", (("mamba_d_state", 8),), prefix_tokens=136,
 QWEN3_NEXT = Case(
     "Qwen3-Next-80B-A3B-Instruct",
     (("linear_key_head_dim", 16), ("linear_value_head_dim", 16)),
-    prefix_tokens=136,
-    num_blocks=20,
+    prefix_tokens=100,
+    num_prompts=6,
+    max_new_tokens=20,
+    num_blocks=16,
 )
 NEMOTRON_H = Case(
     "Nemotron-H-56B-Base-8K", (("ssm_state_size", 8),), prefix_tokens=136, num_blocks=28

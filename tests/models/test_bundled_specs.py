@@ -167,7 +167,7 @@ def test_layer_kind_counts_are_reported() -> None:
 @pytest.mark.parametrize(
     ("name", "mamba_type", "alignment"),
     [
-        ("Qwen3.5-27B", "gated_delta_net", 16),  # the checkpoint grid: the block
+        ("Qwen3.5-27B", "gated_delta_net", 64),  # grid: lcm(block 16, the GDN kernel step 64)
         ("Nemotron-H-56B-Base-8K", "mamba2", 1),
         ("granite-4.0-h-350m", "mamba2", 1),
         ("Jamba-v0.1", "mamba1", None),

@@ -268,7 +268,8 @@ def test_62_same_layer_different_specs_across_workers() -> None:
 
 
 def test_63_sliding_window_keeps_lookahead_tokens() -> None:
-    config = CONFIG.replace(num_lookahead_tokens=4)
+    # A 4-module MTP drafter reads 4 prompt tokens past a chunk: 3 extra retained.
+    config = CONFIG.replace(speculative_method="mtp", num_speculative_tokens=4, num_draft_modules=4)
     specs = {"s": sliding(128), "f": full()}
     (kv,) = get_kv_cache_configs(config, [specs], [GiB])
     spec = group_spec_of(kv, "s")

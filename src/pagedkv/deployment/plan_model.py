@@ -22,7 +22,7 @@ from pagedkv.deployment.options import (
     vllm_scheduler_defaults,
 )
 from pagedkv.deployment.report import DeploymentPlan
-from pagedkv.deployment.startup import startup_options, with_dtype
+from pagedkv.deployment.startup import parse_speculative_config, startup_options, with_dtype
 from pagedkv.errors import ConfigError, InsufficientMemoryError
 from pagedkv.models import (
     GPU,
@@ -146,7 +146,22 @@ def engine_options(
         options["max_kv_cache_groups"] = request.max_kv_cache_groups
     if flags.kv_cache_layout is not None:
         options["kv_cache_layout"] = flags.kv_cache_layout
-    return options
+    return options | speculative_options(flags.speculative_config)
+
+
+def speculative_options(text: str | None) -> dict[str, Any]:
+    """EngineConfig options for ``--speculative-config``: the method and its tokens (the
+    EAGLE groups and prefill lookahead follow; plan_model adds the model's MTP modules)."""
+    speculative = parse_speculative_config(text)
+    method = speculative.get("method")
+    if not isinstance(method, str) or not method:
+        return {}
+    tokens = speculative.get("num_speculative_tokens", 0)
+    return {
+        "speculative_method": method,
+        "num_speculative_tokens": tokens if isinstance(tokens, int) and tokens > 0 else 0,
+        "disable_eagle_block_drop": speculative.get("disable_eagle_block_drop") is True,
+    }
 
 
 def allow_long_max_model_len() -> bool:
@@ -197,7 +212,10 @@ def plan_model(request: PlanRequest) -> DeploymentPlan:
     layout, shape = _layout(request)
     above_limit = check_model_limit(layout, request.flags.max_model_len)
     gpu, device_bytes = _device(request)
-    config = engine_config_for(layout, **engine_options(request, gpu, device_bytes))
+    options = engine_options(request, gpu, device_bytes)
+    if shape is not None and "speculative_method" in options:
+        options["num_draft_modules"] = max(1, shape.mtp_layers)
+    config = engine_config_for(layout, **options)
     budgets = memory_budgets(
         layout,
         config,

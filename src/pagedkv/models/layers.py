@@ -112,9 +112,10 @@ class StateShape(ABC):
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
         """Per-rank state tensor shapes (conv first)."""
 
-    def prefill_checkpoint_alignment(self, block_size: int) -> int | None:
+    def prefill_checkpoint_alignment(self, block_size: int, mode: MambaCacheMode) -> int | None:
         """The token step vLLM's kernel exports a state at inside a prefill chunk (its
-        spec's ``prefill_checkpoint_alignment``), None if it cannot."""
+        spec's ``prefill_checkpoint_alignment``) with ``block_size`` blocks in ``mode``,
+        None if it cannot."""
         return None
 
 
@@ -289,7 +290,7 @@ def state_spec(
     shapes = layer.state.shapes(model, tp)
     ssm = layer.ssm_dtype or model_dtype
     dtypes = (model_dtype,) + (ssm,) * (len(shapes) - 1)
-    alignment = layer.state.prefill_checkpoint_alignment(block_size)
+    alignment = layer.state.prefill_checkpoint_alignment(block_size, mode)
     return MambaSpec(
         block_size=block_size,
         shapes=shapes,

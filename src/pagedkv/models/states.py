@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pagedkv.errors import ModelConfigError
 from pagedkv.models.layers import StateShape, shard
+
+if TYPE_CHECKING:
+    from pagedkv.config import MambaCacheMode
+
+# The token step at which the gated-DeltaNet prefill kernel vLLM 0.33 uses on Hopper and
+# Blackwell GPUs (FlashInfer's) can emit a state; in align mode vLLM makes the hybrid
+# block size a multiple of it.
+GDN_CHECKPOINT_ALIGNMENT_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -32,7 +42,7 @@ class Mamba2State(StateShape):
 
     mamba_type = "mamba2"
 
-    def prefill_checkpoint_alignment(self, block_size: int) -> int | None:
+    def prefill_checkpoint_alignment(self, block_size: int, mode: MambaCacheMode) -> int | None:
         return 1  # vLLM's MambaMixer2 exports at any token
 
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
@@ -60,9 +70,13 @@ class GatedDeltaNetState(StateShape):
 
     mamba_type = "gated_delta_net"
 
-    def prefill_checkpoint_alignment(self, block_size: int) -> int | None:
-        # vLLM's GDN layer keeps its checkpoints on the prefix-cache grid: the block.
-        return block_size
+    def prefill_checkpoint_alignment(self, block_size: int, mode: MambaCacheMode) -> int | None:
+        # vLLM's GDN layer exports prefill checkpoints only in align mode, through
+        # FlashInfer's prefill kernel (which emits states every 64 tokens), on the
+        # prefix-cache grid: the block, kept a multiple of the kernel's step.
+        if mode != "align":
+            return None
+        return math.lcm(block_size, GDN_CHECKPOINT_ALIGNMENT_TOKENS)
 
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
         shard(model, "linear_num_key_heads", self.num_key_heads, tp)

@@ -152,16 +152,30 @@ def promote_local_specs(kv_cache_spec: Mapping[str, KVCacheSpec]) -> dict[str, K
 
 
 def with_retained_tokens(
-    kv_cache_spec: Mapping[str, KVCacheSpec], lookahead_tokens: int
+    kv_cache_spec: Mapping[str, KVCacheSpec], prefill_lookahead_tokens: int
 ) -> dict[str, KVCacheSpec]:
-    """Sliding-window layers keep ``lookahead - 1`` extra tokens for multi-token prefill."""
-    extra = max(0, lookahead_tokens - 1)
+    """Sliding-window layers keep ``prefill_lookahead_tokens - 1`` extra tokens (vLLM's
+    ``num_prefill_lookahead_tokens``: the prompt tokens a drafter reads past a chunk)."""
+    extra = max(0, prefill_lookahead_tokens - 1)
     return {
         name: dataclasses.replace(spec, extra_retained_tokens=extra)
-        if isinstance(spec, SlidingWindowSpec) and spec.extra_retained_tokens < extra
+        if isinstance(spec, SlidingWindowSpec) and spec.extra_retained_tokens != extra
         else spec
         for name, spec in kv_cache_spec.items()
     }
+
+
+def mark_eagle_groups(
+    groups: Sequence[KVCacheGroupSpec], kv_cache_spec: Mapping[str, KVCacheSpec]
+) -> tuple[KVCacheGroupSpec, ...]:
+    """The groups with ``is_eagle_group`` set on those holding a draft layer (the groups
+    an EAGLE/MTP drafter reads; vLLM marks them when it drops the trailing block)."""
+    return tuple(
+        dataclasses.replace(
+            group, is_eagle_group=any(kv_cache_spec[n].is_draft for n in group.layer_names)
+        )
+        for group in groups
+    )
 
 
 def _names(items: Iterable[str], limit: int = 8) -> str:

@@ -5,6 +5,7 @@ block size first raised to hold a Mamba state. The least-waste search reuses it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -59,9 +60,12 @@ def fit_page(spec: KVCacheSpec, page_bytes: int, state_block_size: int) -> KVCac
         if spec.real_page_size_bytes > page_bytes:
             return None
         resized = dataclasses.replace(spec, block_size=state_block_size)
-        if getattr(spec, "prefill_checkpoint_alignment", None) == spec.block_size:
-            # A checkpoint grid that is the block (vLLM's gated DeltaNet) follows it.
-            resized = dataclasses.replace(resized, prefill_checkpoint_alignment=state_block_size)  # type: ignore[call-arg]
+        grid = getattr(spec, "prefill_checkpoint_alignment", None)
+        if grid and grid % spec.block_size == 0 and state_block_size != spec.block_size:
+            # A checkpoint grid on block boundaries (vLLM's gated DeltaNet: the block
+            # and the kernel's step) stays on them: lcm of the new block and the grid.
+            grid = math.lcm(state_block_size, grid)
+            resized = dataclasses.replace(resized, prefill_checkpoint_alignment=grid)  # type: ignore[call-arg]
         return pad_to(resized, page_bytes)
     page = spec.page_size_bytes
     if page >= page_bytes:
@@ -73,6 +77,21 @@ def fit_page(spec: KVCacheSpec, page_bytes: int, state_block_size: int) -> KVCac
     return pad_to(spec, page_bytes)
 
 
+def checkpoint_step(state_specs: Sequence[KVCacheSpec]) -> int:
+    """The token step every align-mode state can export a prefill checkpoint at (the
+    lcm of their steps), 1 unless each of them declares one, as vLLM requires."""
+    steps = [
+        s.prefill_checkpoint_alignment
+        for s in state_specs
+        if isinstance(s, MambaSpec)
+        and s.mamba_cache_mode == "align"
+        and s.num_prefill_checkpoint_blocks > 0
+    ]
+    if not steps or len(steps) < len(state_specs) or None in steps:
+        return 1
+    return math.lcm(*(s for s in steps if s is not None))
+
+
 def mamba_aligned_block_size(
     attention_specs: Sequence[KVCacheSpec],
     state_specs: Sequence[KVCacheSpec],
@@ -81,7 +100,8 @@ def mamba_aligned_block_size(
 ) -> int:
     """Smallest attention block size whose page holds the largest state: ``k * cdiv(m,
     k * a)`` rounded up to the platform's ``multiple``, ``k`` the engine block size
-    rounded up to it (reference 6.4)."""
+    rounded up to it and, in align mode, to the states' prefill checkpoint step (vLLM
+    0.33 puts internal checkpoints on block boundaries; reference 6.4)."""
     per_token = max(
         s.bytes_per_token
         if isinstance(s, AttentionSpec)
@@ -89,7 +109,7 @@ def mamba_aligned_block_size(
         for s in attention_specs
     )
     state_bytes = max(s.real_page_size_bytes for s in state_specs)
-    k = multiple * cdiv(block_size, multiple)
+    k = math.lcm(multiple * cdiv(block_size, multiple), checkpoint_step(state_specs))
     aligned = k * cdiv(state_bytes, k * per_token)
     return max(block_size, multiple * cdiv(aligned, multiple))
 

@@ -15,7 +15,11 @@ from pagedkv.planning.builder import (
     KVCacheConfigBuilder,
     get_kv_cache_config_builder,
 )
-from pagedkv.planning.grouping import check_exact_partition, with_retained_tokens
+from pagedkv.planning.grouping import (
+    check_exact_partition,
+    mark_eagle_groups,
+    with_retained_tokens,
+)
 from pagedkv.planning.placement import check_regions
 from pagedkv.planning.sharing import add_kv_sharing_layers, check_kv_sharing
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
@@ -63,6 +67,8 @@ def _group(
                 f"index {i}, not a KVCacheGroupSpec"
             )
     check_exact_partition(groups, specs, source=type(builder).__qualname__)
+    if config.scheduler.use_eagle_block_drop:
+        groups = mark_eagle_groups(groups, specs)
     return groups, alternatives
 
 
@@ -185,7 +191,7 @@ def plan_kv_cache_configs(
     shared = dict(shared_kv_cache_layers or {})
     check_kv_sharing(shared, merged)
     KVCacheSpecRegistry.check_kv_cache_spec_registry(merged)
-    merged = with_retained_tokens(merged, config.scheduler.num_lookahead_tokens)
+    merged = with_retained_tokens(merged, config.scheduler.num_prefill_lookahead_tokens)
     builder = get_kv_cache_config_builder(config)
     groups, alternatives = _group(builder, config, merged)
     sized = _size(builder, config, groups, specs_per_worker, available, limit)
