@@ -9,6 +9,10 @@ from typing import Any
 
 from pagedkv.platforms import get_current_platform, load_general_plugins
 
+__all__ = [
+    "register_all",
+]
+
 
 def register_all(config: Any = None) -> None:
     from pagedkv.runtime.builtins import register_builtin_kv_cache_specs

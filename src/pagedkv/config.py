@@ -9,6 +9,22 @@ from typing import Any, Literal
 from pagedkv.dtypes import canonical_dtype_name
 from pagedkv.errors import ConfigError, PagedKVError
 
+__all__ = [
+    "MambaCacheMode",
+    "KV_CACHE_GROUPING_RULES",
+    "PREFIX_CACHE_RETENTIONS",
+    "check_int",
+    "check_fields",
+    "check_choice",
+    "ModelConfig",
+    "CacheConfig",
+    "ParallelConfig",
+    "EAGLE_METHODS",
+    "BLOCK_DROP_METHODS",
+    "SchedulerConfig",
+    "EngineConfig",
+]
+
 MambaCacheMode = Literal["none", "align"]
 
 # KV cache grouping rules by name (CacheConfig.kv_cache_grouping_rule -> the qualname the

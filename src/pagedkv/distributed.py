@@ -21,6 +21,14 @@ from pagedkv.errors import PlanningError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.specs.base import KVCacheSpec
 
+__all__ = [
+    "DistributedPlanningError",
+    "RankReport",
+    "check_reports",
+    "plan_digest",
+    "plan_across_ranks",
+]
+
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 

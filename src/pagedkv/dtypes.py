@@ -7,6 +7,15 @@ from typing import Any
 
 from pagedkv.errors import UnknownDtypeError
 
+__all__ = [
+    "KVCacheDtype",
+    "DTYPES",
+    "known_dtype_names",
+    "canonical_dtype_name",
+    "get_kv_dtype",
+    "dtype_size",
+]
+
 
 @dataclass(frozen=True)
 class KVCacheDtype:

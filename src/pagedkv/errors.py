@@ -2,6 +2,21 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "PagedKVError",
+    "ConfigError",
+    "UnknownDtypeError",
+    "KVCacheSpecError",
+    "RegistryError",
+    "PlatformError",
+    "PlanningError",
+    "InsufficientMemoryError",
+    "ModelConfigError",
+    "TraceFormatError",
+    "NoFreeBlocksError",
+    "KVCacheRuntimeError",
+]
+
 
 class PagedKVError(Exception):
     """Base class of every error pagedkv raises on purpose."""

@@ -17,6 +17,23 @@ from typing import TYPE_CHECKING, Any
 from pagedkv.errors import PlatformError
 from pagedkv.registry import STARTUP_LOCK
 
+__all__ = [
+    "DEFAULT_BUILDER_QUALNAME",
+    "Platform",
+    "GenericPlatform",
+    "resolve_obj_by_qualname",
+    "qualname_of",
+    "logger",
+    "PLATFORM_ENV",
+    "PLUGINS_ENV",
+    "PLATFORM_GROUP",
+    "PLUGIN_GROUP",
+    "entry_points",
+    "get_current_platform",
+    "set_current_platform",
+    "load_general_plugins",
+]
+
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
@@ -217,7 +234,8 @@ def get_current_platform() -> type[Platform]:
             if _state["platform"] is None:
                 _state["platform"] = _resolve_platform()
             current = _state["platform"]
-    return current
+    resolved: type[Platform] = current
+    return resolved
 
 
 def set_current_platform(platform: type[Platform] | None) -> None:

@@ -13,6 +13,14 @@ from typing import Any, TypeVar
 
 from pagedkv.errors import RegistryError
 
+__all__ = [
+    "T",
+    "KVCacheSpecMetadata",
+    "STARTUP_LOCK",
+    "KVCacheSpecRegistry",
+    "register_kv_cache_spec",
+]
+
 _BOOTSTRAP_MODULE = "pagedkv.bootstrap"
 
 T = TypeVar("T", bound=type)

@@ -22,6 +22,13 @@ from pagedkv.planning.placement import group_width_bytes
 from pagedkv.planning.types import KVCacheGroupSpec
 from pagedkv.specs.base import KVCacheSpec
 
+__all__ = [
+    "DEFAULT_REFERENCE_LEN",
+    "MAX_ALTERNATIVES",
+    "LeastWasteKVCacheConfigBuilder",
+    "least_waste_grouping",
+]
+
 # Length used to score groupings when max_model_len is -1 (the planner re-scores
 # at the fitted length).
 DEFAULT_REFERENCE_LEN = 32768

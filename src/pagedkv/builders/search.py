@@ -32,6 +32,25 @@ from pagedkv.planning.pages import (
 )
 from pagedkv.specs.base import KVCacheSpec, cdiv
 
+__all__ = [
+    "TOLERANCE",
+    "MAX_GROUPS",
+    "DEFAULT_MAX_KV_CACHE_GROUPS",
+    "PAGE_MULTIPLES",
+    "MAMBA_BLOCK_STEPS",
+    "MAX_LCM_FACTOR",
+    "fit_scaled",
+    "PageCandidate",
+    "fit_candidate",
+    "PageOption",
+    "page_candidates",
+    "Scored",
+    "score",
+    "group_budget",
+    "SearchResult",
+    "search",
+]
+
 TOLERANCE = 0.01
 # Groupings scored (and reported) up to this many groups, or the budget if larger.
 MAX_GROUPS = 64

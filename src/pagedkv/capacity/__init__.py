@@ -9,3 +9,14 @@ from pagedkv.capacity.report import (
     KVCachePlan,
     WorkerReport,
 )
+
+__all__ = [
+    "concurrency_points",
+    "full_attention_token_capacity",
+    "plan_kv_cache",
+    "ConcurrencyPoint",
+    "GroupingAlternative",
+    "GroupReport",
+    "KVCachePlan",
+    "WorkerReport",
+]

@@ -9,14 +9,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from pagedkv.capacity.report import ConcurrencyPoint, GroupReport, KVCachePlan, WorkerReport
 from pagedkv.config import EngineConfig, check_int
 from pagedkv.errors import PlanningError
-from pagedkv.planning.layout import is_block_outermost
-from pagedkv.planning.placement import bytes_per_block, group_width_bytes, resolve_kv_cache_layout
+from pagedkv.planning.layout import is_block_outermost, resolve_kv_cache_layout
+from pagedkv.planning.placement import bytes_per_block, group_width_bytes
 from pagedkv.planning.planner import plan_kv_cache_configs
 from pagedkv.planning.sizing import RequestCost
 from pagedkv.planning.types import KVCacheGroupSpec
 from pagedkv.specs.base import KVCacheSpec
 from pagedkv.specs.full import FullAttentionSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
+
+__all__ = [
+    "plan_kv_cache",
+    "concurrency_points",
+    "inner_specs",
+    "is_full_attention",
+    "scheduler_block_size",
+    "group_reports",
+    "request_waste",
+    "concurrency_point",
+    "full_attention_token_capacity",
+]
 
 
 def plan_kv_cache(

@@ -11,6 +11,14 @@ from pagedkv.errors import PlanningError
 from pagedkv.planning.sizing import RequestCost
 from pagedkv.planning.types import KVCacheConfig
 
+__all__ = [
+    "GroupReport",
+    "ConcurrencyPoint",
+    "GroupingAlternative",
+    "WorkerReport",
+    "KVCachePlan",
+]
+
 
 @dataclass(frozen=True, kw_only=True)
 class GroupReport:

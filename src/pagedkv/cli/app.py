@@ -21,6 +21,11 @@ from pagedkv.cli.serve import serve_command
 from pagedkv.cli.simulate import simulate_command
 from pagedkv.errors import PagedKVError
 
+__all__ = [
+    "app",
+    "main",
+]
+
 app = typer.Typer(
     name="pagedkv",
     help="Plan and inspect the paged KV cache of LLM inference engines.",

@@ -12,6 +12,11 @@ from rich.table import Table
 from pagedkv.cli.common import format_bytes, stdout_console
 from pagedkv.models import describe_model, list_bundled_models, list_gpus
 
+__all__ = [
+    "models_command",
+    "gpus_command",
+]
+
 
 def models_command(
     json_output: bool = typer.Option(False, "--json", help="Print a JSON list."),

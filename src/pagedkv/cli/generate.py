@@ -19,6 +19,13 @@ from pagedkv.cli.common import (
 )
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "PROMPT_OPTION",
+    "PROMPTS_FILE_OPTION",
+    "prompt_lines",
+    "generate_command",
+]
+
 PROMPT_OPTION = typer.Option([], "--prompt", help="A prompt (repeatable).")
 PROMPTS_FILE_OPTION = typer.Option(None, "--prompts-file", help="A file with one prompt per line.")
 

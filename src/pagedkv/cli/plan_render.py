@@ -14,6 +14,21 @@ from pagedkv.cli.common import format_bytes, format_int, stdout_console
 from pagedkv.deployment import DeploymentPlan
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "PLOT_POINTS",
+    "SCHEMA_VERSION",
+    "PlanResult",
+    "plan_dict",
+    "print_json",
+    "weights_dtype",
+    "vllm_lines",
+    "vllm_kv_cache_tokens",
+    "print_tables",
+    "concurrency_curve",
+    "concurrency_figure",
+    "write_plot",
+]
+
 PLOT_POINTS = 32
 # 2: max_concurrency is one number (vLLM's figure at max_model_len); the per-length
 # table moved to concurrency_by_context_len; scheduler options added.

@@ -9,6 +9,13 @@ from typing import Any
 
 from pagedkv.cli.common import stderr_console
 
+__all__ = [
+    "progress_enabled",
+    "PhaseBar",
+    "phase",
+    "require_matplotlib",
+]
+
 
 def progress_enabled(json_output: bool) -> bool:
     return not json_output and sys.stderr.isatty()

@@ -9,6 +9,15 @@ import typer
 from pagedkv.cli.common import stderr_console
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "route_app",
+    "EngineSpec",
+    "parse_engines",
+    "parse_listen",
+    "serve_command",
+    "simulate_engine_command",
+]
+
 route_app = typer.Typer(
     help="KV-aware routing over engines' KV events (vLLM's or pagedkv's).", no_args_is_help=True
 )

@@ -11,6 +11,11 @@ import typer
 from pagedkv.cli.common import BLOCK_SIZE_OPTION, parse_bytes, stderr_console
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "API_KEY_ENV",
+    "serve_command",
+]
+
 API_KEY_ENV = "PAGEDKV_API_KEY"
 
 

@@ -43,6 +43,13 @@ from pagedkv.cli.simulate_tiers import (
 from pagedkv.deployment import VLLMFlags
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "DEFAULT_MODEL",
+    "TRACE_FORMATS_HELP",
+    "MAX_NUM_BLOCKS",
+    "simulate_command",
+]
+
 # One full-attention group keeps the default run short (gemma-3-27b-it, 7 groups with
 # vLLM's grouping, costs ~5x more per manager call); pass a model name for others.
 DEFAULT_MODEL = "Llama-3.1-8B"

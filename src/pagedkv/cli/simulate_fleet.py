@@ -9,6 +9,15 @@ import typer
 
 from pagedkv.cli.common import stderr_console, stdout_console
 
+__all__ = [
+    "REPLICAS_OPTION",
+    "ROUTER_OPTION",
+    "WORKERS_OPTION",
+    "RAY_OPTION",
+    "replica_counts",
+    "run_fleet",
+]
+
 REPLICAS_OPTION = typer.Option(
     1,
     "--replicas",

@@ -9,6 +9,14 @@ from rich.table import Table
 
 from pagedkv.cli.common import format_int, format_percent, stdout_console
 
+__all__ = [
+    "notes",
+    "summary_table",
+    "sweep_table",
+    "print_summary",
+    "print_sweep",
+]
+
 
 def notes(result: Any, trace: Any) -> list[str]:
     """Plain-language reasons behind figures that would otherwise puzzle."""

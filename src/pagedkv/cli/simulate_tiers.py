@@ -10,6 +10,14 @@ from typing import Any, NamedTuple
 from pagedkv.cli.common import format_int, format_percent, stdout_console
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "TierOptions",
+    "parse_tier_options",
+    "single_engine",
+    "tier_rows",
+    "run_tier_sweep",
+]
+
 
 class TierOptions(NamedTuple):
     policies: list[str]
@@ -62,7 +70,9 @@ def single_engine(engine: Any, opts: TierOptions) -> Any:
     return with_tiers(engine, opts.policies[0], host, opts.host_policy)
 
 
-def tier_rows(result: Any, engine: Any, opts: TierOptions) -> tuple[list[tuple[str, str]], dict]:
+def tier_rows(
+    result: Any, engine: Any, opts: TierOptions
+) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     """Summary rows and JSON fields: hits per tier, prefill saved, estimated TTFT."""
     from pagedkv.sim.tiers import cost_model_for, point_of
 

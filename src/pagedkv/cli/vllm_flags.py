@@ -10,6 +10,23 @@ import typer
 
 from pagedkv.deployment.startup import VLLM_DTYPES
 
+__all__ = [
+    "NO_EFFECT",
+    "check_dtype",
+    "ENFORCE_EAGER_OPTION",
+    "DTYPE_OPTION",
+    "QUANTIZATION_OPTION",
+    "TRUST_REMOTE_CODE_OPTION",
+    "DATA_PARALLEL_OPTION",
+    "EXPERT_PARALLEL_OPTION",
+    "SPECULATIVE_OPTION",
+    "CPU_OFFLOAD_OPTION",
+    "VLLM_VERSION_OPTION",
+    "HOST_OPTION",
+    "PORT_OPTION",
+    "SERVED_NAME_OPTION",
+]
+
 NO_EFFECT = "Accepted for vLLM command lines; it does not change a plan."
 
 

@@ -26,6 +26,16 @@ from pagedkv.cluster.index import KVIndex
 from pagedkv.errors import ConfigError
 from pagedkv.events.subscriber import Delivery, EventSubscriber
 
+__all__ = [
+    "MAX_IDLE_SYNC_S",
+    "SOCKETS_PER_ENGINE",
+    "SPARE_DESCRIPTORS",
+    "reserve_descriptors",
+    "EngineEndpoints",
+    "EngineFeedStats",
+    "IndexFeed",
+]
+
 MAX_IDLE_SYNC_S = 60.0
 # Per engine: its SUB socket and, while replay is asked, a DEALER; each holds a TCP
 # connection (a file descriptor). The rest: ZeroMQ's own threads and signalers.
@@ -112,8 +122,8 @@ class IndexFeed:
         self._commands: deque[tuple[str, str]] = deque()  # (forget | resync, engine)
         # the feed thread's: the poll over every SUB socket and the replays in flight
         self._poller = zmq.Poller()
-        self._by_socket: dict[zmq.Socket, str] = {}
-        self._replaying: dict[str, zmq.Socket] = {}  # engine -> its replay's socket
+        self._by_socket: dict[zmq.Socket[bytes], str] = {}
+        self._replaying: dict[str, zmq.Socket[bytes]] = {}  # engine -> its replay's socket
         self._last_seen: dict[str, float] = {}  # engine -> its last message or replay
         self.error: BaseException | None = None  # what stopped the feed thread, if anything
         self._thread = threading.Thread(target=self._run, name="pagedkv-index-feed", daemon=True)
@@ -260,7 +270,7 @@ class IndexFeed:
         doubling (up to ``MAX_IDLE_SYNC_S``) for each ask its replay endpoint left
         unanswered in a row."""
         unanswered = min(self._subs[name].replay_unanswered, 32)
-        return min(self.idle_sync_s * 2**unanswered, max(MAX_IDLE_SYNC_S, self.idle_sync_s))
+        return float(min(self.idle_sync_s * 2**unanswered, max(MAX_IDLE_SYNC_S, self.idle_sync_s)))
 
     def _step(self, name: str, action: Callable[[], list[Delivery]]) -> None:
         """Run one subscriber action, apply what it delivers, and poll its replay

@@ -10,6 +10,10 @@ from pagedkv.runtime.events import ExternalBlockHash
 from pagedkv.runtime.hashing import BlockHasher, LoRA
 from pagedkv.runtime.request import Request
 
+__all__ = [
+    "PromptHasher",
+]
+
 
 class PromptHasher:
     """External hashes of a prompt's full blocks, computed by the runtime's own hasher (same

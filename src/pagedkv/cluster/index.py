@@ -25,6 +25,13 @@ from pagedkv.runtime.events import (
     KVCacheEvent,
 )
 
+__all__ = [
+    "Scope",
+    "RESET_CHUNK",
+    "DEVICE_MEDIUMS",
+    "KVIndex",
+]
+
 Scope = tuple[str | None, int | None]
 RESET_CHUNK = 1 << 16  # entries scanned per step of reset_engine_steps
 DEVICE_MEDIUMS: tuple[str | None, ...] = ("GPU", None)

@@ -14,6 +14,18 @@ from typing import NamedTuple
 
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "EngineLoad",
+    "Router",
+    "RoundRobinRouter",
+    "LeastLoadedRouter",
+    "PrefixRouter",
+    "CostRouter",
+    "BalancedRouter",
+    "ROUTERS",
+    "make_router",
+]
+
 
 class EngineLoad(NamedTuple):
     """What an engine reports (or the simulator knows) about its load."""

@@ -6,6 +6,12 @@ from dataclasses import dataclass
 
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "KVEventsConfig",
+    "offset_endpoint_port",
+    "binds",
+]
+
 
 @dataclass(frozen=True, kw_only=True)
 class KVEventsConfig:

@@ -22,6 +22,11 @@ from pagedkv.events.config import KVEventsConfig, binds, offset_endpoint_port
 from pagedkv.events.wire import END_OF_REPLAY_SEQ, encode_payload
 from pagedkv.runtime.events import KVCacheEvent
 
+__all__ = [
+    "END_MARKER",
+    "ZmqEventPublisher",
+]
+
 END_MARKER = END_OF_REPLAY_SEQ.to_bytes(8, "big", signed=True)
 _POLL_MS = 5
 _STOP = object()
@@ -100,7 +105,7 @@ class ZmqEventPublisher:
         self.close()
 
     # -- publisher thread -------------------------------------------------------------
-    def _open(self) -> tuple[zmq.Socket, zmq.Socket | None]:
+    def _open(self) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes] | None]:
         cfg = self.config
         pub = self._ctx.socket(zmq.PUB)
         pub.setsockopt(zmq.SNDHWM, cfg.hwm)
@@ -151,7 +156,7 @@ class ZmqEventPublisher:
             if replay is not None:
                 replay.close()
 
-    def _send(self, pub: zmq.Socket, seq: int, events: list[KVCacheEvent]) -> None:
+    def _send(self, pub: zmq.Socket[bytes], seq: int, events: list[KVCacheEvent]) -> None:
         payload = encode_payload(
             events,
             data_parallel_rank=self.data_parallel_rank,
@@ -161,7 +166,7 @@ class ZmqEventPublisher:
         pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
         self.num_sent += 1
 
-    def _mark_drop(self, pub: zmq.Socket) -> None:
+    def _mark_drop(self, pub: zmq.Socket[bytes]) -> None:
         """Send an empty batch numbered after a dropped one that ended a burst, so the
         subscribers see the gap (and drop the state it voids) instead of waiting for the
         engine's next step to reveal it."""
@@ -173,7 +178,7 @@ class ZmqEventPublisher:
             self._drop_unseen = False
         self._send(pub, seq, [])
 
-    def _answer_replay(self, replay: zmq.Socket) -> None:
+    def _answer_replay(self, replay: zmq.Socket[bytes]) -> None:
         while replay.poll(0):
             frames = replay.recv_multipart()
             if len(frames) != 3 or frames[1] != b"" or len(frames[2]) != 8:

@@ -51,7 +51,7 @@ class PendingReplay:
     payload)`` whose gap this fills, None for a tail.
     """
 
-    socket: zmq.Socket | None
+    socket: zmq.Socket[bytes] | None
     ask_from: int
     start: int
     expected: int | None
@@ -76,7 +76,7 @@ class EventSubscriber:
         bind: bool | None = None,
         start_seq: int | None = 0,
         replay_timeout_s: float = 1.0,
-        context: zmq.Context | None = None,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
@@ -109,7 +109,7 @@ class EventSubscriber:
         return self._next
 
     @property
-    def replay_socket(self) -> zmq.Socket | None:
+    def replay_socket(self) -> zmq.Socket[bytes] | None:
         """The socket of the replay in flight (readable when answers wait), or None."""
         return None if self._replay is None else self._replay.socket
 

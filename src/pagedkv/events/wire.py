@@ -25,6 +25,19 @@ from pagedkv.runtime.events import (
     KVCacheEvent,
 )
 
+__all__ = [
+    "DEFAULT_TOPIC",
+    "END_OF_REPLAY_SEQ",
+    "AnyKVCacheEvent",
+    "EventBatch",
+    "external_block_hash",
+    "to_external",
+    "encode_payload",
+    "encode_event_batch",
+    "decode_payload",
+    "decode_event_batch",
+]
+
 DEFAULT_TOPIC = b""
 END_OF_REPLAY_SEQ = -1  # sequence number of the replay end marker (8 bytes of 0xff)
 _MASK64 = (1 << 64) - 1

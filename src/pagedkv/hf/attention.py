@@ -28,6 +28,25 @@ from pagedkv.tensors import (
     write_kv,
 )
 
+__all__ = [
+    "ATTENTION_NAME",
+    "HFIntegrationError",
+    "PagedStep",
+    "running_step",
+    "layer_index",
+    "views_by_layer",
+    "current_step",
+    "current_view",
+    "AttentionOptions",
+    "grouped_attention",
+    "SHORT_CHUNK_TOKENS",
+    "attend_short_chunks",
+    "attend_request",
+    "paged_attention_forward",
+    "MIN_TRANSFORMERS",
+    "register_attention",
+]
+
 ATTENTION_NAME = "pagedkv"
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 

@@ -16,6 +16,10 @@ from pagedkv.hf.attention import HFIntegrationError, current_step
 from pagedkv.hf.latent import latent_update
 from pagedkv.hf.state import StateIO
 
+__all__ = [
+    "PagedCache",
+]
+
 
 class PagedCache:
     """The ``cache`` argument of a forward pass on a pagedkv step (``states``: the

@@ -47,6 +47,14 @@ from pagedkv.tensors import (
 )
 from pagedkv.tensors.workload import ScheduledChunk, WorkloadRequest
 
+__all__ = [
+    "DEFAULT_KV_CACHE_BYTES",
+    "GenerationOutput",
+    "eos_token_ids",
+    "paged_attention_implementation",
+    "PagedGenerator",
+]
+
 DEFAULT_KV_CACHE_BYTES = 64 << 20
 
 

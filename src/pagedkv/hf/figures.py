@@ -10,6 +10,11 @@ from pagedkv.runtime import KVCacheManager
 from pagedkv.specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
 from pagedkv.tensors.workload import MiniScheduler, ScheduledChunk
 
+__all__ = [
+    "CacheFigures",
+    "FigureCounter",
+]
+
 
 class CacheFigures(NamedTuple):
     """``num_hit_tokens``: prompt tokens served by the prefix cache over all admissions;

@@ -16,6 +16,10 @@ import torch
 from pagedkv.hf.attention import PagedStep
 from pagedkv.tensors import LayerView, gather_kv, write_kv
 
+__all__ = [
+    "latent_update",
+]
+
 
 def latent_update(
     step: PagedStep, view: LayerView, layer_idx: int, kv_nope: torch.Tensor, k_rot: torch.Tensor

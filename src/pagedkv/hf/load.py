@@ -11,6 +11,13 @@ from pagedkv.errors import ModelConfigError
 from pagedkv.hf.tiny import seeded_model, tiny_config
 from pagedkv.models import load_model_config
 
+__all__ = [
+    "transformers_config",
+    "load_tiny_model",
+    "use_one_thread",
+    "load_pretrained",
+]
+
 
 def transformers_config(model: str | Path) -> Any:
     """The transformers config of a bundled model name, directory or config.json

@@ -10,6 +10,12 @@ import torch
 
 from pagedkv.hf.rope import RopeRule, fixed_rope
 
+__all__ = [
+    "Mismatch",
+    "reference_tokens",
+    "first_mismatch",
+]
+
 
 class Mismatch(NamedTuple):
     """The first token where the paged engine and ``generate()`` disagree."""

@@ -8,6 +8,12 @@ from dataclasses import dataclass, field
 
 from pagedkv.tensors.workload import MiniScheduler, ScheduledChunk
 
+__all__ = [
+    "end_of",
+    "reaches_end",
+    "GenerationScheduler",
+]
+
 
 def end_of(chunk: ScheduledChunk) -> int:
     """Tokens the chunk's request has computed once the chunk ran."""

@@ -10,6 +10,12 @@ from pagedkv.models import ModelLayout, describe_model, get_kv_cache_specs
 from pagedkv.models.source import ModelSource
 from pagedkv.specs import KVCacheSpec, MambaSpec
 
+__all__ = [
+    "dtype_name",
+    "model_layout",
+    "kv_cache_specs_for",
+]
+
 
 def dtype_name(model: Any) -> str:
     """The model's parameter dtype as pagedkv names it (``torch.float32`` -> ``float32``)."""

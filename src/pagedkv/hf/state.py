@@ -24,6 +24,13 @@ from pagedkv.hf.scheduler import end_of
 from pagedkv.tensors import LayerView
 from pagedkv.tensors.workload import ScheduledChunk
 
+__all__ = [
+    "StateBlocks",
+    "StateIO",
+    "state_pieces",
+    "state_blocks",
+]
+
 
 class StateBlocks(NamedTuple):
     """The block holding the state at the pass's start (None: a fresh request) and the

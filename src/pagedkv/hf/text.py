@@ -5,6 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+__all__ = [
+    "TextCodec",
+    "ByteCodec",
+    "TokenizerCodec",
+    "text_codec",
+]
+
 
 class TextCodec(Protocol):
     name: str

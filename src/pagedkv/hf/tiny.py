@@ -16,6 +16,16 @@ import torch
 
 from pagedkv.errors import ModelConfigError
 
+__all__ = [
+    "TINY_HIDDEN",
+    "TINY_HEADS",
+    "TINY_HEAD_DIM",
+    "tiny_num_layers",
+    "tiny_changes",
+    "tiny_config",
+    "seeded_model",
+]
+
 TINY_HIDDEN = 64
 TINY_HEADS = 4
 TINY_HEAD_DIM = 16

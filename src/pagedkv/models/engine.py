@@ -24,6 +24,19 @@ from pagedkv.models.source import ModelLike
 from pagedkv.models.startup_memory import MemoryTerm, StartupOptions, profile_terms, reserve_bytes
 from pagedkv.specs import KVCacheSpec
 
+__all__ = [
+    "engine_config_for",
+    "bytes_per_param",
+    "weight_bytes_per_worker",
+    "estimate_weight_bytes",
+    "startup_terms",
+    "activation_reserve_bytes",
+    "MemoryBudget",
+    "memory_budgets",
+    "pipeline_stages",
+    "get_kv_cache_specs",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import MambaCacheMode
 

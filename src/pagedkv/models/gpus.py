@@ -12,6 +12,14 @@ from typing import Any
 
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "GPU",
+    "list_gpus",
+    "LOCAL",
+    "get_gpu",
+    "local_gpu",
+]
+
 
 @dataclass(frozen=True)
 class GPU:

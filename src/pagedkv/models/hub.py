@@ -22,6 +22,19 @@ from urllib.parse import urlsplit
 
 from pagedkv.errors import ModelConfigError
 
+__all__ = [
+    "CONFIG_FILE",
+    "INDEX_FILE",
+    "DEFAULT_ENDPOINT",
+    "PROBE_TIMEOUT_S",
+    "CheckpointInfo",
+    "is_hub_id",
+    "quiet",
+    "fetch_config",
+    "fetch_checkpoint_info",
+    "read_checkpoint_info",
+]
+
 # ``org/name``: what the Hub calls a repo id (names without an organisation are not
 # looked up, so a mistyped bundled name never turns into a network request).
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -25,6 +25,25 @@ from pagedkv.specs import (
     SlidingWindowSpec,
 )
 
+__all__ = [
+    "shard",
+    "AttentionLayer",
+    "LatentLayer",
+    "RingLayer",
+    "StateShape",
+    "StateLayer",
+    "LayerDesc",
+    "Unit",
+    "ModelLayout",
+    "attention_spec",
+    "DS_MLA_DTYPE",
+    "DS_MLA_LATENT_SIZE",
+    "DS_MLA_BYTES_PER_TOKEN",
+    "latent_spec",
+    "state_spec",
+    "layer_spec",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import MambaCacheMode
 

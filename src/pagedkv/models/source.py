@@ -27,6 +27,21 @@ from pagedkv.models.hub import (
     read_checkpoint_info,
 )
 
+__all__ = [
+    "MAMBA_SSM_FORMAT",
+    "bundled_models_dir",
+    "list_bundled_models",
+    "ModelSource",
+    "ModelLike",
+    "load_model_config",
+    "ENV_TRANSFORMERS",
+    "LAYER_COUNT_KEYS",
+    "MAX_LAYERS",
+    "ConfigView",
+    "transformers_mode",
+    "normalize_with_transformers",
+]
+
 MAMBA_SSM_FORMAT = "mamba_ssm"
 
 

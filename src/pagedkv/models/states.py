@@ -9,6 +9,13 @@ from typing import TYPE_CHECKING
 from pagedkv.errors import ModelConfigError
 from pagedkv.models.layers import StateShape, shard
 
+__all__ = [
+    "GDN_CHECKPOINT_ALIGNMENT_TOKENS",
+    "Mamba1State",
+    "Mamba2State",
+    "GatedDeltaNetState",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import MambaCacheMode
 

@@ -22,6 +22,24 @@ from pagedkv.planning.types import (
     LayerRegion,
 )
 
+__all__ = [
+    "Any",
+    "DefaultKVCacheConfigBuilder",
+    "KVCacheConfigBuilder",
+    "SupportsKVCacheGrouping",
+    "VLLMRuleKVCacheConfigBuilder",
+    "get_kv_cache_config_builder",
+    "check_aliasing",
+    "PlannedKVCache",
+    "get_kv_cache_configs",
+    "plan_kv_cache_configs",
+    "DEFAULT_ROLE",
+    "KVCacheConfig",
+    "KVCacheGroupSpec",
+    "KVCacheTensor",
+    "LayerRegion",
+]
+
 # The capacity report lives in pagedkv.capacity, above the core. Its names still resolve
 # here for code written against earlier versions: looked up by name on first use, so the
 # core never imports the report (the same by-name rule as the registry's start-up hook).

@@ -15,6 +15,14 @@ from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.platforms import get_current_platform, resolve_obj_by_qualname
 from pagedkv.specs.base import KVCacheSpec
 
+__all__ = [
+    "SupportsKVCacheGrouping",
+    "KVCacheConfigBuilder",
+    "DefaultKVCacheConfigBuilder",
+    "VLLMRuleKVCacheConfigBuilder",
+    "get_kv_cache_config_builder",
+]
+
 
 @runtime_checkable
 class SupportsKVCacheGrouping(Protocol):

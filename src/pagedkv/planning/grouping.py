@@ -31,6 +31,26 @@ from pagedkv.specs.full import FullAttentionSpec, MLAAttentionSpec
 from pagedkv.specs.local import ChunkedLocalAttentionSpec, SlidingWindowMLASpec, SlidingWindowSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
+__all__ = [
+    "logger",
+    "merge_specs",
+    "try_merge",
+    "make_buckets",
+    "groups_from_buckets",
+    "single_group",
+    "promote_to_full",
+    "promote_local_specs",
+    "with_retained_tokens",
+    "mark_eagle_groups",
+    "check_exact_partition",
+    "vllm_group_size",
+    "GroupingChoice",
+    "GroupingRule",
+    "vllm_grouping",
+    "choose_kv_cache_groups",
+    "grouping_rule",
+]
+
 logger = logging.getLogger(__name__)
 
 

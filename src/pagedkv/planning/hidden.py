@@ -12,6 +12,11 @@ from pagedkv.specs.base import KVCacheSpec, cdiv
 from pagedkv.specs.hidden import HiddenStateCacheSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
+__all__ = [
+    "split_hidden",
+    "add_hidden_groups",
+]
+
 
 def split_hidden(
     kv_cache_spec: Mapping[str, KVCacheSpec],

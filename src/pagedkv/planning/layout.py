@@ -11,6 +11,16 @@ from pagedkv.config import EngineConfig
 from pagedkv.errors import ConfigError, PlanningError
 from pagedkv.platforms import get_current_platform
 
+__all__ = [
+    "KV_CACHE_LAYOUTS",
+    "resolve_kv_cache_layout",
+    "is_block_outermost",
+    "is_block_compact",
+    "check_layout_expresses",
+    "group_page_sizes",
+    "choose_kv_cache_layout",
+]
+
 if TYPE_CHECKING:
     from pagedkv.planning.types import KVCacheGroupSpec
 

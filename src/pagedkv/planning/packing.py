@@ -15,6 +15,11 @@ from pagedkv.specs.mamba import MambaSpec
 from pagedkv.specs.ring import CircularBufferSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
+__all__ = [
+    "approximate_gcd",
+    "packed_kv_cache_groups",
+]
+
 
 def approximate_gcd(values: Sequence[int], lower_bound: int = 1) -> int:
     """The divisor ``d >= lower_bound`` that rounds ``values`` up to multiples of ``d``

@@ -14,6 +14,19 @@ from pagedkv.specs.full import MLAAttentionSpec
 from pagedkv.specs.local import SlidingWindowMLASpec
 from pagedkv.specs.mamba import MambaSpec
 
+__all__ = [
+    "Bucket",
+    "is_state_spec",
+    "can_pad",
+    "pad_to",
+    "fit_page",
+    "checkpoint_step",
+    "mamba_aligned_block_size",
+    "Fit",
+    "unify_pages",
+    "vllm_page",
+]
+
 
 @dataclass(frozen=True)
 class Bucket:

@@ -23,6 +23,18 @@ from pagedkv.specs.base import KVCacheSpec, cdiv
 from pagedkv.specs.hisparse import HiSparseHotSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
+__all__ = [
+    "Run",
+    "PageRuns",
+    "group_width_bytes",
+    "bytes_per_block",
+    "place",
+    "place_groups",
+    "PlacedRegion",
+    "check_aliasing",
+    "check_regions",
+]
+
 
 class Run(NamedTuple):
     """Layers of one spec in a group: their page, the page padded to the spec's block

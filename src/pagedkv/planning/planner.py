@@ -26,6 +26,17 @@ from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.specs.base import KVCacheSpec
 
+__all__ = [
+    "DEFAULT_MAX_MODEL_LEN_LIMIT",
+    "Groups",
+    "pool_bytes_per_block",
+    "validate_worker_config",
+    "check_device_bytes",
+    "PlannedKVCache",
+    "plan_kv_cache_configs",
+    "get_kv_cache_configs",
+]
+
 # Upper bound for max_model_len=-1 when nothing else bounds it (local-only models).
 DEFAULT_MAX_MODEL_LEN_LIMIT = 1 << 24
 

@@ -10,6 +10,12 @@ from collections.abc import Collection, Mapping, Sequence
 from pagedkv.errors import PlanningError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
 
+__all__ = [
+    "check_kv_sharing",
+    "add_kv_sharing_layers",
+    "layer_names_with_sharing",
+]
+
 
 def check_kv_sharing(shared: Mapping[str, str], layers_with_specs: Collection[str]) -> None:
     """PlanningError naming the first sharing layer whose pairing cannot hold."""

@@ -16,6 +16,17 @@ from pagedkv.specs.full import MLAAttentionSpec
 from pagedkv.specs.local import SlidingWindowMLASpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
+__all__ = [
+    "GiB",
+    "gib",
+    "merge_worker_specs",
+    "project_groups",
+    "kv_tp_replicas",
+    "RequestCost",
+    "blocks_from_memory",
+    "fit_max_model_len",
+]
+
 GiB = 1 << 30
 
 

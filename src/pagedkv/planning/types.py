@@ -11,6 +11,14 @@ from pagedkv.errors import PlanningError
 from pagedkv.specs.base import KVCacheSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
+__all__ = [
+    "DEFAULT_ROLE",
+    "LayerRegion",
+    "KVCacheTensor",
+    "KVCacheGroupSpec",
+    "KVCacheConfig",
+]
+
 DEFAULT_ROLE = "default"
 
 

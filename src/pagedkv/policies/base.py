@@ -12,6 +12,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+__all__ = [
+    "EARLY_PRIORITY",
+    "SEQ_BITS",
+    "SEQ_MASK",
+    "EvictionPolicy",
+    "HitCounts",
+]
+
 EARLY_PRIORITY = -(2**62)  # below every request priority: freed "evict early" blocks
 # Heap policies pack (level, sequence number) into one int: level << SEQ_BITS | sequence.
 SEQ_BITS = 48

@@ -9,6 +9,10 @@ from typing import Any
 
 from pagedkv.runtime.free_queue import FreeQueue
 
+__all__ = [
+    "RecordingFreeQueue",
+]
+
 
 class RecordingFreeQueue(FreeQueue):
     """``key_of(block)``: the block's key, None when it holds nothing cached (bound to the

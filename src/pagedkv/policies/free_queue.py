@@ -14,6 +14,12 @@ from pagedkv.policies.base import EvictionPolicy
 from pagedkv.policies.registry import get_policy
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
 
+__all__ = [
+    "KeyOf",
+    "PolicyFreeQueue",
+    "make_free_queue",
+]
+
 KeyOf = Callable[[int], Any]
 
 

@@ -13,6 +13,10 @@ from typing import Any
 from pagedkv.policies.base import EARLY_PRIORITY, SEQ_BITS, SEQ_MASK, EvictionPolicy
 from pagedkv.policies.keyed_heap import KeyedHeap
 
+__all__ = [
+    "HeapPolicy",
+]
+
 
 class HeapPolicy(EvictionPolicy):
     def __init__(self, num_blocks: int) -> None:

@@ -19,6 +19,12 @@ from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.policies.free_queue import PolicyFreeQueue, make_free_queue
 from pagedkv.runtime.events import BlockRemoved, BlockStored, KVCacheEvent
 
+__all__ = [
+    "HOST_MEDIUM",
+    "StorePlan",
+    "HostTier",
+]
+
 HOST_MEDIUM = "CPU"
 
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+__all__ = [
+    "KeyedHeap",
+]
+
 
 class KeyedHeap:
     __slots__ = ("_heap", "keys")

@@ -15,6 +15,10 @@ from pagedkv.policies.base import SEQ_BITS, HitCounts
 from pagedkv.policies.heap_policy import HeapPolicy
 from pagedkv.policies.registry import register_policy
 
+__all__ = [
+    "LFUPolicy",
+]
+
 
 @register_policy("lfu")
 class LFUPolicy(HeapPolicy):

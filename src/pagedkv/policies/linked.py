@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+__all__ = [
+    "LinkedQueue",
+]
+
 _END = -1  # sentinel: head is _next[_END], tail is _prev[_END]
 
 

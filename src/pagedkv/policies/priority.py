@@ -11,6 +11,10 @@ from __future__ import annotations
 from pagedkv.policies.heap_policy import HeapPolicy
 from pagedkv.policies.registry import register_policy
 
+__all__ = [
+    "PriorityPolicy",
+]
+
 
 @register_policy("priority")
 class PriorityPolicy(HeapPolicy):

@@ -7,6 +7,13 @@ from typing import TypeVar
 
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "P",
+    "register_policy",
+    "get_policy",
+    "policy_names",
+]
+
 P = TypeVar("P", bound=type)
 
 _POLICIES: dict[str, type] = {}

@@ -13,6 +13,10 @@ from collections.abc import Sequence
 from pagedkv.runtime.managers.base import Retention, SingleTypeKVCacheManager
 from pagedkv.runtime.request import Request
 
+__all__ = [
+    "DenseRetention",
+]
+
 
 class DenseRetention(Retention):
     """Per manager; kinds that never free a running request's blocks (full and cross

@@ -34,6 +34,17 @@ from pagedkv.runtime.kv_cache_manager import KVCacheManager
 from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.runtime.request import Request
 
+__all__ = [
+    "BlockPairs",
+    "P",
+    "R",
+    "S",
+    "TieredHit",
+    "Transfers",
+    "TieredKVCacheManager",
+    "make_kv_cache_manager",
+]
+
 BlockPairs = list[tuple[int, int]]
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -18,6 +18,11 @@ from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, 
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
 from pagedkv.runtime.hashing import event_extra_keys
 
+__all__ = [
+    "NULL_BLOCK",
+    "BlockPool",
+]
+
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 

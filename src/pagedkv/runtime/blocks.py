@@ -6,6 +6,10 @@ from typing import NamedTuple
 
 from pagedkv.runtime.block_pool import NULL_BLOCK
 
+__all__ = [
+    "KVCacheBlocks",
+]
+
 
 class KVCacheBlocks(NamedTuple):
     """Block ids per group (null blocks are 0). Read-only: the empty one is shared."""

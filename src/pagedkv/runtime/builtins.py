@@ -7,6 +7,12 @@ from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime import managers as m
 from pagedkv.runtime.managers.hisparse import HISPARSE_SOURCE_ROLE
 
+__all__ = [
+    "BUILTIN_KV_CACHE_SPECS",
+    "BUILTIN_ROLE_MANAGERS",
+    "register_builtin_kv_cache_specs",
+]
+
 BUILTIN_KV_CACHE_SPECS: dict[type, tuple[type, type | None]] = {
     s.FullAttentionSpec: (m.FullAttentionManager, None),
     s.MLAAttentionSpec: (m.FullAttentionManager, s.FullAttentionSpec),

@@ -15,6 +15,19 @@ from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 from pagedkv.specs.base import KVCacheSpec, cdiv
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
+__all__ = [
+    "group_behaviour_spec",
+    "resolve_caching",
+    "manager_class_for",
+    "eagle_groups",
+    "SpecGroup",
+    "KVCacheCoordinator",
+    "NoPrefixCacheCoordinator",
+    "UnitaryCoordinator",
+    "HybridCoordinator",
+    "make_coordinator",
+]
+
 
 def group_behaviour_spec(group: KVCacheGroupSpec) -> KVCacheSpec:
     """The spec that decides a group's lifetime: a uniform-type group's first layer spec."""
@@ -228,7 +241,7 @@ class KVCacheCoordinator:
         # What an EAGLE lookup drops: a hash block where hits end inside blocks, else a block.
         block_size = sg.spec.block_size
         if sg.manager_cls.supports_fine_grained_hits and self.alignment_tokens < block_size:
-            return self.hash_block_size
+            return int(self.hash_block_size)
         return block_size
 
     def _find_with_eagle_drop(

@@ -16,6 +16,17 @@ from pagedkv.specs.full import FullAttentionSpec
 from pagedkv.specs.local import SlidingWindowSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
+__all__ = [
+    "ExternalBlockHash",
+    "EVENT_SPEC_KINDS",
+    "KVCacheEvent",
+    "BlockStored",
+    "BlockRemoved",
+    "AllBlocksCleared",
+    "event_spec_kind",
+    "event_sliding_window",
+]
+
 ExternalBlockHash = bytes | int
 
 # The kinds vLLM 0.33 names in BlockStored.kv_cache_spec_kind (any other spec: "unknown").

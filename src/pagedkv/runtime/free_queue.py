@@ -12,6 +12,11 @@ from collections.abc import Sequence
 from itertools import islice
 from typing import Any, ClassVar
 
+__all__ = [
+    "FreeQueue",
+    "LRUFreeQueue",
+]
+
 
 class FreeQueue(ABC):
     """Eviction order of a pool's free blocks (never block 0), built all free in id order."""

@@ -14,6 +14,28 @@ import cbor2
 
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "HashFn",
+    "DEFAULT_NONE_HASH_SEED",
+    "MultiModalFeature",
+    "LoRA",
+    "HashedRequest",
+    "sha256",
+    "sha256_cbor",
+    "xxhash",
+    "xxhash_cbor",
+    "xxhash128",
+    "builtin",
+    "HASH_FUNCTIONS",
+    "get_hash_fn",
+    "none_hash_seed",
+    "prompt_embeds_digest",
+    "block_extra_keys",
+    "event_extra_keys",
+    "BlockHasher",
+    "hash_token_blocks",
+]
+
 HashFn = Callable[[Any], Any]
 DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
 

@@ -27,6 +27,16 @@ from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
 
+__all__ = [
+    "BlockCopy",
+    "BlockCopies",
+    "FROM_CONFIG",
+    "KVCacheManager",
+    "retention_class",
+    "check_retention_interval",
+    "plain_growth",
+]
+
 
 class BlockCopy(NamedTuple):
     """Copy block ``src_block_id``'s contents into ``dst_block_id`` (vLLM's KVCacheBlockCopy)."""

@@ -8,6 +8,11 @@ from typing import Any
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime.hashing import BlockHasher, LoRA, MultiModalFeature
 
+__all__ = [
+    "KV_CACHE_REPORT_MODES",
+    "Request",
+]
+
 KV_CACHE_REPORT_MODES = ("incremental", "full")
 
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = [
+    "PrefixCacheStats",
+    "PrefixCacheStatsCounter",
+]
+
 
 @dataclass(frozen=True)
 class PrefixCacheStats:

@@ -17,6 +17,15 @@ from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.scheduling.simulator import Simulator
 from pagedkv.specs import MambaSpec
 
+__all__ = [
+    "bound_geometry",
+    "host_block_tokens",
+    "SimEngine",
+    "engine_from_plan",
+    "engine_from_deployment",
+    "engine_from_model",
+]
+
 
 def _group_label(group: Any) -> str:
     spec = group.kv_cache_spec

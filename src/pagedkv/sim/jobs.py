@@ -12,6 +12,11 @@ from typing import Any
 
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "Job",
+    "run_jobs",
+]
+
 Job = tuple[Callable[..., Any], tuple[Any, ...]]
 
 

@@ -10,6 +10,12 @@ from pagedkv.config import EngineConfig
 from pagedkv.errors import InsufficientMemoryError
 from pagedkv.specs import KVCacheSpec
 
+__all__ = [
+    "PlanInputs",
+    "plan_inputs_for",
+    "plan_with_num_blocks",
+]
+
 if TYPE_CHECKING:
     from pagedkv.models import ModelLayout
 

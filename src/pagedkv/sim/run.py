@@ -13,6 +13,14 @@ from pagedkv.sim.reports.metrics import SimResult
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.traces.trace import Trace
 
+__all__ = [
+    "simulate",
+    "SweepPoint",
+    "sweep_dataframe",
+    "sweep",
+    "sweep_sizes",
+]
+
 
 def simulate(
     engine: SimEngine,

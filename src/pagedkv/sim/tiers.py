@@ -25,6 +25,28 @@ from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.traces.trace import Trace
 
+__all__ = [
+    "PEAK_BF16_TFLOPS",
+    "DEFAULT_MFU",
+    "DEFAULT_PCIE_GBPS",
+    "MAX_HOST_BLOCKS",
+    "kv_bytes_per_token",
+    "check_host_gib",
+    "host_blocks_for",
+    "active_params",
+    "CostModel",
+    "check_pcie_gbps",
+    "peak_tflops",
+    "cost_model_for",
+    "TierPoint",
+    "with_tiers",
+    "point_of",
+    "tier_sweep",
+    "PlotLine",
+    "tier_plot_lines",
+    "plot_tier_sweep",
+]
+
 # Vendor peak dense BF16 tensor throughput (no sparsity), TFLOP/s, keyed like the GPU
 # table (``pagedkv gpus``; aliases resolve through it).
 PEAK_BF16_TFLOPS = {

@@ -13,6 +13,17 @@ from pagedkv.dtypes import canonical_dtype_name, get_kv_dtype
 from pagedkv.errors import KVCacheSpecError, RegistryError, UnknownDtypeError
 from pagedkv.registry import KVCacheSpecRegistry
 
+__all__ = [
+    "cdiv",
+    "check_fields",
+    "pad_to_alignment",
+    "spec_dtype_name",
+    "all_match",
+    "merge_checked",
+    "KVCacheSpec",
+    "AttentionSpec",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
 

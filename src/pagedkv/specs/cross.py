@@ -7,6 +7,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pagedkv.specs.base import AttentionSpec, cdiv
 
+__all__ = [
+    "CrossAttentionSpec",
+    "EncoderOnlyAttentionSpec",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
 

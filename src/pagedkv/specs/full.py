@@ -17,6 +17,13 @@ from pagedkv.specs.base import (
     pad_to_alignment,
 )
 
+__all__ = [
+    "merge_window_sizes",
+    "FullAttentionSpec",
+    "MLAAttentionSpec",
+    "SinkFullAttentionSpec",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
 

@@ -7,6 +7,10 @@ from typing import ClassVar
 
 from pagedkv.specs.full import MLAAttentionSpec
 
+__all__ = [
+    "HiddenStateCacheSpec",
+]
+
 
 @dataclass(frozen=True, kw_only=True)
 class HiddenStateCacheSpec(MLAAttentionSpec):

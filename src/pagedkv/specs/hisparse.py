@@ -9,6 +9,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pagedkv.specs.base import KVCacheSpec, cdiv, check_fields
 
+__all__ = [
+    "HiSparseHotSpec",
+    "HiSparseResidentSpec",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
 

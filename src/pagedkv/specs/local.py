@@ -16,6 +16,12 @@ from pagedkv.specs.base import (
     pad_to_alignment,
 )
 
+__all__ = [
+    "SlidingWindowSpec",
+    "SlidingWindowMLASpec",
+    "ChunkedLocalAttentionSpec",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
 

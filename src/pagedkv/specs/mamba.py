@@ -13,6 +13,12 @@ from pagedkv.dtypes import get_kv_dtype
 from pagedkv.errors import KVCacheSpecError
 from pagedkv.specs.base import KVCacheSpec, all_match, cdiv, check_fields, spec_dtype_name
 
+__all__ = [
+    "MambaSpec",
+    "prefill_checkpoint_position",
+    "prefill_checkpoint_exportable",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
 

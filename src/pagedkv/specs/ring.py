@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pagedkv.specs.base import AttentionSpec, KVCacheSpec
 
+__all__ = [
+    "CircularBufferSpec",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
 

@@ -8,6 +8,10 @@ from typing import ClassVar
 from pagedkv.specs.base import check_fields
 from pagedkv.specs.full import FullAttentionSpec
 
+__all__ = [
+    "RSWASpec",
+]
+
 
 @dataclass(frozen=True, kw_only=True)
 class RSWASpec(FullAttentionSpec):

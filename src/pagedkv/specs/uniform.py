@@ -10,6 +10,10 @@ from pagedkv.errors import KVCacheSpecError
 from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.specs.base import KVCacheSpec
 
+__all__ = [
+    "UniformTypeKVCacheSpecs",
+]
+
 if TYPE_CHECKING:
     from pagedkv.config import EngineConfig
 

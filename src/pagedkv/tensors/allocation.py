@@ -12,6 +12,13 @@ from pagedkv.specs import KVCacheSpec
 from pagedkv.tensors.errors import TensorLayoutError
 from pagedkv.tensors.views import LayerView, ViewRequest, build_layer_views, page_order
 
+__all__ = [
+    "KVCacheMemory",
+    "blocks_that_fit",
+    "layer_specs",
+    "allocate_kv_cache",
+]
+
 
 @dataclass(frozen=True, eq=False)
 class KVCacheMemory:

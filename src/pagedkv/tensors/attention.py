@@ -16,6 +16,17 @@ from pagedkv.tensors.errors import TensorLayoutError
 from pagedkv.tensors.metadata import AttentionMetadata
 from pagedkv.tensors.views import LayerView
 
+__all__ = [
+    "AttentionWindow",
+    "window_for_spec",
+    "attend",
+    "block_size_of",
+    "write_kv",
+    "gather_kv",
+    "gather_kv_rows",
+    "paged_attention",
+]
+
 
 class AttentionWindow(NamedTuple):
     """Which earlier tokens a query sees: all, the last ``sliding_window``, or its chunk."""

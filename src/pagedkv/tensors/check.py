@@ -27,6 +27,14 @@ from pagedkv.tensors.metadata import AttentionMetadata, ScheduledRequest, build_
 from pagedkv.tensors.views import LayerView
 from pagedkv.tensors.workload import MiniScheduler, ScheduledChunk, WorkloadRequest
 
+__all__ = [
+    "PagedAttentionMismatch",
+    "CheckStalledError",
+    "CheckReport",
+    "AttentionFn",
+    "check_paged_attention",
+]
+
 
 class PagedAttentionMismatch(PagedKVError, AssertionError):
     """Paged attention over the managed cache disagreed with dense attention."""

@@ -15,6 +15,11 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+__all__ = [
+    "chain_seeds",
+    "TokenContent",
+]
+
 
 def chain_seeds(token_ids: Sequence[int], salt: int, known: list[int]) -> list[int]:
     """Extend ``known`` (seeds of a prefix of ``token_ids``) to one seed per token."""

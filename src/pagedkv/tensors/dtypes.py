@@ -7,6 +7,10 @@ import torch
 from pagedkv.dtypes import canonical_dtype_name
 from pagedkv.tensors.errors import TensorLayoutError
 
+__all__ = [
+    "torch_dtype",
+]
+
 _TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "bfloat16": torch.bfloat16,

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pagedkv.errors import PagedKVError, PlanningError
 
+__all__ = [
+    "TensorLayoutError",
+    "BlockTableError",
+]
+
 
 class TensorLayoutError(PlanningError):
     """A layer's region cannot be viewed as a typed tensor (dtype, alignment, bounds)."""

@@ -9,6 +9,15 @@ import torch
 
 from pagedkv.tensors.errors import BlockTableError
 
+__all__ = [
+    "PAD_BLOCK_ID",
+    "ScheduledRequest",
+    "AttentionMetadata",
+    "block_table_tensor",
+    "slot_mapping",
+    "build_attention_metadata",
+]
+
 PAD_BLOCK_ID = 0  # padded block-table entries point at the null block
 
 

@@ -17,6 +17,11 @@ import torch
 from pagedkv.tensors.allocation import KVCacheMemory
 from pagedkv.tensors.errors import BlockTableError
 
+__all__ = [
+    "Transfer",
+    "HostKVBuffer",
+]
+
 
 class Transfer:
     """A batch of block copies; ``wait()`` makes the current stream wait for it."""

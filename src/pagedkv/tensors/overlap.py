@@ -18,6 +18,12 @@ from typing import NamedTuple
 
 from pagedkv.planning.types import KVCacheConfig, KVCacheTensor, LayerRegion
 
+__all__ = [
+    "UnsafeOverlap",
+    "sweep_unsafe_overlaps",
+    "find_unsafe_overlaps",
+]
+
 
 class UnsafeOverlap(NamedTuple):
     """Layer ``layer_a``'s page of ``block_a`` shares bytes with ``layer_b``'s of ``block_b``."""
@@ -32,13 +38,15 @@ def _group_ids(config: KVCacheConfig) -> dict[str, int]:
     return {name: gid for gid, g in enumerate(config.kv_cache_groups) for name in g.layer_names}
 
 
-def _allowed(a: LayerRegion, block_a: int, b: LayerRegion, block_b: int, groups: dict) -> bool:
+def _allowed(
+    a: LayerRegion, block_a: int, b: LayerRegion, block_b: int, groups: dict[str, int]
+) -> bool:
     different_groups = groups.get(a.layer_name) != groups.get(b.layer_name)
     return block_a == block_b and a.layer_name != b.layer_name and different_groups
 
 
 def _closed_form(
-    a: LayerRegion, b: LayerRegion, num_blocks: int, groups: dict
+    a: LayerRegion, b: LayerRegion, num_blocks: int, groups: dict[str, int]
 ) -> Iterator[UnsafeOverlap]:
     """Pages ``i`` of ``a`` and ``j`` of ``b`` meet iff ``-page_a < d < page_b`` with
     ``d = a.offset - b.offset + (i - j) * stride``: only a few ``k = i - j`` qualify."""
@@ -54,7 +62,9 @@ def _closed_form(
             yield UnsafeOverlap(a.layer_name, block_a, b.layer_name, block_b)
 
 
-def _sweep(regions: list[LayerRegion], num_blocks: int, groups: dict) -> Iterator[UnsafeOverlap]:
+def _sweep(
+    regions: list[LayerRegion], num_blocks: int, groups: dict[str, int]
+) -> Iterator[UnsafeOverlap]:
     pages = sorted(
         (r.offset + block * r.block_stride, index, block)
         for index, r in enumerate(regions)
@@ -73,7 +83,7 @@ def _sweep(regions: list[LayerRegion], num_blocks: int, groups: dict) -> Iterato
 
 
 def _overlaps_in(
-    tensors: tuple[KVCacheTensor, ...], num_blocks: int, groups: dict
+    tensors: tuple[KVCacheTensor, ...], num_blocks: int, groups: dict[str, int]
 ) -> Iterator[UnsafeOverlap]:
     regions = [r for t in tensors for r in t.regions() if r.page_size_bytes > 0]
     for a, b in combinations_with_replacement(regions, 2):

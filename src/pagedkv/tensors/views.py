@@ -20,6 +20,20 @@ from pagedkv.specs.local import SlidingWindowMLASpec
 from pagedkv.tensors.dtypes import torch_dtype
 from pagedkv.tensors.errors import TensorLayoutError
 
+__all__ = [
+    "PAGE_ORDERS",
+    "LayerView",
+    "ViewRequest",
+    "ViewBuilder",
+    "register_view_builder",
+    "build_layer_views",
+    "page_order",
+    "strided_view",
+    "attention_views",
+    "latent_views",
+    "mamba_views",
+]
+
 PAGE_ORDERS = ("NHD", "HND")
 
 

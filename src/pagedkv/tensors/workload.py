@@ -16,6 +16,13 @@ from pagedkv.errors import NoFreeBlocksError
 from pagedkv.runtime import KVCacheManager, Request
 from pagedkv.specs.mamba_chunking import MambaChunkRule, mamba_chunk_tokens
 
+__all__ = [
+    "WorkloadRequest",
+    "random_workload",
+    "ScheduledChunk",
+    "MiniScheduler",
+]
+
 
 class WorkloadRequest(NamedTuple):
     """A prompt and the output tokens the request will generate, one per decode step."""

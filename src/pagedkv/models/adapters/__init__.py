@@ -29,6 +29,36 @@ from pagedkv.models.source import (
     transformers_mode,
 )
 
+__all__ = [
+    "ABC",
+    "abstractmethod",
+    "Callable",
+    "Any",
+    "TypeVar",
+    "ModelConfigError",
+    "RegistryError",
+    "ClassDefaults",
+    "class_defaults",
+    "text_model_type",
+    "ModelLayout",
+    "MAMBA_SSM_FORMAT",
+    "ConfigView",
+    "ModelLike",
+    "ModelSource",
+    "bundled_models_dir",
+    "load_model_config",
+    "normalize_with_transformers",
+    "transformers_mode",
+    "ModelAdapter",
+    "A",
+    "BUILTIN_ADAPTERS",
+    "register_model_adapter",
+    "unregister_model_adapter",
+    "registered_adapter_names",
+    "find_adapter",
+    "describe_model",
+]
+
 
 class ModelAdapter(ABC):
     """Reads one architecture family's config into a ModelLayout.

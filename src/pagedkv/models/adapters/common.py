@@ -11,6 +11,25 @@ from pagedkv.models.layers import ModelLayout, Unit
 from pagedkv.models.source import ConfigView, ModelSource
 from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
 
+__all__ = [
+    "normalize_layer_types",
+    "model_dtype",
+    "build_layout",
+    "decoder_layout",
+    "checkpoint_params",
+    "quant_method",
+    "head_size",
+    "attention_params",
+    "gated_mlp_params",
+    "moe_params",
+    "embedding_params",
+    "max_positions",
+    "mamba2_params",
+    "mamba1_params",
+    "gdn_params",
+    "num_kv_heads",
+]
+
 FULL, SLIDING, CHUNKED, LINEAR, MLP = "full", "sliding", "chunked", "linear", "mlp"
 
 _LAYER_TYPE_NAMES = {

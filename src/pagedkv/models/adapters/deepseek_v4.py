@@ -10,6 +10,13 @@ from pagedkv.models.adapters.dense import DecoderAdapter, optional_int
 from pagedkv.models.layers import LatentLayer, ModelLayout, RingLayer, Unit
 from pagedkv.models.source import ConfigView, ModelSource
 
+__all__ = [
+    "SWA_BLOCK_SIZE",
+    "PAGE_ALIGNMENT",
+    "RING_ROWS",
+    "DeepseekV4Adapter",
+]
+
 # vLLM 0.33's DeepSeek-V4.1 cache shapes: the sliding-window cache's own block size, the
 # page alignment of unpacked (bf16) latents, and the compressor ring's rows (drafts +
 # bonus + the previous row, a power of two >= 8: 8 without speculative decoding).

@@ -20,6 +20,18 @@ from pagedkv.models.adapters.common import (
 from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
 from pagedkv.models.source import ConfigView, ModelSource
 
+__all__ = [
+    "optional_int",
+    "DecoderAdapter",
+    "QwenAdapter",
+    "Gemma2Adapter",
+    "Gemma3Adapter",
+    "Cohere2Adapter",
+    "GptOssAdapter",
+    "Llama4Adapter",
+    "Gemma4Adapter",
+]
+
 
 def optional_int(view: ConfigView, *keys: str) -> int:
     """The first of ``keys`` that is set, as an int >= 0; 0 when none is."""

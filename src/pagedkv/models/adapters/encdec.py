@@ -17,6 +17,13 @@ from pagedkv.models.adapters.common import (
 from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
 from pagedkv.models.source import ConfigView, ModelSource
 
+__all__ = [
+    "EncoderDecoderAdapter",
+    "T5Adapter",
+    "BartAdapter",
+    "WhisperAdapter",
+]
+
 
 class EncoderDecoderAdapter(ModelAdapter):
     """Subclasses say where the sizes live (``dims``) and how long inputs can be."""

@@ -33,6 +33,16 @@ from pagedkv.models.layers import (
 from pagedkv.models.source import ConfigView, ModelSource
 from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
 
+__all__ = [
+    "ssm_dtype",
+    "HybridAdapter",
+    "JambaAdapter",
+    "NemotronHAdapter",
+    "GraniteHybridAdapter",
+    "GatedDeltaNetAdapter",
+    "Mamba2Adapter",
+]
+
 
 def ssm_dtype(view: ConfigView) -> str | None:
     """The recurrent-state dtype the published config asks for, if any."""

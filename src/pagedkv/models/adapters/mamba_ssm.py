@@ -21,6 +21,12 @@ from pagedkv.models.layers import (
 from pagedkv.models.source import ConfigView, ModelSource
 from pagedkv.models.states import Mamba1State, Mamba2State
 
+__all__ = [
+    "MAMBA2_DEFAULTS",
+    "MAMBA1_DEFAULTS",
+    "MambaSSMAdapter",
+]
+
 # mamba_ssm's constructor defaults, used when ssm_cfg leaves a field out.
 MAMBA2_DEFAULTS = {"d_state": 128, "d_conv": 4, "expand": 2, "headdim": 64, "ngroups": 1}
 MAMBA1_DEFAULTS = {"d_state": 16, "d_conv": 4, "expand": 2}

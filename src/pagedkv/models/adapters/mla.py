@@ -7,6 +7,13 @@ from pagedkv.models.adapters.dense import DecoderAdapter, optional_int
 from pagedkv.models.layers import LatentLayer, ModelLayout, Unit
 from pagedkv.models.source import ConfigView, ModelSource
 
+__all__ = [
+    "INDEXER_QUANT_BLOCK",
+    "mla_params",
+    "indexer_params",
+    "MLAAdapter",
+]
+
 # A sparse-attention indexer key is stored as fp8 with one fp32 scale per 128 values.
 INDEXER_QUANT_BLOCK = 128
 

@@ -450,7 +450,7 @@ def bind_hisparse_tier(
     moves to a ``HostBlockPool`` of that many blocks (None: it stays in the GPU pool)."""
     managers = kv_cache_manager.managers
     for manager in managers:
-        tier = getattr(manager, "tier", None)
+        tier: HiSparseTier | None = getattr(manager, "tier", None)
         if tier is not None:
             return tier
     from pagedkv.runtime.managers.hisparse import (

@@ -13,3 +13,17 @@ from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.managers.ring import CircularBufferManager
 from pagedkv.runtime.managers.rswa import RSWAManager
 from pagedkv.runtime.managers.sliding_window import SlidingWindowManager
+
+__all__ = [
+    "SingleTypeKVCacheManager",
+    "ChunkedLocalAttentionManager",
+    "CrossAttentionManager",
+    "FullAttentionManager",
+    "HiSparseHotManager",
+    "HiSparseResidentManager",
+    "HiSparseSourceManager",
+    "MambaManager",
+    "CircularBufferManager",
+    "RSWAManager",
+    "SlidingWindowManager",
+]

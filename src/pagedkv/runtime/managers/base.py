@@ -11,6 +11,14 @@ from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
 from pagedkv.specs.base import AttentionSpec, cdiv
 from pagedkv.specs.ring import CircularBufferSpec
 
+__all__ = [
+    "HitQuery",
+    "SingleTypeKVCacheManager",
+    "zeroed_on_allocation",
+    "eagle_replay_boundaries",
+    "Retention",
+]
+
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
     from pagedkv.specs.base import KVCacheSpec
@@ -105,7 +113,8 @@ class SingleTypeKVCacheManager(ABC):
         cap = getattr(self.kv_cache_spec, "max_admission_blocks_per_request", None)
         if cap is None or self.max_model_len is None:
             return None
-        return cap(self.in_flight_tokens or 0, self.max_model_len)
+        capped: int | None = cap(self.in_flight_tokens or 0, self.max_model_len)
+        return capped
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         """Block indices a cache hit of ``num_tokens`` (aligned) tokens needs (default: none)."""

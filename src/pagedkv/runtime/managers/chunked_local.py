@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING
 from pagedkv.runtime.block_pool import NULL_BLOCK
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 
+__all__ = [
+    "ChunkedLocalAttentionManager",
+]
+
 if TYPE_CHECKING:
     from pagedkv.specs.base import KVCacheSpec
 

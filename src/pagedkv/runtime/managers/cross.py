@@ -6,6 +6,10 @@ from typing import TYPE_CHECKING
 
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 
+__all__ = [
+    "CrossAttentionManager",
+]
+
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 

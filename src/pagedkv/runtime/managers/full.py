@@ -7,6 +7,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 
+__all__ = [
+    "FullAttentionManager",
+]
+
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 

@@ -13,6 +13,14 @@ from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.specs.base import cdiv
 
+__all__ = [
+    "HISPARSE_SOURCE_ROLE",
+    "TierHooks",
+    "HiSparseSourceManager",
+    "HiSparseHotManager",
+    "HiSparseResidentManager",
+]
+
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 

@@ -18,6 +18,10 @@ from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 from pagedkv.specs.base import cdiv
 from pagedkv.specs.mamba import prefill_checkpoint_exportable, prefill_checkpoint_position
 
+__all__ = [
+    "MambaManager",
+]
+
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 
@@ -470,7 +474,7 @@ class MambaManager(SingleTypeKVCacheManager):
         pool = self.block_pool
         if not pool.keyed_at(block, num_tokens, self.block_size):
             return False
-        return (
+        return bool(
             pool.block_hash[block] == request.block_hashes[num_tokens // self.hash_block_size - 1]
         )
 

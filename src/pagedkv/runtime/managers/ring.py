@@ -7,6 +7,10 @@ from typing import TYPE_CHECKING
 
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 
+__all__ = [
+    "CircularBufferManager",
+]
+
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
 

@@ -9,6 +9,10 @@ from pagedkv.runtime.block_pool import NULL_BLOCK
 from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.specs.base import cdiv
 
+__all__ = [
+    "RSWAManager",
+]
+
 
 class RSWAManager(FullAttentionManager):
     """The prompt's blocks and the last ``rswa_window`` decoded tokens' blocks stay; the

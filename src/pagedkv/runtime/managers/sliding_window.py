@@ -11,6 +11,10 @@ from pagedkv.runtime.block_pool import NULL_BLOCK
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 from pagedkv.specs.base import cdiv
 
+__all__ = [
+    "SlidingWindowManager",
+]
+
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
     from pagedkv.specs.base import KVCacheSpec

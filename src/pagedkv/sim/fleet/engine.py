@@ -15,6 +15,11 @@ from pagedkv.sim.reports.metrics import SimResult
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.traces.trace import Trace
 
+__all__ = [
+    "PublishedRun",
+    "publish_replay",
+]
+
 
 class PublishedRun(NamedTuple):
     """The replay's result, batches published, and the external hashes cached at the end."""

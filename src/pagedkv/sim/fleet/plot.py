@@ -8,6 +8,10 @@ from pathlib import Path
 from pagedkv.sim.fleet.result import FleetResult
 from pagedkv.sim.reports.plot import HIT_RATE_LABEL, new_figure, save_figure
 
+__all__ = [
+    "plot_fleet_sweep",
+]
+
 
 def plot_fleet_sweep(results: Sequence[FleetResult], path: str | Path, *, title: str) -> None:
     """Write a PNG: hit rate (with one N-times cache's LRU and bound) and load imbalance."""

@@ -26,6 +26,12 @@ from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.traces.tokens import prompt_tokens
 from pagedkv.sim.traces.trace import Trace
 
+__all__ = [
+    "FLEET_ROUTERS",
+    "simulate_fleet",
+    "single_cache",
+]
+
 FLEET_ROUTERS = ("round-robin", "least-loaded", "prefix", "cost", "balanced", "oracle")
 
 

@@ -6,6 +6,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = [
+    "ReplicaStats",
+    "FleetResult",
+]
+
 
 @dataclass(frozen=True, kw_only=True)
 class ReplicaStats:

@@ -14,6 +14,11 @@ from pagedkv.sim.jobs import Job, run_jobs
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.traces.trace import Trace
 
+__all__ = [
+    "SWEEP_ROUTERS",
+    "fleet_sweep",
+]
+
 # the routers a sweep compares unless told otherwise (their documented tables)
 SWEEP_ROUTERS = ("round-robin", "least-loaded", "prefix", "cost", "oracle")
 

@@ -12,10 +12,16 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pagedkv.sim.traces.keys import chain_keys, full_sequence
 from pagedkv.sim.traces.trace import TraceRequest
+
+__all__ = [
+    "AccessLog",
+    "BoundResult",
+    "belady_bound",
+]
 
 _INF = float("inf")
 LOOKUP, INSERT = 0, 1
@@ -50,7 +56,9 @@ class BoundResult(NamedTuple):
 class _Keys:
     """Per-request chain keys, computed on first use and dropped after the last event."""
 
-    def __init__(self, requests: Sequence[TraceRequest], events: list, block_size: int) -> None:
+    def __init__(
+        self, requests: Sequence[TraceRequest], events: list[Any], block_size: int
+    ) -> None:
         self.requests = requests
         self.block_size = block_size
         self.need: dict[int, int] = {}
@@ -72,7 +80,9 @@ class _Keys:
             self.live.pop(r, None)
 
 
-def _future_uses(requests: Sequence[TraceRequest], events: list, block_size: int) -> tuple:
+def _future_uses(
+    requests: Sequence[TraceRequest], events: list[Any], block_size: int
+) -> tuple[Any, ...]:
     """Lookup times per key, each lookup's chain cut at its first never-inserted block, and
     insert times per key."""
     keys = _Keys(requests, events, block_size)
@@ -153,7 +163,7 @@ def belady_bound(
     return BoundResult(hit_blocks * block_size, prompt_tokens, capacity_blocks, block_size)
 
 
-def _evict_for(heap: list, cached: dict, nu: float, depth: int) -> bool:
+def _evict_for(heap: list[Any], cached: dict[Any, Any], nu: float, depth: int) -> bool:
     """Evict the cached block used furthest ahead if that is later than ``(nu, depth)``."""
     while heap:
         neg_nu, neg_depth, key = heap[0]

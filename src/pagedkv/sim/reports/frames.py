@@ -7,6 +7,11 @@ from typing import Any
 
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "dataframe",
+    "html_table",
+]
+
 
 def dataframe(rows: Sequence[tuple[Any, ...]], columns: Sequence[str]) -> Any:
     try:

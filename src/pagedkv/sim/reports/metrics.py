@@ -9,6 +9,12 @@ from typing import IO, Any
 
 from pagedkv.errors import ConfigError
 
+__all__ = [
+    "STEP_COLUMNS",
+    "SimResult",
+    "StepWriter",
+]
+
 STEP_COLUMNS = (
     "step",
     "time_s",

@@ -9,6 +9,15 @@ from typing import Any
 from pagedkv.errors import ConfigError
 from pagedkv.sim.run import SweepPoint
 
+__all__ = [
+    "HIT_RATE_LABEL",
+    "new_figure",
+    "hit_rate_axes",
+    "save_figure",
+    "sweep_figure",
+    "plot_sweep",
+]
+
 HIT_RATE_LABEL = "prefix-cache hit rate (% of prompt tokens)"
 
 

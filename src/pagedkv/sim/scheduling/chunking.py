@@ -7,6 +7,11 @@ from typing import Any
 from pagedkv.specs.mamba import prefill_checkpoint_position
 from pagedkv.specs.mamba_chunking import MambaChunkRule, mamba_chunk_tokens
 
+__all__ = [
+    "last_checkpoint_position",
+    "aligned_chunk",
+]
+
 
 def last_checkpoint_position(num_tokens: int, block_size: int) -> int:
     """The last block boundary before a sequence's final token: the prompt's last Mamba

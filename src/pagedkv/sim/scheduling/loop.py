@@ -17,6 +17,11 @@ from pagedkv.sim.reports.metrics import SimResult, StepWriter
 from pagedkv.sim.scheduling.scheduler import Scheduler, SchedulerSettings, Seq, SimulationError
 from pagedkv.sim.traces.trace import TraceRequest
 
+__all__ = [
+    "StepOutcome",
+    "EngineLoop",
+]
+
 
 class StepOutcome(NamedTuple):
     """What one step did: tokens scheduled and the trace indices that finished."""

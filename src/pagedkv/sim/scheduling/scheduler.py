@@ -29,6 +29,18 @@ from pagedkv.sim.scheduling.chunking import aligned_chunk
 from pagedkv.sim.traces.tokens import output_tokens, prompt_tokens
 from pagedkv.sim.traces.trace import TraceRequest
 
+__all__ = [
+    "Arrivals",
+    "Policy",
+    "vllm_serve_defaults",
+    "SimulationError",
+    "SchedulerSettings",
+    "Seq",
+    "Scheduled",
+    "WaitingQueue",
+    "Scheduler",
+]
+
 Arrivals = Literal["all", "timestamp"]
 Policy = Literal["fcfs", "priority"]
 
@@ -237,7 +249,7 @@ class Scheduler:
         num_new = req.num_tokens - num_computed
         if 0 < threshold < num_new:
             num_new = threshold
-        return min(num_new, budget, self.settings.chunk_cap)
+        return int(min(num_new, budget, self.settings.chunk_cap))
 
     def update_from_output(self, scheduled: Scheduled) -> list[Seq]:
         """Advance the scheduled requests; frees and returns the ones that finished."""

@@ -12,6 +12,10 @@ from pagedkv.sim.scheduling.loop import EngineLoop
 from pagedkv.sim.scheduling.scheduler import Scheduler, SchedulerSettings
 from pagedkv.sim.traces.trace import Trace
 
+__all__ = [
+    "Simulator",
+]
+
 
 class Simulator:
     """Replays a trace through one ``KVCacheManager`` (fresh per run; see ``engine.py``).

@@ -12,6 +12,14 @@ from pagedkv.sim.traces.readers import MOONCAKE_BLOCK_TOKENS, read_azure, read_m
 from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
 from pagedkv.sim.traces.trace import Trace
 
+__all__ = [
+    "TRACE_DIR",
+    "BUNDLED_TRACES",
+    "list_bundled_traces",
+    "TraceReadOptions",
+    "load_trace",
+]
+
 TRACE_DIR = Path(__file__).resolve().parents[2] / "data" / "traces"
 BUNDLED_TRACES = {
     "mooncake_conversation": "mooncake_conversation.first_half.jsonl.gz",

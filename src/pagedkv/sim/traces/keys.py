@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from pagedkv.sim.traces.trace import Segment, TraceRequest
 
+__all__ = [
+    "full_sequence",
+    "chain_keys",
+]
+
 
 def full_sequence(request: TraceRequest) -> tuple[Segment, ...]:
     """Prompt segments followed by the output stream the simulator generates."""

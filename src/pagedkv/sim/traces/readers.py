@@ -19,6 +19,15 @@ from pagedkv.errors import ConfigError, TraceFormatError
 from pagedkv.sim.traces.token_records import TEXT_FIELDS, TOKEN_FIELDS, ChunkTable, token_request
 from pagedkv.sim.traces.trace import Segment, Trace, TraceRequest, unique_segment_id
 
+__all__ = [
+    "MOONCAKE_BLOCK_TOKENS",
+    "open_text",
+    "mooncake_request",
+    "HashBlockCheck",
+    "read_mooncake",
+    "read_azure",
+]
+
 MOONCAKE_BLOCK_TOKENS = 512
 _AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 

@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from pagedkv.errors import ConfigError
 from pagedkv.sim.traces.trace import Segment, Trace, TraceRequest
 
+__all__ = [
+    "MAX_MATERIALIZED_REQUESTS",
+    "SyntheticTraceConfig",
+    "synthetic_trace",
+    "iter_synthetic_requests",
+]
+
 # Requests one trace may hold in memory (a few hundred bytes each); more is a typo.
 MAX_MATERIALIZED_REQUESTS = 10_000_000
 

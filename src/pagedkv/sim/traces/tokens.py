@@ -8,6 +8,12 @@ from array import array
 
 from pagedkv.sim.traces.trace import Segment, TraceRequest
 
+__all__ = [
+    "segment_tokens",
+    "prompt_tokens",
+    "output_tokens",
+]
+
 _BIG_ENDIAN = sys.byteorder == "big"
 
 

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+__all__ = [
+    "Segment",
+    "TraceRequest",
+    "Trace",
+    "unique_segment_id",
+]
+
 
 class Segment(NamedTuple):
     """``num_tokens`` tokens of the deterministic token stream named ``segment_id``, or

@@ -23,12 +23,12 @@ class KVCacheLayout(Enum):
 
     @property
     def is_block_outer(self) -> bool:
-        return self.value[0] == 1
+        return self.stride_order[0] == 1
 
     @property
     def is_block_outermost(self) -> bool:
         """Whether the block dim is physically outermost."""
-        return self.value[0] == 1
+        return self.stride_order[0] == 1
 
     @property
     def is_layer_compact(self) -> bool:
