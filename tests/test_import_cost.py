@@ -1,7 +1,7 @@
-"""Guard: `import pagedkv` stays light (no heavy packages, no optional layers) and fast.
+"""Guard: `import pagedkv` stays light (no heavy packages, no optional layers, a bounded
+number of its own modules).
 
 Run in a fresh interpreter so whatever this test session already imported does not count.
-The time limit is generous: a guard against an accidental heavy import, not a benchmark.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ FORBIDDEN_MODULES = (
     "pagedkv.distributed",
     "pagedkv.builders",
 )
-IMPORT_LIMIT_S = 1.5
-ATTEMPTS = 3  # the best of a few runs, so one run slowed by a busy machine does not fail
+PAGEDKV_MODULE_LIMIT = 100  # 76 today
 
 _PROBE = """
 import json, sys, time
@@ -74,14 +73,12 @@ def test_default_plan_leaves_the_grouping_extension_unloaded() -> None:
     assert "pagedkv.builders.least_waste" in modules
 
 
-def test_import_pagedkv_is_fast() -> None:
-    times = []
-    for _ in range(ATTEMPTS):
-        elapsed_s, _ = _probe("import pagedkv")
-        times.append(elapsed_s)
-        if elapsed_s < IMPORT_LIMIT_S:
-            return
-    raise AssertionError(f"`import pagedkv` took {min(times):.2f} s (limit {IMPORT_LIMIT_S} s)")
+def test_import_pagedkv_loads_a_bounded_set_of_modules() -> None:
+    # How much `import pagedkv` loads, counted (not timed): a new eager import of a whole
+    # layer shows up here as dozens of modules.
+    _, modules = _probe("import pagedkv")
+    ours = [m for m in modules if m == "pagedkv" or m.startswith("pagedkv.")]
+    assert len(ours) <= PAGEDKV_MODULE_LIMIT, f"`import pagedkv` loaded {len(ours)} modules"
 
 
 def test_probe_sees_a_heavy_import() -> None:
