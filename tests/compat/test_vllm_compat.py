@@ -173,3 +173,18 @@ def test_residency_metrics_sample_and_measure_evictions() -> None:
     assert event.idle_seconds == pytest.approx(1.0)
     with pytest.raises(AssertionError):
         KVCacheMetricsCollector(sample_rate=0.0)
+
+
+def test_spec_dtype_equals_the_torch_dtype_it_was_given() -> None:
+    torch = pytest.importorskip("torch")
+    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=2, head_size=8, dtype=torch.float32)
+    merged = spec.merge([spec, spec])
+    for made in (spec, merged):
+        assert made.dtype == torch.float32 and torch.float32 == made.dtype
+        assert made.dtype != torch.float16 and made.dtype == "float32"
+    assert hash(merged) == hash(spec)
+
+
+def test_request_may_have_an_empty_prompt() -> None:
+    req = Request("r", [], sampling_params=SamplingParams(max_tokens=4))
+    assert req.num_prompt_tokens == 0 and req.all_token_ids == []
