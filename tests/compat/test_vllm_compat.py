@@ -188,3 +188,18 @@ def test_spec_dtype_equals_the_torch_dtype_it_was_given() -> None:
 def test_request_may_have_an_empty_prompt() -> None:
     req = Request("r", [], sampling_params=SamplingParams(max_tokens=4))
     assert req.num_prompt_tokens == 0 and req.all_token_ids == []
+
+
+def test_pop_blocks_for_free_hands_the_blocks_back_unreleased() -> None:
+    kv = manager(num_blocks=10)
+    req = request("r", list(range(10)))
+    hit, num_hit, _ = kv.get_computed_blocks(req)
+    assert kv.allocate_slots(req, 10, num_hit, hit) is not None
+    ids = kv.get_block_ids("r")[0]
+    free_before = kv.block_pool.get_num_free_blocks()
+    blocks = kv.pop_blocks_for_free(req)
+    assert [b.block_id for b in blocks] == ids
+    assert kv.get_block_ids("r") == ([],)
+    assert kv.block_pool.get_num_free_blocks() == free_before
+    kv.block_pool.free_blocks(reversed(blocks))
+    assert kv.block_pool.get_num_free_blocks() == free_before + len(ids)
