@@ -203,3 +203,12 @@ def test_pop_blocks_for_free_hands_the_blocks_back_unreleased() -> None:
     assert kv.block_pool.get_num_free_blocks() == free_before
     kv.block_pool.free_blocks(reversed(blocks))
     assert kv.block_pool.get_num_free_blocks() == free_before + len(ids)
+
+
+def test_mamba_dtypes_past_the_last_state_are_ignored() -> None:
+    from pagedkv.compat.vllm.v1.kv_cache_interface import MambaSpec
+
+    spec = MambaSpec(block_size=BLOCK, shapes=((6144,),), dtypes=("float32", "float32"))
+    assert spec.dtypes == ("float32",) and spec.page_size_bytes == 6144 * 4
+    with pytest.raises(KVCacheSpecError, match="dtypes"):
+        MambaSpec(block_size=BLOCK, shapes=((4,), (8,)), dtypes=("float32",))

@@ -140,6 +140,12 @@ def vllm_spec_class(
         shapes = getattr(self, "shapes", None)
         if isinstance(shapes, tuple) and shapes and all(type(d) is int for d in shapes):
             object.__setattr__(self, "shapes", (shapes,))  # a flat tuple is one state shape
+        dtypes = getattr(self, "dtypes", None)
+        shapes = getattr(self, "shapes", None)
+        if isinstance(dtypes, tuple | list) and isinstance(shapes, tuple | list):
+            if len(dtypes) > len(shapes):
+                # vLLM pairs states with dtypes by zip: dtypes past the last state are unused
+                object.__setattr__(self, "dtypes", tuple(dtypes[: len(shapes)]))
         core_post_init(self)
         if isinstance(getattr(self, "dtype", None), str):
             object.__setattr__(self, "dtype", DtypeName(self.dtype))
