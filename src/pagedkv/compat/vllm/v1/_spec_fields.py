@@ -35,6 +35,7 @@ class DtypeName(str):
 
     __hash__ = str.__hash__
 
+
 # Field -> default for the vLLM fields of each family (only those pagedkv lacks are added).
 BASE_FIELDS: dict[str, Any] = {"dcp_sharded": False, "block_stride_alignment": None}
 ATTENTION_FIELDS: dict[str, Any] = {
@@ -140,12 +141,12 @@ def vllm_spec_class(
         shapes = getattr(self, "shapes", None)
         if isinstance(shapes, tuple) and shapes and all(type(d) is int for d in shapes):
             object.__setattr__(self, "shapes", (shapes,))  # a flat tuple is one state shape
-        dtypes = getattr(self, "dtypes", None)
-        shapes = getattr(self, "shapes", None)
-        if isinstance(dtypes, tuple | list) and isinstance(shapes, tuple | list):
-            if len(dtypes) > len(shapes):
-                # vLLM pairs states with dtypes by zip: dtypes past the last state are unused
-                object.__setattr__(self, "dtypes", tuple(dtypes[: len(shapes)]))
+        dtypes: Any = getattr(self, "dtypes", None)
+        states: Any = getattr(self, "shapes", None)
+        paired = isinstance(dtypes, tuple | list) and isinstance(states, tuple | list)
+        if paired and len(dtypes) > len(states):
+            # vLLM pairs states with dtypes by zip: dtypes past the last state are unused
+            object.__setattr__(self, "dtypes", tuple(dtypes[: len(states)]))
         core_post_init(self)
         if isinstance(getattr(self, "dtype", None), str):
             object.__setattr__(self, "dtype", DtypeName(self.dtype))
