@@ -173,3 +173,42 @@ def test_residency_metrics_sample_and_measure_evictions() -> None:
     assert event.idle_seconds == pytest.approx(1.0)
     with pytest.raises(AssertionError):
         KVCacheMetricsCollector(sample_rate=0.0)
+
+
+def test_spec_dtype_equals_the_torch_dtype_it_was_given() -> None:
+    torch = pytest.importorskip("torch")
+    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=2, head_size=8, dtype=torch.float32)
+    merged = spec.merge([spec, spec])
+    for made in (spec, merged):
+        assert made.dtype == torch.float32 and torch.float32 == made.dtype
+        assert made.dtype != torch.float16 and made.dtype == "float32"
+    assert hash(merged) == hash(spec)
+
+
+def test_request_may_have_an_empty_prompt() -> None:
+    req = Request("r", [], sampling_params=SamplingParams(max_tokens=4))
+    assert req.num_prompt_tokens == 0 and req.all_token_ids == []
+
+
+def test_pop_blocks_for_free_hands_the_blocks_back_unreleased() -> None:
+    kv = manager(num_blocks=10)
+    req = request("r", list(range(10)))
+    hit, num_hit, _ = kv.get_computed_blocks(req)
+    assert kv.allocate_slots(req, 10, num_hit, hit) is not None
+    ids = kv.get_block_ids("r")[0]
+    free_before = kv.block_pool.get_num_free_blocks()
+    blocks = kv.pop_blocks_for_free(req)
+    assert [b.block_id for b in blocks] == ids
+    assert kv.get_block_ids("r") == ([],)
+    assert kv.block_pool.get_num_free_blocks() == free_before
+    kv.block_pool.free_blocks(reversed(blocks))
+    assert kv.block_pool.get_num_free_blocks() == free_before + len(ids)
+
+
+def test_mamba_dtypes_past_the_last_state_are_ignored() -> None:
+    from pagedkv.compat.vllm.v1.kv_cache_interface import MambaSpec
+
+    spec = MambaSpec(block_size=BLOCK, shapes=((6144,),), dtypes=("float32", "float32"))
+    assert spec.dtypes == ("float32",) and spec.page_size_bytes == 6144 * 4
+    with pytest.raises(KVCacheSpecError, match="dtypes"):
+        MambaSpec(block_size=BLOCK, shapes=((4,), (8,)), dtypes=("float32",))

@@ -16,6 +16,7 @@ from pagedkv import (
     MLAAttentionSpec,
     RSWASpec,
     SlidingWindowMLASpec,
+    UniformTypeKVCacheSpecs,
 )
 from pagedkv.dtypes import get_kv_dtype
 from pagedkv.errors import KVCacheSpecError
@@ -96,3 +97,7 @@ def test_sliding_mla_uniformity_needs_window_and_replay_policy(window: int, repl
     expected = window == 128 and not replay
     assert spec.is_uniform_with_collection({"a": spec, "b": other}) is expected
     assert other.prefix_cacheable is (not replay)
+    assert other.prefix_replay_tokens == (window if replay else 0)
+    assert spec.prefix_replay_tokens == 0
+    packed = UniformTypeKVCacheSpecs(block_size=16, kv_cache_specs={"a": spec, "b": other})
+    assert packed.prefix_replay_tokens == (window if replay else 0)

@@ -149,3 +149,18 @@ def test_a_checkpoint_on_a_block_boundary_is_offered_at_its_position() -> None:
     assert manager.take_boundary_state_offloads() == {"a": [(1, table[6], 192)]}
     # the key records its tokens though they are a block multiple (the block ends at 224)
     assert manager.block_pool.sub_block_key_tokens(table[6]) == 192
+
+
+def test_popping_a_request_for_free_drops_its_offers_and_keeps_its_blocks() -> None:
+    manager = offering_manager()
+    a = Request("a", list(range(200)))
+    run(manager, a, 128)
+    tables = [list(m.req_to_blocks["a"]) for m in manager.managers]
+    free_before = manager.block_pool.get_num_free_blocks()
+    popped = [m.pop_blocks_for_free("a") for m in manager.managers]
+    assert popped == tables
+    assert all("a" not in m.req_to_blocks for m in manager.managers)
+    assert manager.take_boundary_state_offloads() == {}
+    assert manager.block_pool.get_num_free_blocks() == free_before  # not released yet
+    manager.block_pool.free_blocks([b for table in popped for b in reversed(table) if b])
+    check_invariants(manager)

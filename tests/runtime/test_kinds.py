@@ -120,3 +120,16 @@ def test_hisparse_resident_admission_is_capped_by_in_flight_tokens() -> None:
     assert manager.managers[0].max_admission_blocks() == 16
     config = EngineConfig.create(max_model_len=256, max_num_batched_tokens=64)
     assert resident.max_memory_usage_bytes(config) == 16 * 64
+
+
+def test_a_ring_holds_one_block_for_tokens_a_connector_loads() -> None:
+    manager = make_manager([full(), ring(2)], num_blocks=12)
+    req = Request("a", list(range(13)))
+    out = manager.allocate_slots(req, 1, num_external_computed_tokens=12)
+    assert out is not None
+    assert [len(t) for t in (manager.get_block_ids("a"))] == [4, 1]
+    ring_manager = manager.managers[1]
+    ring_manager.allocate_external_computed_blocks("a", 40)
+    assert len(manager.get_block_ids("a")[1]) == 1 and ring_manager.new_block_ids == []
+    manager.free(req)
+    check_invariants(manager)

@@ -324,3 +324,14 @@ def test_external_computed_tokens_without_a_local_hit_may_need_no_new_tokens() -
     assert len(manager.get_block_ids("a")[0]) == 2
     with pytest.raises(KVCacheRuntimeError, match="num_external_computed_tokens"):
         manager.allocate_slots(Request("b", [1]), 1, num_external_computed_tokens=-1)
+
+
+def test_empty_prompt_is_an_error_unless_allowed() -> None:
+    with pytest.raises(KVCacheRuntimeError, match="prompt_token_ids is empty"):
+        Request("r", [])
+    manager = make_manager([full()], num_blocks=9)
+    req = Request("r", [], allow_empty_prompt=True)
+    hit, num_hit = manager.get_computed_blocks(req)
+    assert num_hit == 0
+    blocks = manager.allocate_slots(req, 3, num_hit, hit, num_lookahead_tokens=2)
+    assert blocks is not None and len(blocks.get_block_ids()[0]) == 2  # ceil(5 / 4)

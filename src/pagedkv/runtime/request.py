@@ -20,7 +20,9 @@ class Request:
     """Token ids (prompt then outputs), hash keys (LoRA, cache salt, multimodal items,
     prompt embeddings) and the chained block hashes, extended as tokens are appended.
     ``lora``: a ``LoRA`` or any object with vLLM's ``LoRARequest`` fields;
-    ``kv_cache_report_mode`` and ``session_id``: what its KV events report."""
+    ``kv_cache_report_mode`` and ``session_id``: what its KV events report;
+    ``allow_empty_prompt``: accept a request with no prompt tokens (vLLM does: its tokens
+    then come only from what the engine appends)."""
 
     __slots__ = (
         "all_token_ids",
@@ -57,8 +59,9 @@ class Request:
         priority: int = 0,
         kv_cache_report_mode: str = "incremental",
         session_id: str | None = None,
+        allow_empty_prompt: bool = False,
     ) -> None:
-        if not prompt_token_ids:
+        if not prompt_token_ids and not allow_empty_prompt:
             raise KVCacheRuntimeError(f"request {request_id!r}: prompt_token_ids is empty")
         if kv_cache_report_mode not in KV_CACHE_REPORT_MODES:
             raise KVCacheRuntimeError(

@@ -120,6 +120,11 @@ class KVCacheSpec(ABC):
         return True
 
     @property
+    def prefix_replay_tokens(self) -> int:
+        """Tokens a prefix hit recomputes into this group instead of reusing blocks."""
+        return 0
+
+    @property
     def disables_prefix_caching(self) -> bool:
         """Whether a group of this kind turns prefix caching off for the whole model (by
         default when it cannot be cached); kinds that merely stay out of the cache (a

@@ -96,6 +96,10 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
     def prefix_cacheable(self) -> bool:
         return not self.bounded_replay
 
+    @property
+    def prefix_replay_tokens(self) -> int:
+        return self.sliding_window if self.bounded_replay else 0
+
     def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
         return all_match(
             kv_cache_specs, SlidingWindowMLASpec, self, "sliding_window", "bounded_replay"

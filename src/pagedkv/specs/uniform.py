@@ -65,6 +65,10 @@ class UniformTypeKVCacheSpecs(KVCacheSpec):
     def prefix_cacheable(self) -> bool:
         return all(s.prefix_cacheable for s in self.kv_cache_specs.values())
 
+    @property
+    def prefix_replay_tokens(self) -> int:
+        return max((s.prefix_replay_tokens for s in self.kv_cache_specs.values()), default=0)
+
     def max_memory_usage_bytes(self, config: EngineConfig) -> int:
         return self.max_memory_usage_blocks(config) * self.page_size_bytes
 

@@ -346,6 +346,16 @@ class SingleTypeKVCacheManager(ABC):
             self.retention.release(request_id, range(len(blocks) - 1, -1, -1), blocks, priority)
         self.retention.forget(request_id)
 
+    def pop_blocks_for_free(self, request_id: str) -> list[int]:
+        """Forget the request and hand its table over (allocation order) unreleased: the
+        caller frees the blocks through the pool, last first."""
+        table = self.req_to_blocks.pop(request_id, None) or []
+        self.num_cached_block.pop(request_id, None)
+        if self._partial_hits:
+            self._partial_hits.pop(request_id, None)
+        self.retention.forget(request_id)
+        return table
+
     def remove_skipped_blocks(
         self,
         request_id: str,

@@ -479,13 +479,20 @@ class MambaManager(SingleTypeKVCacheManager):
         )
 
     def free(self, request_id: str, priority: int = 0) -> None:
+        self._forget_states(request_id)
+        super().free(request_id, priority)
+
+    def pop_blocks_for_free(self, request_id: str) -> list[int]:
+        self._forget_states(request_id)
+        return super().pop_blocks_for_free(request_id)
+
+    def _forget_states(self, request_id: str) -> None:
         self._last_state.pop(request_id, None)
         self._retired.pop(request_id, None)
         self._allocated.discard(request_id)
         self._checkpoints.pop(request_id, None)
         if self.offers is not None:
             self.offers.forget(request_id)
-        super().free(request_id, priority)
 
     def new_step_starts(self) -> None:
         self._cached_this_step.clear()

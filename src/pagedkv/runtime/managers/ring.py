@@ -38,6 +38,17 @@ class CircularBufferManager(SingleTypeKVCacheManager):
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
     ) -> list[int]:
+        return self._claim_ring_block(request_id)
+
+    def allocate_external_computed_blocks(
+        self, request_id: str, total_computed_tokens: int
+    ) -> None:
+        """Loaded tokens go round the same one block."""
+        self._claim_ring_block(request_id)
+
+    def _claim_ring_block(self, request_id: str) -> list[int]:
+        """The request's one block, taken on first use (never queued for zeroing: a request
+        reads only the ring slots it wrote)."""
         table = self.req_to_blocks[request_id]
         if table:
             return []

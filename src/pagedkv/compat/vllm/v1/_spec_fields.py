@@ -8,11 +8,33 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from pagedkv.dtypes import canonical_dtype_name
 from pagedkv.errors import KVCacheSpecError
 from pagedkv.specs import full as _specs_full
 from pagedkv.specs.base import merge_checked
 
-__all__ = ["SpecMergeError", "vllm_spec_class"]
+__all__ = ["DtypeName", "SpecMergeError", "vllm_spec_class"]
+
+
+class DtypeName(str):
+    """pagedkv's canonical dtype name that also equals the torch dtype it names, as vLLM's
+    specs carry ``torch.dtype`` values (``spec.dtype == torch.float32``)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return str.__eq__(self, other)
+        if type(other).__name__ == "dtype" and type(other).__module__ == "torch":
+            return str(self) == canonical_dtype_name(other)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = str.__hash__
+
 
 # Field -> default for the vLLM fields of each family (only those pagedkv lacks are added).
 BASE_FIELDS: dict[str, Any] = {"dcp_sharded": False, "block_stride_alignment": None}
@@ -119,7 +141,15 @@ def vllm_spec_class(
         shapes = getattr(self, "shapes", None)
         if isinstance(shapes, tuple) and shapes and all(type(d) is int for d in shapes):
             object.__setattr__(self, "shapes", (shapes,))  # a flat tuple is one state shape
+        dtypes: Any = getattr(self, "dtypes", None)
+        states: Any = getattr(self, "shapes", None)
+        paired = isinstance(dtypes, tuple | list) and isinstance(states, tuple | list)
+        if paired and len(dtypes) > len(states):
+            # vLLM pairs states with dtypes by zip: dtypes past the last state are unused
+            object.__setattr__(self, "dtypes", tuple(dtypes[: len(states)]))
         core_post_init(self)
+        if isinstance(getattr(self, "dtype", None), str):
+            object.__setattr__(self, "dtype", DtypeName(self.dtype))
         _check_translatable(self, added_names)
         _check_alignment(self)
 

@@ -89,6 +89,7 @@ class Request(_request.Request):
             prompt_embeds=prompt_embeds,
             hasher=block_hasher,
             priority=priority,
+            allow_empty_prompt=True,
             **core_options,
         )
         self.mm_feature_specs = list(mm_features or ())

@@ -234,6 +234,14 @@ class KVCacheManager:
     def free(self, request: Request) -> None:
         self.impl.free(request)
 
+    def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
+        """The request's blocks (allocation order, every group) with its bookkeeping gone;
+        the caller frees them through the block pool."""
+        blocks: list[KVCacheBlock] = []
+        for manager in self.coordinator.single_type_managers:
+            blocks.extend(manager.pop_blocks_for_free(request.request_id))
+        return blocks
+
     def remove_skipped_blocks(
         self,
         request_id: str,

@@ -276,8 +276,7 @@ class SingleTypeKVCacheManager:
         """The request's table without its null head (the table itself when it has none)."""
         self.req_to_blocks.write_back(request_id)
         assigned = self.req_to_blocks.pop_assigned(request_id)
-        table = self.impl.req_to_blocks.pop(request_id, [])
-        self.impl.num_cached_block.pop(request_id, None)
+        table = self.impl.pop_blocks_for_free(request_id)
         start = next((i for i, b in enumerate(table) if b), len(table))
         if assigned is not None:
             return assigned[start:] if start else assigned
