@@ -173,3 +173,32 @@ def test_residency_metrics_sample_and_measure_evictions() -> None:
     assert event.idle_seconds == pytest.approx(1.0)
     with pytest.raises(AssertionError):
         KVCacheMetricsCollector(sample_rate=0.0)
+
+
+def test_coordinator_counts_blocks_to_allocate_without_allocating() -> None:
+    kv = manager()
+    first = request("a", list(range(10)))
+    assert kv.allocate_slots(first, 10) is not None
+    kv.free(first)
+    second = request("b", [*list(range(8)), 99, 98])
+    hit_blocks, num_hit, _ = kv.get_computed_blocks(second)
+    assert num_hit == 8
+    pool = kv.block_pool
+    free_before = pool.get_num_free_blocks()
+
+    def needed(num_tokens: int) -> int:
+        return kv.coordinator.get_num_blocks_to_allocate(
+            request_id="b",
+            num_tokens=num_tokens,
+            new_computed_blocks=hit_blocks.blocks,
+            num_encoder_tokens=0,
+            total_computed_tokens=num_hit,
+            num_local_computed_tokens=num_hit,
+            num_tokens_main_model=num_tokens,
+        )
+
+    # Two cached hit blocks sit in the free queue (they count), plus one new block.
+    assert needed(10) == 3
+    assert needed(13) == 4
+    assert pool.get_num_free_blocks() == free_before
+    assert "b" not in kv.impl.managers[0].req_to_blocks
