@@ -272,6 +272,20 @@ def test_in_flight_transfers_keep_their_blocks_after_free() -> None:
     assert manager.get_computed_blocks(Request("probe", list(range(2 * BS))))[1] == 0
 
 
+def test_pending_reclamation_is_a_transfer_whose_completion_frees_blocks() -> None:
+    manager = make_manager()
+    tier = bind_hisparse_tier(manager)
+    request = Request("a", list(range(BS)))
+    schedule(manager, tier, request, BS)
+    [transfer] = tier.build_offload_command().page_transfers
+    # The live request still holds its GPU page and does not read from the host.
+    assert tier.has_pending_work() and not tier.has_pending_reclamation()
+    manager.free(request)  # the transfer now holds the host block alone
+    assert tier.has_pending_reclamation()
+    tier.update_spills({transfer.transfer_id: 1}, {transfer.transfer_id: 1})
+    assert not tier.has_pending_reclamation()
+
+
 @pytest.mark.parametrize("finished", [True, False])
 def test_a_finished_request_publishes_its_durable_prefix_after_free(finished: bool) -> None:
     manager = make_manager()

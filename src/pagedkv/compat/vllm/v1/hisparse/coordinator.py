@@ -153,6 +153,9 @@ class HiSparseCoordinator:
     def has_pending_work(self) -> bool:
         return self.tier.has_pending_work()
 
+    def has_pending_reclamation(self) -> bool:
+        return self.tier.has_pending_reclamation()
+
     def commit_computed_blocks(self, request_id: str, num_host_pages: int) -> None:
         self.tier.commit_computed_blocks(request_id, num_host_pages)
 
