@@ -340,6 +340,28 @@ def test_a_host_pool_backs_the_source_group_and_shares_events_and_transactions()
     assert num_hit == 2 * BS and all(host_pool.block_hash[b] is not None for b in hit.blocks[0])
 
 
+@pytest.mark.parametrize(
+    ("evictable", "local_tokens", "expected"),
+    [(False, BS, 1), (True, BS, 2), (False, BS - 1, 2)],
+)
+def test_host_capacity_counts_evictable_hits_and_the_copy_of_a_partial_local_hit(
+    evictable: bool, local_tokens: int, expected: int
+) -> None:
+    manager = make_manager(num_blocks=32)
+    tier = bind_hisparse_tier(manager, host_num_blocks=8)
+    hit = tier.host_pool.get_new_blocks(1)[0]
+    if evictable:
+        tier.host_pool.free_blocks([hit])
+    free_before = tier.host_pool.num_free_blocks
+    # A one-page hit, then a KV connector loads the second page.
+    needed = tier.host_manager.get_num_host_blocks_to_allocate(
+        "waiting", 2 * BS, [hit], 2 * BS, local_tokens, 2 * BS
+    )
+    assert needed == expected
+    assert tier.host_pool.num_free_blocks == free_before
+    assert "waiting" not in tier.host_manager.req_to_blocks
+
+
 def test_a_failed_allocation_undoes_host_pool_changes_too() -> None:
     manager = make_manager(num_blocks=32)
     tier = bind_hisparse_tier(manager, host_num_blocks=8)
