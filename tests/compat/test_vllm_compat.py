@@ -247,3 +247,28 @@ def test_hisparse_layout_moves_sparse_mla_to_a_sized_host_group() -> None:
     v4 = {"attn": mla(512, model_version="deepseek_v4")}
     with pytest.raises(ValueError, match="DeepSeek V4"):
         get_hisparse_kv_cache_groups(config, v4)
+
+
+def test_hisparse_layout_groups_other_layers_after_its_own() -> None:
+    from types import SimpleNamespace
+
+    from pagedkv.compat.vllm.v1.hisparse.layout import get_hisparse_kv_cache_groups
+    from pagedkv.compat.vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    def mla(head_size: int, **fields: object) -> MLAAttentionSpec:
+        return MLAAttentionSpec(
+            block_size=BLOCK, num_kv_heads=1, head_size=head_size, dtype="bfloat16", **fields
+        )
+
+    specs = {
+        "attn": mla(576, is_index_group_leader=True),
+        "attn.indexer": mla(128, cache_role="indexer"),
+        "dense": full_spec(),
+    }
+    config = SimpleNamespace(
+        attention_config=SimpleNamespace(hisparse_config=SimpleNamespace()),
+        model_config=SimpleNamespace(hf_config=SimpleNamespace(index_topk=8), max_model_len=64),
+    )
+    *hisparse_groups, dense = get_hisparse_kv_cache_groups(config, specs)
+    assert len(hisparse_groups) == 4
+    assert list(dense.layer_names) == ["dense"] and dense.kv_cache_spec == full_spec()

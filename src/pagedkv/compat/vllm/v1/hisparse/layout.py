@@ -24,6 +24,7 @@ from pagedkv.compat.vllm.v1.kv_cache_interface import (
     SparseCacheRole,
     UniformTypeKVCacheSpecs,
 )
+from pagedkv.planning import builder as _builder
 from pagedkv.planning import hisparse as _plan
 from pagedkv.specs.base import cdiv
 
@@ -61,10 +62,24 @@ def get_hisparse_kv_cache_groups(vllm_config: Any, kv_cache_spec: Mapping[str, A
         return None
     derived = (MLAAttentionSpec, HiSparseResidentSpec, HiSparseHotSpec)
     others = {n: s for n, s in kv_cache_spec.items() if not isinstance(s, derived)}
-    from pagedkv.compat.vllm.v1.core.kv_cache_planning import get_kv_cache_groups
+    return _lay_out(vllm_config, mla, _default_groups(vllm_config, others))
 
-    regular = list(get_kv_cache_groups(vllm_config, others)) if others else []
-    return _lay_out(vllm_config, mla, regular)
+
+def _default_groups(vllm_config: Any, specs: Mapping[str, Any]) -> list[Any]:
+    """pagedkv's default grouping of the model's other layers, as vLLM's groups."""
+    if not specs:
+        return []
+    builder = _builder.DefaultKVCacheConfigBuilder()
+    groups = builder.choose_kv_cache_groups(engine_config(vllm_config), specs).groups
+    return [
+        KVCacheGroupSpec(
+            g.layer_names,
+            g.kv_cache_spec,
+            is_eagle_group=g.is_eagle_group,
+            enable_kv_transfer=getattr(g, "enable_kv_transfer", True),
+        )
+        for g in groups
+    ]
 
 
 def _split_roles(specs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
