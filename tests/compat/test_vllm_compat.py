@@ -212,3 +212,102 @@ def test_mamba_dtypes_past_the_last_state_are_ignored() -> None:
     assert spec.dtypes == ("float32",) and spec.page_size_bytes == 6144 * 4
     with pytest.raises(KVCacheSpecError, match="dtypes"):
         MambaSpec(block_size=BLOCK, shapes=((4,), (8,)), dtypes=("float32",))
+
+
+def test_coordinator_counts_blocks_to_allocate_without_allocating() -> None:
+    kv = manager()
+    first = request("a", list(range(10)))
+    assert kv.allocate_slots(first, 10) is not None
+    kv.free(first)
+    second = request("b", [*list(range(8)), 99, 98])
+    hit_blocks, num_hit, _ = kv.get_computed_blocks(second)
+    assert num_hit == 8
+    pool = kv.block_pool
+    free_before = pool.get_num_free_blocks()
+
+    def needed(num_tokens: int) -> int:
+        return kv.coordinator.get_num_blocks_to_allocate(
+            request_id="b",
+            num_tokens=num_tokens,
+            new_computed_blocks=hit_blocks.blocks,
+            num_encoder_tokens=0,
+            total_computed_tokens=num_hit,
+            num_local_computed_tokens=num_hit,
+            num_tokens_main_model=num_tokens,
+        )
+
+    # Two cached hit blocks sit in the free queue (they count), plus one new block.
+    assert needed(10) == 3
+    assert needed(13) == 4
+    assert pool.get_num_free_blocks() == free_before
+    assert "b" not in kv.impl.managers[0].req_to_blocks
+
+
+def test_hisparse_layout_moves_sparse_mla_to_a_sized_host_group() -> None:
+    from types import SimpleNamespace
+
+    from pagedkv.compat.vllm.v1.hisparse.layout import (
+        create_hisparse_layout,
+        get_hisparse_kv_cache_groups,
+    )
+    from pagedkv.compat.vllm.v1.kv_cache_interface import (
+        HiSparseHotSpec,
+        HiSparseResidentSpec,
+        MLAAttentionSpec,
+    )
+
+    def mla(head_size: int, **fields: object) -> MLAAttentionSpec:
+        return MLAAttentionSpec(
+            block_size=64, num_kv_heads=1, head_size=head_size, dtype="bfloat16", **fields
+        )
+
+    specs = {
+        "attn": mla(576, is_index_group_leader=True),
+        "attn.indexer": mla(128, cache_role="indexer"),
+    }
+    config = SimpleNamespace(
+        attention_config=SimpleNamespace(hisparse_config=SimpleNamespace()),
+        model_config=SimpleNamespace(hf_config=SimpleNamespace(index_topk=128), max_model_len=256),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1, world_size=1),
+    )
+    groups = get_hisparse_kv_cache_groups(config, specs)
+    source, indexer, resident, hot = groups
+    assert source.host_resident and list(source.layer_names) == ["attn"]
+    assert list(indexer.layer_names) == ["attn.indexer"] and not indexer.host_resident
+    assert isinstance(resident.kv_cache_spec, HiSparseResidentSpec)
+    assert isinstance(hot.kv_cache_spec, HiSparseHotSpec)
+    assert hot.kv_cache_spec.blocks_per_request == 4  # (1 + 1) x 128 rows of 64
+    page = source.kv_cache_spec.page_size_bytes
+    layout = create_hisparse_layout(config, groups, host_budget=7 * page)
+    assert (layout.host_num_blocks, layout.host_block_stride) == (7, page)
+    assert not layout.shared_host_pool and layout.device_groups == [indexer, resident, hot]
+    with pytest.raises(ValueError, match="increase host_pool_gib"):
+        create_hisparse_layout(config, groups, host_budget=5 * page)
+    v4 = {"attn": mla(512, model_version="deepseek_v4")}
+    with pytest.raises(ValueError, match="DeepSeek V4"):
+        get_hisparse_kv_cache_groups(config, v4)
+
+
+def test_hisparse_layout_groups_other_layers_after_its_own() -> None:
+    from types import SimpleNamespace
+
+    from pagedkv.compat.vllm.v1.hisparse.layout import get_hisparse_kv_cache_groups
+    from pagedkv.compat.vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    def mla(head_size: int, **fields: object) -> MLAAttentionSpec:
+        return MLAAttentionSpec(
+            block_size=BLOCK, num_kv_heads=1, head_size=head_size, dtype="bfloat16", **fields
+        )
+
+    specs = {
+        "attn": mla(576, is_index_group_leader=True),
+        "attn.indexer": mla(128, cache_role="indexer"),
+        "dense": full_spec(),
+    }
+    config = SimpleNamespace(
+        attention_config=SimpleNamespace(hisparse_config=SimpleNamespace()),
+        model_config=SimpleNamespace(hf_config=SimpleNamespace(index_topk=8), max_model_len=64),
+    )
+    *hisparse_groups, dense = get_hisparse_kv_cache_groups(config, specs)
+    assert len(hisparse_groups) == 4
+    assert list(dense.layer_names) == ["dense"] and dense.kv_cache_spec == full_spec()

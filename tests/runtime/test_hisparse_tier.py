@@ -272,6 +272,20 @@ def test_in_flight_transfers_keep_their_blocks_after_free() -> None:
     assert manager.get_computed_blocks(Request("probe", list(range(2 * BS))))[1] == 0
 
 
+def test_pending_reclamation_is_a_transfer_whose_completion_frees_blocks() -> None:
+    manager = make_manager()
+    tier = bind_hisparse_tier(manager)
+    request = Request("a", list(range(BS)))
+    schedule(manager, tier, request, BS)
+    [transfer] = tier.build_offload_command().page_transfers
+    # The live request still holds its GPU page and does not read from the host.
+    assert tier.has_pending_work() and not tier.has_pending_reclamation()
+    manager.free(request)  # the transfer now holds the host block alone
+    assert tier.has_pending_reclamation()
+    tier.update_spills({transfer.transfer_id: 1}, {transfer.transfer_id: 1})
+    assert not tier.has_pending_reclamation()
+
+
 @pytest.mark.parametrize("finished", [True, False])
 def test_a_finished_request_publishes_its_durable_prefix_after_free(finished: bool) -> None:
     manager = make_manager()
@@ -324,6 +338,28 @@ def test_a_host_pool_backs_the_source_group_and_shares_events_and_transactions()
     manager.free(request)
     hit, num_hit = manager.get_computed_blocks(Request("c", list(range(2 * BS + 1))))
     assert num_hit == 2 * BS and all(host_pool.block_hash[b] is not None for b in hit.blocks[0])
+
+
+@pytest.mark.parametrize(
+    ("evictable", "local_tokens", "expected"),
+    [(False, BS, 1), (True, BS, 2), (False, BS - 1, 2)],
+)
+def test_host_capacity_counts_evictable_hits_and_the_copy_of_a_partial_local_hit(
+    evictable: bool, local_tokens: int, expected: int
+) -> None:
+    manager = make_manager(num_blocks=32)
+    tier = bind_hisparse_tier(manager, host_num_blocks=8)
+    hit = tier.host_pool.get_new_blocks(1)[0]
+    if evictable:
+        tier.host_pool.free_blocks([hit])
+    free_before = tier.host_pool.num_free_blocks
+    # A one-page hit, then a KV connector loads the second page.
+    needed = tier.host_manager.get_num_host_blocks_to_allocate(
+        "waiting", 2 * BS, [hit], 2 * BS, local_tokens, 2 * BS
+    )
+    assert needed == expected
+    assert tier.host_pool.num_free_blocks == free_before
+    assert "waiting" not in tier.host_manager.req_to_blocks
 
 
 def test_a_failed_allocation_undoes_host_pool_changes_too() -> None:

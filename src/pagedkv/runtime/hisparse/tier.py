@@ -300,6 +300,20 @@ class HiSparseTier:
             if not state.pending_pages:
                 self._publish_detached(state)
 
+    def has_pending_reclamation(self) -> bool:
+        """Whether an in-flight transfer frees a block when it completes: its host block
+        is held by the transfer alone (the request was freed), or its request reads
+        from the host, so its written-back GPU pages become reclaimable."""
+        host_refs = self.host_pool.ref_cnt
+        return any(
+            host_refs[pending.host_block] == 1
+            or (
+                pending.request_id in self.request_states
+                and self.can_read_from_host(pending.request_id)
+            )
+            for pending in self.pending_spills.values()
+        )
+
     def has_pending_work(self) -> bool:
         """Whether transfers or host copies are planned or in flight."""
         return bool(self.spills_to_send or self.pending_spills or self._host_copies)

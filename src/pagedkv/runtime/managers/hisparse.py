@@ -80,6 +80,32 @@ class HiSparseSourceManager(FullAttentionManager):
             return 0
         return tier.gpu_pool.num_blocks + 1
 
+    def get_num_host_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_local_computed_tokens: int,
+        num_tokens_main_model: int,
+    ) -> int:
+        """Blocks the allocation takes from this group's own pool (the host pool once a
+        tier moved it there). Counts the copy of a local hit that ends inside a block
+        even when a KV connector loads the tokens after it."""
+        required = FullAttentionManager.get_num_blocks_to_allocate(
+            self,
+            request_id,
+            num_tokens,
+            new_computed_blocks,
+            total_computed_tokens,
+            num_tokens_main_model,
+        )
+        if not new_computed_blocks or request_id in self.req_to_blocks:
+            return required
+        copies_local = num_local_computed_tokens % self.block_size != 0
+        copies_total = total_computed_tokens % self.block_size != 0
+        return required + int(copies_local) - int(copies_total)
+
     def take_cow_copies(self) -> list[tuple[int, int]]:
         tier = self.tier
         if tier is None or self.block_pool is tier.gpu_pool:

@@ -32,6 +32,10 @@ class Platform(_CorePlatform):
         return True
 
     @classmethod
+    def is_cuda_alike(cls) -> bool:
+        return False
+
+    @classmethod
     def device_count(cls) -> int:
         return 1
 

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pagedkv.compat.vllm.v1.core._dcp import dcp_sharded
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import KVCacheBlock
 from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import (
+    CrossAttentionManager,
     SingleTypeKVCacheManager,
     wrapper_class_for,
 )
@@ -115,6 +117,45 @@ class KVCacheCoordinator:
                 blocks[gid] = self.block_pool.ids_to_blocks(ids)
                 lengths[gid] = hit
         return tuple(blocks), tuple(lengths)
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: tuple[Sequence[KVCacheBlock], ...],
+        num_encoder_tokens: int,
+        total_computed_tokens: int,
+        num_local_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
+        prefill_end: int = 0,
+    ) -> int:
+        """Blocks every group needs for the request (a read-only query); a cross-attention
+        group sizes its one allocation by the encoder tokens."""
+        total = 0
+        for manager, computed in zip(self.single_type_managers, new_computed_blocks, strict=True):
+            if isinstance(manager, CrossAttentionManager):
+                total += manager.get_num_blocks_to_allocate(
+                    request_id,
+                    num_encoder_tokens,
+                    [],
+                    0,
+                    0,
+                    num_encoder_tokens,
+                    apply_admission_cap=apply_admission_cap,
+                )
+                continue
+            total += manager.get_num_blocks_to_allocate(
+                request_id,
+                num_tokens,
+                computed,
+                total_computed_tokens,
+                num_local_computed_tokens,
+                num_tokens_main_model,
+                apply_admission_cap=apply_admission_cap,
+                prefill_end=prefill_end,
+            )
+        return total
 
     def free(self, request_id: str) -> None:
         for m in self.single_type_managers:

@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, NewType
 
+from pagedkv.compat.vllm.config._engine import engine_config
 from pagedkv.compat.vllm.v1.core._dcp import dcp_kv_cache_config
 from pagedkv.runtime import hashing as _hashing
 from pagedkv.runtime.block_sizes import resolve_block_sizes
@@ -407,7 +408,11 @@ def generate_scheduler_kv_cache_config(kv_cache_configs: Sequence[Any]) -> Any:
 
 def _engine_config(vllm_config: Any) -> Any:
     to_engine = getattr(vllm_config, "to_engine_config", None)
-    return vllm_config if to_engine is None else to_engine()
+    if to_engine is not None:
+        return to_engine()
+    if hasattr(vllm_config, "model_config") and not hasattr(vllm_config, "max_model_len"):
+        return engine_config(vllm_config)  # a vLLM-shaped config without the method
+    return vllm_config
 
 
 def get_max_concurrency_for_kv_cache_config(vllm_config: Any, kv_cache_config: Any) -> float:

@@ -5,7 +5,7 @@ when the coordinator is first built (before any request is admitted)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
@@ -42,6 +42,47 @@ class _GroupView:
     def get_residency_row(self, request_id: str, start: int = 0) -> list[KVCacheBlock]:
         table = self._wrapper.impl.req_to_blocks.get(request_id, [])
         return self._wrapper.block_pool.ids_to_blocks(table[start:])
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        total_computed_tokens: int,
+        num_local_computed_tokens: int | None = None,
+        num_tokens_main_model: int | None = None,
+        apply_admission_cap: bool = False,
+        prefill_end: int = 0,
+    ) -> int:
+        """The host group counts blocks of its own (host) pool; others as their manager."""
+        impl = self._wrapper.impl
+        if not isinstance(impl, _hs.HiSparseSourceManager):
+            return int(
+                self._wrapper.get_num_blocks_to_allocate(
+                    request_id,
+                    num_tokens,
+                    new_computed_blocks,
+                    total_computed_tokens,
+                    num_local_computed_tokens,
+                    num_tokens_main_model,
+                    apply_admission_cap,
+                    prefill_end,
+                )
+            )
+        local = (
+            total_computed_tokens
+            if num_local_computed_tokens is None
+            else num_local_computed_tokens
+        )
+        main = num_tokens if num_tokens_main_model is None else num_tokens_main_model
+        return impl.get_num_host_blocks_to_allocate(
+            request_id,
+            num_tokens,
+            [b.block_id for b in new_computed_blocks],
+            total_computed_tokens,
+            local,
+            main,
+        )
 
     # hot groups
     def require_hot(self, request_id: str) -> None:
@@ -152,6 +193,9 @@ class HiSparseCoordinator:
 
     def has_pending_work(self) -> bool:
         return self.tier.has_pending_work()
+
+    def has_pending_reclamation(self) -> bool:
+        return self.tier.has_pending_reclamation()
 
     def commit_computed_blocks(self, request_id: str, num_host_pages: int) -> None:
         self.tier.commit_computed_blocks(request_id, num_host_pages)
