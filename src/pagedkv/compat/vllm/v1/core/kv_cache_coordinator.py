@@ -37,10 +37,8 @@ class KVCacheCoordinator:
         retention_interval: int | None,
         use_eagle: bool = False,
         dcp_world_size: int = 1,
-        manager: Any = None,
     ) -> None:
         self.impl = impl
-        self.manager = manager  # pagedkv's KVCacheManager over ``impl``
         self.block_pool = block_pool
         self.kv_cache_config = kv_cache_config
         self.scheduler_block_size = scheduler_block_size

@@ -139,7 +139,6 @@ class KVCacheManager:
             interval,
             use_eagle,
             dcp_world_size,
-            self.impl,
         )
         self.coordinator.on_retention_change = self.impl.set_prefix_cache_retention_interval
         self.coordinator.enable_partial_hash_hits = bool(
