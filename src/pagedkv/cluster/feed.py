@@ -99,9 +99,10 @@ class EngineFeedStats(NamedTuple):
     decode_errors: int
     replay_timeouts: int
     next_seq: int | None
-    last_batch_ts: float | None
+    last_batch_ts: float | None  # the last applied batch's timestamp (the engine's clock)
     replay_pending: bool  # a replay request is open (waits for a slot or its answer)
     replay_unanswered: int  # replay requests unanswered in a row (0: it answers)
+    seconds_since_batch: float | None  # since the feed applied its last batch (own clock)
 
 
 class IndexFeed:
@@ -136,6 +137,7 @@ class IndexFeed:
         self._ready = threading.Event()
         self._subs: dict[str, EventSubscriber] = {}
         self._last_ts: dict[str, float] = {}
+        self._applied_at: dict[str, float] = {}  # engine -> time.monotonic() of its last batch
         self._received = 0
         self._commands: deque[tuple[str, str]] = deque()  # (forget | resync, engine)
         # the feed thread's: the poll over every SUB socket and the replays in flight
@@ -185,9 +187,15 @@ class IndexFeed:
         came back, perhaps as a new process): state dropped, read again from seq 0."""
         self._commands.append(("resync", engine))
 
+    @property
+    def replays_open(self) -> int:
+        """Replay requests holding a socket now (at most ``max_replays``)."""
+        return self.replay_slots.in_use
+
     def stats(self) -> dict[str, EngineFeedStats]:
         """Per engine: batches applied, gaps, recovered and lost batches, restarts."""
         with self.lock:
+            now = time.monotonic()
             return {
                 name: EngineFeedStats(
                     sub.num_batches,
@@ -202,6 +210,7 @@ class IndexFeed:
                     self._last_ts.get(name),
                     sub.replay_in_flight,
                     sub.replay_unanswered,
+                    None if name not in self._applied_at else now - self._applied_at[name],
                 )
                 for name, sub in self._subs.items()
             }
@@ -363,3 +372,4 @@ class IndexFeed:
             with self.lock:
                 self.index.apply_batch(name, delivery.batch)
                 self._last_ts[name] = delivery.batch.ts
+                self._applied_at[name] = time.monotonic()
