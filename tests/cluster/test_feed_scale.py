@@ -144,3 +144,23 @@ def test_more_than_1023_engines_start() -> None:
     finally:
         feed.stop()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_replay_socket_that_cannot_be_opened_counts_as_unanswered() -> None:
+    # Out of descriptors (here: of the context's sockets) the replay request used to
+    # raise "Too many open files" out of the feed thread, which then stopped for good.
+    ctx = zmq.Context()
+    ctx.set(zmq.MAX_SOCKETS, 1)  # room for the SUB socket only
+    slots = ReplaySlots(4)
+    sub = EventSubscriber(
+        "tcp://127.0.0.1:9", "tcp://127.0.0.1:10", replay_slots=slots, context=ctx
+    )
+    try:
+        assert sub.begin_tail() == []
+        assert sub.replay_in_flight and not sub.replay_waiting and sub.replay_socket is None
+        assert sub.advance() == []
+        assert sub.num_replay_timeouts == 1 and sub.replay_unanswered == 1
+        assert not sub.replay_in_flight and slots.free == 4
+    finally:
+        sub.close()
+        ctx.term()
