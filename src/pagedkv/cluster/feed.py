@@ -93,6 +93,14 @@ class IndexFeed:
     """Subscribes to ``engines`` and applies their events to ``index`` in a thread.
 
     ``drop_every`` (tests only) discards every Nth live message, to exercise replay.
+
+    Args:
+        index: the KV index the engines' events are applied to.
+        engines: engine name -> its event and replay endpoints.
+        topic: the ZMQ topic subscribed to ("" for every topic).
+        idle_sync_s: seconds without a message from an engine before its tail is synced by replay.
+        replay_timeout_s: seconds a replay request waits for its answer.
+        drop_every: discard every Nth live message (0: none); tests only.
     """
 
     def __init__(
