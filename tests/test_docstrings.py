@@ -5,12 +5,17 @@ as do methods of public classes) that takes more than three parameters, ``self``
 ``cls`` aside, must carry a Google-style ``Args:`` section naming every one of them.
 A class documents its ``__init__`` parameters in the class docstring (Google style);
 an ``Args:`` section in the ``__init__`` docstring is accepted too. ``*args`` and
-``**kwargs`` need no entry. ``compat/`` is skipped: its names and docstrings follow vLLM's.
+``**kwargs`` need no entry. A command-line parameter whose ``typer.Option`` or
+``typer.Argument`` carries ``help=`` text is documented there (what ``--help`` shows);
+a command documents the others in its docstring after a form feed (``\\f``), which hides
+the section from ``--help``. ``compat/`` is skipped: its names and docstrings follow vLLM's.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,6 +113,24 @@ def parameter_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[st
     return [arg.arg for arg in named if arg.arg not in ("self", "cls")]
 
 
+def typer_help_names(relative: str, qualname: str) -> set[str]:
+    """Parameters of a function whose default is a typer option or argument with help text."""
+    if "typer" not in (PACKAGE / relative).read_text(encoding="utf-8"):
+        return set()
+    from typer.models import ParameterInfo
+
+    module = importlib.import_module("pagedkv." + relative.removesuffix(".py").replace("/", "."))
+    function: object = module
+    for part in qualname.split("."):
+        function = getattr(function, part)
+    assert callable(function), qualname
+    return {
+        name
+        for name, parameter in inspect.signature(function).parameters.items()
+        if isinstance(parameter.default, ParameterInfo) and parameter.default.help
+    }
+
+
 def is_public(name: str) -> bool:
     return not name.startswith("_") or name == "__init__"
 
@@ -130,6 +153,9 @@ def offenders_in(path: Path, root: Path = PACKAGE) -> Iterator[Offender]:
                 if owner is not None and child.name == "__init__":
                     documented |= documented_names(ast.get_docstring(owner) or "")
                 missing = tuple(name for name in params if name not in documented)
+                if missing and root == PACKAGE:
+                    documented |= typer_help_names(relative, prefix + child.name)
+                    missing = tuple(name for name in missing if name not in documented)
                 if missing:
                     yield Offender(relative, prefix + child.name, child.lineno, missing)
 
@@ -225,3 +251,10 @@ def _private(a: int, b: int, c: int, d: int) -> None:
     path.write_text(source, encoding="utf-8")
     found = [(offender.qualname, offender.missing) for offender in offenders_in(path, tmp_path)]
     assert found == [("Thing.__init__", ("d",)), ("public", ("a", "b", "c", "d"))]
+
+
+def test_typer_help_counts_as_documentation() -> None:
+    named = typer_help_names("cli/serve.py", "serve_command")
+    assert {"model", "tiny", "data_parallel_rank"} <= named
+    assert "port" not in named  # no help= text: documented in the docstring instead
+    assert typer_help_names("config.py", "check_int") == set()
