@@ -54,7 +54,18 @@ def check_int(
     error: type[PagedKVError] = ConfigError,
     alternative: str = "",
 ) -> None:
-    """Raise ``error`` naming ``owner.name`` unless ``value`` is an int >= ``minimum``."""
+    """Raise ``error`` naming ``owner.name`` unless ``value`` is an int >= ``minimum``.
+
+    Args:
+        owner: class or function name the message names.
+        name: field or argument name the message names.
+        value: the value checked.
+        minimum: the smallest value accepted.
+        allow_none: accept None as well.
+        error: the exception class raised.
+        alternative: text appended to "must be ..." naming another accepted value (e.g.
+            ``" or -1"``).
+    """
     if value is None and allow_none:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -69,7 +80,14 @@ def check_fields(
     allow_none: bool = False,
     error: type[PagedKVError] = ConfigError,
 ) -> None:
-    """``error`` naming the class and field of the first bad integer field of ``obj``."""
+    """``error`` naming the class and field of the first bad integer field of ``obj``.
+
+    Args:
+        obj: the object whose fields are checked; its class name is the message's owner.
+        minimum: the smallest value accepted.
+        allow_none: accept None as well.
+        error: the exception class raised.
+    """
     for name in names:
         value = getattr(obj, name)
         check_int(
@@ -84,7 +102,14 @@ def check_choice(
     allow_none: bool = False,
     error: type[PagedKVError] = ConfigError,
 ) -> None:
-    """``error`` naming the class and field unless ``obj.name`` is one of ``choices``."""
+    """``error`` naming the class and field unless ``obj.name`` is one of ``choices``.
+
+    Args:
+        obj: the object whose field is checked; its class name is the message's owner.
+        name: the field checked.
+        allow_none: accept None as well.
+        error: the exception class raised.
+    """
     value = getattr(obj, name)
     if not (value is None and allow_none) and value not in choices:
         known = " or ".join(map(repr, choices))

@@ -108,8 +108,16 @@ class EngineFeedStats(NamedTuple):
 class IndexFeed:
     """Subscribes to ``engines`` and applies their events to ``index`` in a thread.
 
-    ``max_replays``: replay requests open at once, over all engines. ``drop_every``
-    (tests only) discards every Nth live message, to exercise replay.
+    ``drop_every`` (tests only) discards every Nth live message, to exercise replay.
+
+    Args:
+        index: the KV index the engines' events are applied to.
+        engines: engine name -> its event and replay endpoints.
+        topic: the ZMQ topic subscribed to ("" for every topic).
+        idle_sync_s: seconds without a message from an engine before its tail is synced by replay.
+        replay_timeout_s: seconds a replay request waits for its answer.
+        drop_every: discard every Nth live message (0: none); tests only.
+        max_replays: replay requests open at once, over all engines.
     """
 
     def __init__(

@@ -125,7 +125,17 @@ class Choice:
 
 
 class RouteService:
-    """Engines, index, router, hasher and tokenizer behind the HTTP API."""
+    """Engines, index, router, hasher and tokenizer behind the HTTP API.
+
+    Args:
+        index: the KV index of which engine holds which blocks.
+        router: the routing policy choosing an engine.
+        hasher: hashes a prompt's blocks as the engines do.
+        engines: engine names, or name -> the URL requests are forwarded to (None: route only).
+        feed: the event feed keeping ``index`` current (None: the index is fed elsewhere).
+        tokenizer: turns prompt text into tokens (None: requests must bring token ids).
+        settings: the router's timeouts, intervals and limits (None: the defaults).
+    """
 
     def __init__(
         self,

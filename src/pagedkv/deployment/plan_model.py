@@ -67,7 +67,8 @@ def plan(
         model: bundled name, directory, config.json, Hub id (``org/name``) or ModelSource.
         gpu: a GPU from ``pagedkv.list_gpus()`` (default H100-80GB unless
             ``memory_bytes`` or ``kv_cache_memory_bytes`` gives the budget).
-        tensor_parallel_size, pipeline_parallel_size: as vLLM's flags.
+        tensor_parallel_size: workers each stage's layers are split over (vLLM's flag).
+        pipeline_parallel_size: stages the layers are split into (vLLM's flag).
         memory_bytes: device memory per worker instead of a GPU.
         weight_bytes: weights per worker (default: estimated from the config).
         grouping: ``"vllm"`` (vLLM 0.33's rule, default) or ``"least-waste"``.

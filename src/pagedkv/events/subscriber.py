@@ -71,8 +71,21 @@ class EventSubscriber:
     """A SUB socket (plus replay requests) for one publisher; sockets belong to the thread
     that calls ``poll``/``handle``/``sync_tail`` (or ``receive``/``begin_tail``/``advance``).
     ``start_seq=0`` replays a late join from the publisher's first batch; None starts at
-    the first batch received. ``replay_slots``: shared with other subscribers of this
-    thread, it caps their replay sockets open at once."""
+    the first batch received.
+
+    Args:
+        endpoint: the publisher's PUB address.
+        replay_endpoint: the publisher's replay ROUTER address (None: gaps cannot be recovered).
+        topic: the topic subscribed to ("" for every topic).
+        bind: bind (True) or connect (False) the SUB socket (None: bind when ``endpoint`` has a
+            ``*``).
+        start_seq: the first sequence number expected (0: replay from the first batch; None: the
+            first received).
+        replay_timeout_s: seconds a replay request waits for its answer.
+        context: the ZMQ context sockets are made in (None: the process-wide instance).
+        replay_slots: shared with the other subscribers of this thread, it caps their replay
+            sockets open at once (None: no cap).
+    """
 
     def __init__(
         self,

@@ -123,6 +123,14 @@ def weight_bytes_per_worker(
     experts over ``tp x dp`` ranks. Norms and biases are not counted, unless the
     checkpoint's index states its total size: then the split is scaled to that
     total. ``--cpu-offload-gb`` takes up to that many bytes off every worker.
+
+    Args:
+        model: bundled name, directory, config.json, Hub id, ModelSource or ModelLayout.
+        tensor_parallel_size: workers each stage is split over.
+        pipeline_parallel_size: stages the layers are split into.
+        shape: the profiling shape, for MoE and MTP sizes (None: the layout alone).
+        options: the vLLM flags (quantization, expert parallelism, CPU offload; None: vLLM's
+            defaults).
     """
     layout = _as_layout(model, None)
     tp, pp = tensor_parallel_size, pipeline_parallel_size
@@ -168,7 +176,14 @@ def startup_terms(
     shape: ProfileShape | None = None,
     options: StartupOptions | None = None,
 ) -> list[MemoryTerm]:
-    """The non-weight terms vLLM subtracts at start-up, per worker (models.startup_memory)."""
+    """The non-weight terms vLLM subtracts at start-up, per worker (models.startup_memory).
+
+    Args:
+        layout: the model's layout.
+        config: the engine config (parallel sizes, batch limits).
+        shape: the profiling shape (None: taken from ``layout``).
+        options: the vLLM flags (None: vLLM 0.33's defaults).
+    """
     return profile_terms(
         layout, shape or profile_shape(layout), config, options or StartupOptions()
     )
@@ -181,7 +196,14 @@ def activation_reserve_bytes(
     options: StartupOptions | None = None,
 ) -> int:
     """Everything but the weights that vLLM 0.33 takes before the KV cache, per worker:
-    non-torch memory, the profile peak and the CUDA graph estimate."""
+    non-torch memory, the profile peak and the CUDA graph estimate.
+
+    Args:
+        layout: the model's layout.
+        config: the engine config (parallel sizes, batch limits).
+        shape: the profiling shape (None: taken from ``layout``).
+        options: the vLLM flags (None: vLLM 0.33's defaults).
+    """
     return reserve_bytes(startup_terms(layout, config, shape, options))
 
 
@@ -226,6 +248,16 @@ def memory_budgets(
     (``weight_bytes`` is per worker). ``shape`` (from ``profile_shape``) and
     ``options`` (the vLLM flags) refine the estimate; without them the config's
     layout and vLLM 0.33's defaults are used.
+
+    Args:
+        model: bundled name, directory, config.json, Hub id, ModelSource or ModelLayout.
+        config: the engine config (parallel sizes, ``gpu_memory_utilization``, batch limits).
+        device_bytes: device memory per worker, in bytes (None: only with a given KV cache size).
+        weight_bytes: weight bytes per worker (None: estimated).
+        kv_cache_bytes: KV cache bytes per worker, skipping the estimate (None:
+            ``config.cache.kv_cache_memory_bytes``).
+        shape: the profiling shape (None: taken from the layout).
+        options: the vLLM flags (None: vLLM 0.33's defaults).
     """
     layout = _as_layout(model, None)
     tp = config.parallel.tensor_parallel_size
@@ -323,6 +355,17 @@ def get_kv_cache_specs(
     With ``config`` its parallel sizes, cache dtype, block size and Mamba cache mode
     are used (keyword arguments may repeat them but not contradict them). Mamba
     specs get ``block_size`` unpadded: the planner aligns block sizes and pads pages.
+
+    Args:
+        model: bundled name, directory, config.json, Hub id, ModelSource or ModelLayout.
+        tensor_parallel_size: workers each stage's layers are split over.
+        pipeline_parallel_size: stages the layers are split into.
+        kv_cache_dtype: the cache dtype (``"auto"``: the model's dtype).
+        block_size: tokens per block.
+        config: an engine config supplying all of the above and the Mamba cache mode (None: the
+            arguments).
+        use_transformers: read the config through transformers (True: required; False: never; None:
+            when installed).
     """
     tp, pp, dtype, block_size, mode = _resolve_options(
         config, tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype, block_size

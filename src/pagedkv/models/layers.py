@@ -49,7 +49,14 @@ if TYPE_CHECKING:
 
 
 def shard(model: str, field_name: str, value: int, tp: int) -> int:
-    """``value / tp``, or a ModelConfigError naming the field when it does not divide."""
+    """``value / tp``, or a ModelConfigError naming the field when it does not divide.
+
+    Args:
+        model: the model's name, for the error.
+        field_name: the field divided, for the error.
+        value: the value to split.
+        tp: the tensor-parallel size.
+    """
     if value % tp:
         raise ModelConfigError(
             f"{model}: {field_name} ({value}) is not divisible by tensor_parallel_size ({tp})"
@@ -234,6 +241,15 @@ def _kv_heads_per_rank(model: str, layer: AttentionLayer, tp: int) -> int:
 def attention_spec(
     model: str, layer: AttentionLayer, tp: int, dtype: str, block_size: int
 ) -> KVCacheSpec:
+    """One standard attention layer's spec on one tensor-parallel rank.
+
+    Args:
+        model: the model's name, for errors.
+        layer: the attention layer.
+        tp: the tensor-parallel size the KV heads are split over.
+        dtype: the cache dtype's name.
+        block_size: tokens per block.
+    """
     if dtype == DS_MLA_DTYPE:
         raise ConfigError(
             f"{model}: kv_cache_dtype fp8_ds_mla applies to MLA models only "
@@ -277,6 +293,15 @@ def _ds_mla_fields(model: str, layer: LatentLayer) -> dict[str, Any]:
 def latent_spec(
     model: str, layer: LatentLayer, tp: int, dtype: str, block_size: int
 ) -> KVCacheSpec:
+    """One latent (MLA) attention layer's spec on one tensor-parallel rank.
+
+    Args:
+        model: the model's name, for errors.
+        layer: the latent attention layer (its own block size and dtype win when set).
+        tp: the tensor-parallel size the heads must divide by.
+        dtype: the cache dtype's name.
+        block_size: tokens per block.
+    """
     if layer.num_heads > 1:
         shard(model, f"num_attention_heads of {layer.name}", layer.num_heads, tp)
     common: dict[str, Any] = {
@@ -306,6 +331,17 @@ def state_spec(
     block_size: int,
     mode: MambaCacheMode,
 ) -> MambaSpec:
+    """One state (Mamba-like) layer's spec on one tensor-parallel rank.
+
+    Args:
+        model: the model's name, for errors.
+        layer: the state layer.
+        tp: the tensor-parallel size the state shapes are split over.
+        model_dtype: the model's dtype (the conv state's; the SSM state's unless the layer names
+            one).
+        block_size: tokens per block, unpadded.
+        mode: the Mamba cache mode (decides the prefill checkpoint alignment).
+    """
     shapes = layer.state.shapes(model, tp)
     ssm = layer.ssm_dtype or model_dtype
     dtypes = (model_dtype,) + (ssm,) * (len(shapes) - 1)
@@ -330,7 +366,16 @@ def layer_spec(
     block_size: int,
     mamba_cache_mode: MambaCacheMode,
 ) -> KVCacheSpec:
-    """One layer's spec on one tensor-parallel rank."""
+    """One layer's spec on one tensor-parallel rank.
+
+    Args:
+        layout: the model's layout (name and dtype).
+        layer: the layer described.
+        tp: the tensor-parallel size.
+        kv_dtype: the cache dtype's name.
+        block_size: tokens per block.
+        mamba_cache_mode: the Mamba cache mode, for state layers.
+    """
     if isinstance(layer, AttentionLayer):
         return attention_spec(layout.name, layer, tp, kv_dtype, block_size)
     if isinstance(layer, LatentLayer):

@@ -124,7 +124,14 @@ def _moe_width(shape: ProfileShape, layout: ModelLayout, shard: int) -> int:
 
 def forward_width(layout: ModelLayout, shape: ProfileShape, tp: int, expert_shard: int) -> int:
     """Elements per token alive at a decoder layer's peak: the hidden state and its
-    residual, plus the wider of attention (q, k, v, output) and the MLP or MoE."""
+    residual, plus the wider of attention (q, k, v, output) and the MLP or MoE.
+
+    Args:
+        layout: the model's layout (hidden and intermediate sizes).
+        shape: the profiling shape (attention widths, MoE sizes).
+        tp: the tensor-parallel size.
+        expert_shard: ranks the experts are split over.
+    """
     attention = (2 * shape.q_width + shape.kv_width) // tp
     mlp = 3 * layout.intermediate_size // tp
     moe = _moe_width(shape, layout, expert_shard)
@@ -134,6 +141,15 @@ def forward_width(layout: ModelLayout, shape: ProfileShape, tp: int, expert_shar
 def forward_bytes(
     layout: ModelLayout, shape: ProfileShape, tokens: int, tp: int, expert_shard: int
 ) -> int:
+    """Bytes of the activations alive at a decoder layer's peak for ``tokens`` tokens.
+
+    Args:
+        layout: the model's layout (hidden and intermediate sizes, activation dtype).
+        shape: the profiling shape (attention widths, MoE sizes).
+        tokens: tokens in the forward pass.
+        tp: the tensor-parallel size.
+        expert_shard: ranks the experts are split over.
+    """
     return tokens * forward_width(layout, shape, tp, expert_shard) * _activation_bytes(layout)
 
 
@@ -141,7 +157,15 @@ def sampler_bytes(
     layout: ModelLayout, shape: ProfileShape, seqs: int, tp: int, sampler: str
 ) -> int:
     """Logits for ``seqs`` rows (this rank's shard, then the gathered model-dtype rows)
-    and the sampler's float32 work on them."""
+    and the sampler's float32 work on them.
+
+    Args:
+        layout: the model's layout (activation dtype).
+        shape: the profiling shape (vocabulary size).
+        seqs: sequences sampled at once (rows of logits).
+        tp: the tensor-parallel size the logits are sharded over.
+        sampler: the sampler's name, a key of ``SAMPLER_BYTES_PER_LOGIT``.
+    """
     act = _activation_bytes(layout)
     per_logit = act + (act / tp if tp > 1 else 0) + SAMPLER_BYTES_PER_LOGIT[sampler]
     return int(seqs * shape.vocab_size * per_logit)
@@ -152,7 +176,14 @@ def encoder_items(encoder: EncoderShape, budget_tokens: int) -> int:
 
 
 def encoder_bytes(encoder: EncoderShape, layout: ModelLayout, budget_tokens: int, tp: int) -> int:
-    """The dummy items' tower activations (hidden, attention and MLP of one layer)."""
+    """The dummy items' tower activations (hidden, attention and MLP of one layer).
+
+    Args:
+        encoder: the encoder tower's shape.
+        layout: the model's layout (activation dtype).
+        budget_tokens: encoder tokens the profiling run may use.
+        tp: the tensor-parallel size.
+    """
     tokens = encoder_items(encoder, budget_tokens) * encoder.tokens_per_item
     width = 6 * encoder.hidden_size + 2 * encoder.intermediate_size // tp
     return tokens * width * _activation_bytes(layout)
@@ -177,7 +208,14 @@ def profile_terms(
     config: EngineConfig,
     options: StartupOptions,
 ) -> list[MemoryTerm]:
-    """Every non-weight term of one worker's start-up accounting."""
+    """Every non-weight term of one worker's start-up accounting.
+
+    Args:
+        layout: the model's layout.
+        shape: the profiling shape.
+        config: the engine config (parallel sizes, batch limits).
+        options: the vLLM flags (data parallelism, sampler, CUDA graphs).
+    """
     tp = config.parallel.tensor_parallel_size
     world = tp * config.parallel.pipeline_parallel_size * options.data_parallel_size
     tokens = config.scheduler.max_num_batched_tokens
@@ -235,6 +273,15 @@ def cudagraph_term(
     options: StartupOptions,
     expert_shard: int,
 ) -> MemoryTerm:
+    """The CUDA graph term: the largest capture's forward pass plus a cost per further graph.
+
+    Args:
+        layout: the model's layout.
+        shape: the profiling shape.
+        config: the engine config (batch limits, tensor-parallel size).
+        options: the vLLM flags (eager mode, GPU generation, vLLM release).
+        expert_shard: ranks the experts are split over.
+    """
     if options.enforce_eager:
         return MemoryTerm("CUDA graph estimate", 0, "none: --enforce-eager")
     if not options.cudagraph_memory_estimate:
