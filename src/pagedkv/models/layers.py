@@ -131,10 +131,12 @@ class StateShape(ABC):
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
         """Per-rank state tensor shapes (conv first)."""
 
-    def prefill_checkpoint_alignment(self, block_size: int, mode: MambaCacheMode) -> int | None:
+    def prefill_checkpoint_alignment(
+        self, block_size: int, mode: MambaCacheMode, gdn_prefill_kernel: str = "flashinfer"
+    ) -> int | None:
         """The token step vLLM's kernel exports a state at inside a prefill chunk (its
-        spec's ``prefill_checkpoint_alignment``) with ``block_size`` blocks in ``mode``,
-        None if it cannot."""
+        spec's ``prefill_checkpoint_alignment``) with ``block_size`` blocks in ``mode``
+        (gated DeltaNet: with ``gdn_prefill_kernel``), None if it cannot."""
         return None
 
 
@@ -305,11 +307,12 @@ def state_spec(
     model_dtype: str,
     block_size: int,
     mode: MambaCacheMode,
+    gdn_prefill_kernel: str = "flashinfer",
 ) -> MambaSpec:
     shapes = layer.state.shapes(model, tp)
     ssm = layer.ssm_dtype or model_dtype
     dtypes = (model_dtype,) + (ssm,) * (len(shapes) - 1)
-    alignment = layer.state.prefill_checkpoint_alignment(block_size, mode)
+    alignment = layer.state.prefill_checkpoint_alignment(block_size, mode, gdn_prefill_kernel)
     return MambaSpec(
         block_size=block_size,
         shapes=shapes,
@@ -329,8 +332,10 @@ def layer_spec(
     kv_dtype: str,
     block_size: int,
     mamba_cache_mode: MambaCacheMode,
+    gdn_prefill_kernel: str = "flashinfer",
 ) -> KVCacheSpec:
-    """One layer's spec on one tensor-parallel rank."""
+    """One layer's spec on one tensor-parallel rank (``gdn_prefill_kernel``: the
+    gated-DeltaNet prefill kernel, CacheConfig's)."""
     if isinstance(layer, AttentionLayer):
         return attention_spec(layout.name, layer, tp, kv_dtype, block_size)
     if isinstance(layer, LatentLayer):
@@ -343,4 +348,6 @@ def layer_spec(
             head_size_v=0,
             dtype=layer.dtype,
         )
-    return state_spec(layout.name, layer, tp, layout.dtype, block_size, mamba_cache_mode)
+    return state_spec(
+        layout.name, layer, tp, layout.dtype, block_size, mamba_cache_mode, gdn_prefill_kernel
+    )
