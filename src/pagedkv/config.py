@@ -13,6 +13,7 @@ __all__ = [
     "MambaCacheMode",
     "KV_CACHE_GROUPING_RULES",
     "PREFIX_CACHE_RETENTIONS",
+    "GDN_PREFILL_KERNELS",
     "check_int",
     "check_fields",
     "check_choice",
@@ -26,6 +27,10 @@ __all__ = [
 ]
 
 MambaCacheMode = Literal["none", "align"]
+
+# The gated-DeltaNet prefill kernels vLLM 0.33 runs (its active ``gdn_prefill_backend``);
+# only FlashInfer's emits states inside a prefill, so only it takes align-mode checkpoints.
+GDN_PREFILL_KERNELS = ("flashinfer", "triton", "cutedsl", "aiter_flydsl", "sycl")
 
 # KV cache grouping rules by name (CacheConfig.kv_cache_grouping_rule -> the qualname the
 # planner resolves): vLLM 0.33's rule, the default, and pagedkv's opt-in search in the
@@ -179,6 +184,9 @@ class CacheConfig:
     max_kv_cache_groups: int | None = None
     # Eviction policy of the device pool by name ("lru": vLLM's; others: pagedkv.policies).
     eviction_policy: str = "lru"
+    # The gated-DeltaNet prefill kernel (GDN_PREFILL_KERNELS): vLLM picks it from the GPU
+    # (pagedkv.models.gdn_kernel); FlashInfer's is Hopper's, the default GPU's.
+    gdn_prefill_kernel: str = "flashinfer"
 
     def __post_init__(self) -> None:
         check_fields(self, "block_size")
@@ -201,6 +209,7 @@ class CacheConfig:
         check_choice(self, "mamba_cache_mode", "none", "align", allow_none=True)
         check_choice(self, "prefix_cache_retention", *PREFIX_CACHE_RETENTIONS)
         check_choice(self, "kv_cache_grouping_rule", *KV_CACHE_GROUPING_RULES)
+        check_choice(self, "gdn_prefill_kernel", *GDN_PREFILL_KERNELS)
         if self.kv_cache_grouping_rule == "vllm" and self.max_kv_cache_groups is not None:
             raise ConfigError(
                 "CacheConfig.max_kv_cache_groups bounds a searched grouping; vLLM's grouping "

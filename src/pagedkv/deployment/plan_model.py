@@ -35,6 +35,7 @@ from pagedkv.models import (
     load_model_config,
     memory_budgets,
 )
+from pagedkv.models.gdn_kernel import gdn_key_head_dim, gdn_prefill_kernel
 from pagedkv.models.gpus import LOCAL
 from pagedkv.models.profile_shape import ProfileShape, profile_shape
 from pagedkv.models.source import ModelLike
@@ -216,6 +217,8 @@ def plan_model(request: PlanRequest) -> DeploymentPlan:
     options = engine_options(request, gpu, device_bytes)
     if shape is not None and "speculative_method" in options:
         options["num_draft_modules"] = max(1, shape.mtp_layers)
+    if gpu is not None:
+        options["gdn_prefill_kernel"] = gdn_prefill_kernel(gpu, gdn_key_head_dim(layout))
     config = engine_config_for(layout, **options)
     budgets = memory_budgets(
         layout,

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pagedkv.config import EngineConfig
+from pagedkv.config import CacheConfig, EngineConfig
 from pagedkv.dtypes import canonical_dtype_name, dtype_size
 from pagedkv.errors import ConfigError, ModelConfigError
 from pagedkv.models.adapters import describe_model
@@ -310,8 +310,6 @@ def pipeline_stages(layout: ModelLayout, pp: int) -> list[tuple[Unit, ...]]:
 def _resolve_options(
     config: EngineConfig | None, tp: int, pp: int, kv_cache_dtype: str, block_size: int
 ) -> tuple[int, int, str, int, MambaCacheMode]:
-    from pagedkv.config import CacheConfig
-
     if config is None:
         return tp, pp, kv_cache_dtype, block_size, CacheConfig().resolved_mamba_cache_mode
     given: dict[str, tuple[Any, Any]] = {
@@ -352,9 +350,10 @@ def get_kv_cache_specs(
 ) -> list[dict[str, KVCacheSpec]]:
     """One ``{layer name: spec}`` per worker, rank order pp-major (worker = pp_rank * tp + tp_rank).
 
-    With ``config`` its parallel sizes, cache dtype, block size and Mamba cache mode
-    are used (keyword arguments may repeat them but not contradict them). Mamba
-    specs get ``block_size`` unpadded: the planner aligns block sizes and pads pages.
+    With ``config`` its parallel sizes, cache dtype, block size, Mamba cache mode and
+    gated-DeltaNet prefill kernel are used (keyword arguments may repeat them but not
+    contradict them). Mamba specs get ``block_size`` unpadded: the planner aligns block
+    sizes and pads pages.
 
     Args:
         model: bundled name, directory, config.json, Hub id, ModelSource or ModelLayout.
@@ -362,14 +361,15 @@ def get_kv_cache_specs(
         pipeline_parallel_size: stages the layers are split into.
         kv_cache_dtype: the cache dtype (``"auto"``: the model's dtype).
         block_size: tokens per block.
-        config: an engine config supplying all of the above and the Mamba cache mode (None: the
-            arguments).
+        config: an engine config supplying all of the above, the Mamba cache mode and the GDN
+            prefill kernel (None: the arguments).
         use_transformers: read the config through transformers (True: required; False: never; None:
             when installed).
     """
     tp, pp, dtype, block_size, mode = _resolve_options(
         config, tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype, block_size
     )
+    kernel = (config.cache if config is not None else CacheConfig()).gdn_prefill_kernel
     for name, value in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -385,6 +385,7 @@ def get_kv_cache_specs(
                 kv_dtype=kv_dtype,
                 block_size=block_size,
                 mamba_cache_mode=mode,
+                gdn_prefill_kernel=kernel,
             )
             for unit in units
             for layer in unit.layers

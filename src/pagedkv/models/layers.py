@@ -138,10 +138,12 @@ class StateShape(ABC):
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
         """Per-rank state tensor shapes (conv first)."""
 
-    def prefill_checkpoint_alignment(self, block_size: int, mode: MambaCacheMode) -> int | None:
+    def prefill_checkpoint_alignment(
+        self, block_size: int, mode: MambaCacheMode, gdn_prefill_kernel: str = "flashinfer"
+    ) -> int | None:
         """The token step vLLM's kernel exports a state at inside a prefill chunk (its
-        spec's ``prefill_checkpoint_alignment``) with ``block_size`` blocks in ``mode``,
-        None if it cannot."""
+        spec's ``prefill_checkpoint_alignment``) with ``block_size`` blocks in ``mode``
+        (gated DeltaNet: with ``gdn_prefill_kernel``), None if it cannot."""
         return None
 
 
@@ -330,6 +332,7 @@ def state_spec(
     model_dtype: str,
     block_size: int,
     mode: MambaCacheMode,
+    gdn_prefill_kernel: str = "flashinfer",
 ) -> MambaSpec:
     """One state (Mamba-like) layer's spec on one tensor-parallel rank.
 
@@ -341,11 +344,13 @@ def state_spec(
             one).
         block_size: tokens per block, unpadded.
         mode: the Mamba cache mode (decides the prefill checkpoint alignment).
+        gdn_prefill_kernel: the gated-DeltaNet prefill kernel (with the mode, decides a GDN
+            layer's checkpoint alignment).
     """
     shapes = layer.state.shapes(model, tp)
     ssm = layer.ssm_dtype or model_dtype
     dtypes = (model_dtype,) + (ssm,) * (len(shapes) - 1)
-    alignment = layer.state.prefill_checkpoint_alignment(block_size, mode)
+    alignment = layer.state.prefill_checkpoint_alignment(block_size, mode, gdn_prefill_kernel)
     return MambaSpec(
         block_size=block_size,
         shapes=shapes,
@@ -365,6 +370,7 @@ def layer_spec(
     kv_dtype: str,
     block_size: int,
     mamba_cache_mode: MambaCacheMode,
+    gdn_prefill_kernel: str = "flashinfer",
 ) -> KVCacheSpec:
     """One layer's spec on one tensor-parallel rank.
 
@@ -375,6 +381,7 @@ def layer_spec(
         kv_dtype: the cache dtype's name.
         block_size: tokens per block.
         mamba_cache_mode: the Mamba cache mode, for state layers.
+        gdn_prefill_kernel: the gated-DeltaNet prefill kernel (CacheConfig's), for GDN layers.
     """
     if isinstance(layer, AttentionLayer):
         return attention_spec(layout.name, layer, tp, kv_dtype, block_size)
@@ -388,4 +395,6 @@ def layer_spec(
             head_size_v=0,
             dtype=layer.dtype,
         )
-    return state_spec(layout.name, layer, tp, layout.dtype, block_size, mamba_cache_mode)
+    return state_spec(
+        layout.name, layer, tp, layout.dtype, block_size, mamba_cache_mode, gdn_prefill_kernel
+    )

@@ -43,7 +43,9 @@ NON_TORCH_BYTES_WITH_PEERS = int(0.55 * GiB)
 #   sort       (0.11): the float32 copy, a sorted copy with int64 indices, sort
 #                      workspace, masks, probabilities and noise; the llm-d H100 rows
 #                      measure 38.5-39.6 bytes in all (2 of them the bf16 logits).
-#   flashinfer (0.10): one FlashInfer call on a float32 copy and its probabilities.
+#   flashinfer (0.10): one FlashInfer call on a float32 copy and its probabilities;
+#                      without FlashInfer installed (or with VLLM_USE_FLASHINFER_SAMPLER=0)
+#                      0.10 warms the PyTorch-native top-k/top-p up instead: the sort.
 SAMPLER_BYTES_PER_LOGIT = {"triton": 12.0, "sort": 36.5, "flashinfer": 8.0}
 
 # Each CUDA graph after the first of its mode: 0.37 GiB over 54 graphs and 0.64 GiB
@@ -67,7 +69,9 @@ class MemoryTerm(NamedTuple):
 
 @dataclass(frozen=True)
 class StartupOptions:
-    """The ``vllm serve`` flags and vLLM release that change what start-up measures."""
+    """The ``vllm serve`` flags and vLLM release that change what start-up measures.
+    ``flashinfer_sampler``: FlashInfer's top-k/top-p sampler is installed and enabled
+    (read by ``for_vllm_version`` for releases before 0.11)."""
 
     enforce_eager: bool = False
     cudagraph_memory_estimate: bool = True
@@ -79,6 +83,7 @@ class StartupOptions:
     speculative_method: str | None = None
     num_speculative_tokens: int = 0
     blackwell: bool = False
+    flashinfer_sampler: bool = True
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLER_BYTES_PER_LOGIT:
@@ -94,15 +99,21 @@ class StartupOptions:
     @classmethod
     def for_vllm_version(cls, version: str, flags: StartupOptions | None = None) -> StartupOptions:
         """``flags`` accounted as an older vLLM release did (for checking against its
-        logs): the sampler it warms up, and CUDA graphs charged from 0.21 on."""
+        logs): the sampler it warms up, and CUDA graphs charged from 0.21 on. Before
+        0.11 the warm-up is FlashInfer's when ``flags.flashinfer_sampler`` (FlashInfer
+        installed and enabled), else the native sort that 0.11 to 0.16 always ran."""
         found = re.match(r"\s*v?(\d+)\.(\d+)", version or "")
         if found is None:
             raise ConfigError(f"cannot read a vLLM version from {version!r} (example: 0.11.0)")
         release = (int(found.group(1)), int(found.group(2)))
-        sampler = "flashinfer" if release < (0, 11) else "sort" if release < (0, 17) else "triton"
-        return replace(
-            flags or cls(), sampler=sampler, cudagraph_memory_estimate=release >= (0, 21)
-        )
+        options = flags or cls()
+        if release >= (0, 17):
+            sampler = "triton"
+        elif release >= (0, 11) or not options.flashinfer_sampler:
+            sampler = "sort"
+        else:
+            sampler = "flashinfer"
+        return replace(options, sampler=sampler, cudagraph_memory_estimate=release >= (0, 21))
 
 
 def _activation_bytes(layout: ModelLayout) -> int:
