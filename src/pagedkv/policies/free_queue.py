@@ -8,7 +8,7 @@ never-used blocks in id order); cached blocks are evicted in the policy's order.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pagedkv.policies.base import EvictionPolicy
 from pagedkv.policies.registry import get_policy
@@ -78,10 +78,15 @@ class PolicyFreeQueue(FreeQueue):
             policy.push_blocks(blocks, priority, [key_of(b) for b in blocks] if key_of else ())
 
     def remove(self, block: int) -> Any:
-        return self.policy.remove(block)
+        if block in self.policy:
+            return self.policy.remove(block)
+        return _InHead(self._head.remove(block))  # an uncached free block handed in as a hit
 
     def reinsert(self, block: int, token: Any) -> None:
-        self.policy.restore(block, token)
+        if isinstance(token, _InHead):
+            self._head.reinsert(block, token.token)
+        else:
+            self.policy.restore(block, token)
 
     def hit(self, block: int) -> None:
         self.policy.hit(block)
@@ -91,6 +96,12 @@ class PolicyFreeQueue(FreeQueue):
 
     def order(self) -> list[int]:
         return [*self._head.order(), *self.policy.order()]
+
+
+class _InHead(NamedTuple):
+    """The ``remove`` token of a block taken from the uncached part."""
+
+    token: Any
 
 
 def make_free_queue(name: str, num_blocks: int) -> FreeQueue:
