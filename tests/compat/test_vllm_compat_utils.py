@@ -24,6 +24,8 @@ from pagedkv.compat.vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    MLAAttentionSpec,
+    SlidingWindowMLASpec,
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
@@ -50,6 +52,27 @@ def test_free_queue_links_follow_pagedkvs_order() -> None:
     assert head.next_free_block is tail and tail.prev_free_block is head
     with pytest.raises(ValueError, match="No free blocks available"):
         queue.popleft()
+
+
+def test_vllm_mla_specs_pad_their_pages_to_the_alignment() -> None:
+    mla = MLAAttentionSpec(
+        block_size=128,
+        num_kv_heads=1,
+        head_size=584,
+        dtype="uint8",
+        tokens_per_state=2,
+        alignment=576,
+    )
+    window = SlidingWindowMLASpec(
+        block_size=32,
+        num_kv_heads=1,
+        head_size=584,
+        dtype="uint8",
+        sliding_window=128,
+        alignment=576,
+    )
+    assert (mla.real_page_size_bytes, mla.page_size_bytes) == (37376, 37440)
+    assert (window.real_page_size_bytes, window.page_size_bytes) == (18688, 19008)
 
 
 def test_standalone_blocks_are_keyed_beside_the_pool_not_in_it() -> None:
