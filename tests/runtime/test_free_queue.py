@@ -265,6 +265,21 @@ def test_a_hit_on_uncached_free_blocks_takes_them_out_of_the_pool_until_rollback
     assert pool.queue.order() == [a, b, c, 4, 5, 6, 7] and pool.ref_cnt[b] == 0
 
 
+def test_a_block_touched_twice_in_one_call_leaves_the_queue_once() -> None:
+    pool = BlockPool(8, hash_block_size=4)
+    a, b = pool.get_new_blocks(2)
+    req = Request("r", list(range(8)), hasher=BlockHasher(4))
+    pool.cache_full_blocks(req, [a], 0, 1, 4, 0)
+    pool.free_blocks([a, b])  # a cached (tail), b uncached (head)
+    before = pool.queue.order()
+    savepoint = pool.begin()
+    pool.touch([a, b, 4, a, b, 4])
+    assert [pool.ref_cnt[x] for x in (a, b, 4)] == [2, 2, 2] and pool.num_free_blocks == 4
+    assert pool.queue.order() == [3, 5, 6, 7]
+    pool.rollback(savepoint)
+    assert pool.queue.order() == before and pool.num_free_blocks == 7
+
+
 def test_a_policy_queue_takes_uncached_hits_from_its_uncached_part() -> None:
     from pagedkv.policies import make_free_queue
 
@@ -273,8 +288,9 @@ def test_a_policy_queue_takes_uncached_hits_from_its_uncached_part() -> None:
     queue.push_cached(blocks[:1], 0)
     queue.push_uncached(blocks[1:], 0)
     before = queue.order()
-    tokens = [queue.remove(blocks[2]), queue.remove(5), queue.remove(blocks[0])]
+    taken = [blocks[2], 5, blocks[0], 5, blocks[0]]
+    tokens = queue.remove_many(taken)
     assert queue.order() == [blocks[1], 4, 6, 7] and len(queue) == 4
-    for block, token in zip(reversed([blocks[2], 5, blocks[0]]), reversed(tokens)):
+    for block, token in zip(reversed(taken), reversed(tokens)):
         queue.reinsert(block, token)
     assert queue.order() == before

@@ -223,9 +223,12 @@ class LRUFreeQueue(FreeQueue):
     def remove_many(self, blocks: Sequence[int]) -> list[Any]:
         tokens: list[Any] = list(map(self._lru.pop, blocks, repeat(None)))
         if None in tokens:
-            for i, token in enumerate(tokens):
-                if token is None:
-                    tokens[i] = self._remove_uncached(blocks[i])
+            seen: set[int] = set()
+            for i, block in enumerate(blocks):
+                if tokens[i] is None:
+                    # A block given twice leaves once (vLLM's touch checks per block).
+                    tokens[i] = (_AGAIN, False) if block in seen else self._remove_uncached(block)
+                seen.add(block)
         return tokens
 
     def _remove_uncached(self, block: int) -> tuple[str, bool]:
@@ -265,6 +268,8 @@ class LRUFreeQueue(FreeQueue):
 
     def _reinsert_uncached(self, block: int, token: tuple[str, bool]) -> None:
         where, relive = token
+        if where == _AGAIN:
+            return
         if where == _HOLE:
             self._holes.discard(block)
             self._num_gone -= 1
@@ -298,6 +303,7 @@ class LRUFreeQueue(FreeQueue):
 
 
 _HOLE, _TOP, _STALE = "hole", "top", "stale"  # where a removed uncached block was
+_AGAIN = "again"  # a block one remove_many call already took
 
 
 class _GonePop(NamedTuple):
