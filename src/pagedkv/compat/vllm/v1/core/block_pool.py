@@ -166,7 +166,9 @@ class _CacheView(MutableMapping[BlockHashWithGroupId, Any]):
                 yield key
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        if self._pool.cached_block_hash_to_block._own:
+            return sum(1 for _ in self)
+        return sum(len(m) for m in self._pool.impl._maps)
 
     def __copy__(self) -> dict[BlockHashWithGroupId, Any]:
         return dict(self.items())  # a snapshot, as copying vLLM's dict gives
@@ -369,9 +371,12 @@ class BlockPool:
                 continue
             scale = block_size // (self.hash_block_size or block_size)
             key = make_block_hash_with_group_id(request.block_hashes[(i + 1) * scale - 1], group_id)
-            if block.block_hash == key:
+            old = block.block_hash
+            if old == key:
                 continue
-            block.reset_hash()
+            if old is not None:  # a shorter (partial) key gives way to the full one
+                self.cached_block_hash_to_block.pop(old, block.block_id)
+                block.reset_hash()
             block.set_block_hash(key)
             self.cached_block_hash_to_block.insert(key, block)
 
@@ -480,6 +485,9 @@ class BlockPool:
     def reset_prefix_cache(self) -> bool:
         if not self.impl.reset_prefix_cache():
             return False
+        self.cached_block_hash_to_block._own.clear()  # standalone blocks keep their keys
+        self.multi_keys.clear()
+        self.null_block.reset_hash()
         if self.metrics_collector is not None:
             self.metrics_collector.reset()
         return True
