@@ -107,28 +107,20 @@ class SpecGroup(NamedTuple):
     use_eagle: bool = False
 
 
-class TableGrowth(NamedTuple):
-    """One group's block tables as the idle-step check reads them."""
-
-    block_size: int
-    block_tables: dict[str, list[int]]  # request id -> block ids
-    num_cached_blocks: dict[str, int]  # request id -> leading blocks already cached
-    encoder: bool  # sized by the encoder's tokens (cross attention)
-
-
-class SpeculativeGrowth(NamedTuple):
-    """A Mamba group holding speculative blocks past its positions."""
-
-    block_size: int
-    block_tables: dict[str, list[int]]
-    num_speculative_blocks: int
-    align: bool  # "align" mode: counted from the main model's tokens (no lookahead)
+# One group's tables as the idle-step check reads them: (block_size, block tables by
+# request id, leading blocks already cached by request id, sized by the encoder's tokens
+# (cross attention)). Plain tuples: the interpreter unpacks those fastest.
+TableGrowth = tuple[int, dict[str, list[int]], dict[str, int], bool]
+# A Mamba group holding speculative blocks past its positions: (block_size, block tables,
+# speculative blocks, "align" mode: counted from the main model's tokens, no lookahead).
+SpeculativeGrowth = tuple[int, dict[str, list[int]], int, bool]
 
 
 class IdleStepCheck(NamedTuple):
     """What tells, without asking any manager, that a running request's step changes
     nothing (no table grows, no block becomes full to cache): most decode steps. The
-    ``KVCacheManager`` runs it inline, a call per step costing a tenth of a decode step.
+    ``KVCacheManager`` binds its parts once and runs it inline (a call per step would
+    cost a tenth of a decode step).
 
     ``groups``: every group (each ``tracks_tokens``); ``counts_new_blocks``: every
     group needs exactly ``cdiv(tokens, block_size) - len(table)`` new blocks, so the
@@ -255,11 +247,11 @@ class KVCacheCoordinator(ABC):
         eagle = len(managers) > 1 and any(m.use_eagle for m in self._caching)
         return IdleStepCheck(
             groups=[
-                TableGrowth(m.block_size, m.req_to_blocks, m.num_cached_block, encoder)
+                (m.block_size, m.req_to_blocks, m.num_cached_block, encoder)
                 for m, encoder in zip(managers, self._encoder)
             ],
             speculative=[
-                SpeculativeGrowth(m.block_size, m.req_to_blocks, m.num_speculative_blocks, m.align)
+                (m.block_size, m.req_to_blocks, m.num_speculative_blocks, m.align)
                 for m in managers
                 if isinstance(m, MambaManager) and m.num_speculative_blocks
             ],

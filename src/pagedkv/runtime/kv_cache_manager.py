@@ -11,7 +11,12 @@ from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.runtime.block_sizes import resolve_block_sizes
 from pagedkv.runtime.blocks import KVCacheBlocks
-from pagedkv.runtime.coordinators import make_coordinator, resolve_caching
+from pagedkv.runtime.coordinators import (
+    SpeculativeGrowth,
+    TableGrowth,
+    make_coordinator,
+    resolve_caching,
+)
 from pagedkv.runtime.events import (
     BlockStored,
     KVCacheEvent,
@@ -21,6 +26,7 @@ from pagedkv.runtime.events import (
 from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import BlockHasher
 from pagedkv.runtime.managers.base import Retention, SingleTypeKVCacheManager
+from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.runtime.request import Request
 from pagedkv.runtime.stats import PrefixCacheStats, stats_from_counts
 
@@ -195,7 +201,19 @@ class KVCacheManager:
         self._block_tables = coordinator.block_tables  # a request runs while it has one
         self._skips_tokens = coordinator.skips_tokens
         self._remove_skipped = coordinator.remove_skipped_blocks
-        self._idle_check = coordinator.idle_step_check
+        # The idle-step check's parts, bound as plain attributes (read fastest).
+        check = coordinator.idle_step_check
+        self._idle_groups: list[TableGrowth] | None = None
+        self._idle_speculative: list[SpeculativeGrowth] = []
+        self._idle_cache_step = 1
+        self._idle_tail_keyers: list[FullAttentionManager] = []
+        self._idle_counts_new_blocks = False
+        if check is not None:
+            self._idle_groups = check.groups
+            self._idle_speculative = check.speculative
+            self._idle_cache_step = check.cache_step
+            self._idle_tail_keyers = check.tail_keyers
+            self._idle_counts_new_blocks = check.counts_new_blocks
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
         self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
@@ -304,7 +322,6 @@ class KVCacheManager:
                     f"request {request_id!r}: num_new_tokens must be > 0 when there are "
                     f"no computed tokens to adopt, got {num_new_tokens}"
                 )
-        coordinator = self.coordinator
         running = request_id in self._block_tables
         hits = self._no_hits
         if new_computed_blocks is not None:
@@ -317,14 +334,14 @@ class KVCacheManager:
                 raise KVCacheRuntimeError(
                     f"request {request_id!r} is running; only a new request can adopt cached blocks"
                 )
-        num_tokens = len(request.all_token_ids)
         total_computed = request.num_computed_tokens + num_new_computed_tokens
         if num_new_computed_tokens and not (
-            0 < total_computed <= num_tokens and num_new_computed_tokens > 0
+            0 < total_computed <= len(request.all_token_ids) and num_new_computed_tokens > 0
         ):
             raise KVCacheRuntimeError(
                 f"request {request_id!r} adopts {num_new_computed_tokens} computed tokens "
-                f"after {request.num_computed_tokens}, but it has {num_tokens} tokens"
+                f"after {request.num_computed_tokens}, but it has "
+                f"{len(request.all_token_ids)} tokens"
             )
         if num_external_computed_tokens:
             if num_external_computed_tokens < 0:
@@ -343,8 +360,9 @@ class KVCacheManager:
         num_slots = num_main + num_lookahead_tokens
         if num_slots > max_len:
             num_slots = max_len
+        coordinator = self.coordinator
         if full_sequence_must_fit:
-            whole = min(num_tokens, max_len)
+            whole = min(len(request.all_token_ids), max_len)
             whole_needed = coordinator.get_num_blocks_to_allocate(
                 request_id,
                 whole,
@@ -362,17 +380,17 @@ class KVCacheManager:
         if running:
             if self._skips_tokens:
                 self._remove_skipped(request_id, total_computed, request.num_prompt_tokens)
-            check = self._idle_check
-            if check is not None:
-                # The idle-step check (IdleStepCheck), inline: most decode steps end here.
-                cache_tokens = num_tokens if cache else 0
+            idle_groups = self._idle_groups
+            if idle_groups is not None:
+                # The coordinator's IdleStepCheck, inline: most decode steps end here.
+                cache_tokens = len(request.all_token_ids) if cache else 0
                 if cache_tokens > num_main:
                     cache_tokens = num_main
-                if check.cache_step > 1:
-                    cache_tokens -= cache_tokens % check.cache_step
+                if self._idle_cache_step > 1:
+                    cache_tokens -= cache_tokens % self._idle_cache_step
                 num_new_blocks = 0
                 idle = True
-                for block_size, tables, num_cached, encoder in check.groups:
+                for block_size, tables, num_cached, encoder in idle_groups:
                     tokens = num_encoder_tokens if encoder else num_slots
                     num_new = -(-tokens // block_size) - len(tables[request_id])
                     if num_new > 0:
@@ -380,19 +398,19 @@ class KVCacheManager:
                         idle = False
                     elif cache_tokens // block_size > num_cached[request_id]:
                         idle = False
-                for block_size, tables, spec_blocks, align in check.speculative:
+                for block_size, tables, spec_blocks, align in self._idle_speculative:
                     tokens = num_main if align else num_slots
                     if -(-tokens // block_size) + spec_blocks > len(tables[request_id]):
                         idle = False
-                if idle and check.tail_keyers:
+                if idle and self._idle_tail_keyers:
                     idle = not any(
-                        m.tail_key_pending(request, cache_tokens) for m in check.tail_keyers
+                        m.tail_key_pending(request, cache_tokens) for m in self._idle_tail_keyers
                     )
                 if idle:
                     if reserved_blocks and reserved_blocks > self.num_free_blocks:
                         return None  # vLLM's: nothing to allocate still needs the reserve
                     return self._empty
-                if check.counts_new_blocks:
+                if self._idle_counts_new_blocks:
                     needed = num_new_blocks
         if needed is None:
             needed = self._reserve(running, has_scheduled_reqs) + (
