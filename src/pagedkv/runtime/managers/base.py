@@ -438,7 +438,7 @@ class Retention:
         self, manager: SingleTypeKVCacheManager, request: Request, start: int, end: int
     ) -> set[int] | None:
         """Table positions in ``[start, end)`` to cache now (None: every one). Runs inside
-        an allocation: journal any state change with ``block_pool.record``."""
+        an allocation: change any state of its own through ``block_pool.on_commit``."""
         return manager.reachable_blocks(request, start, end)
 
     def release(
