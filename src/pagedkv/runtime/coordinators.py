@@ -375,6 +375,18 @@ class KVCacheCoordinator(ABC):
         return found_lists, candidate, longest
 
     # ----------------------------------------------------------------- a request's steps
+    def journal_tables(self, request_id: str) -> None:
+        """At the start of a pool transaction: a rollback returns every group's table of
+        the request to its length now and its count of cached blocks to its value now (a
+        new request's are dropped), so a kind journals only its other changes."""
+        saved = [
+            (m, len(table), m.num_cached_block.get(request_id))
+            if (table := m.req_to_blocks.get(request_id)) is not None
+            else (m, None, None)
+            for m in self.managers
+        ]
+        self.block_pool.record(_restore_tables, request_id, saved)
+
     def prefill_end_of(self, request: Request) -> int:
         """Where the request's prefill ends (a resumed request replays its outputs too);
         0 when no group takes prefill checkpoints or when every chunk does."""
@@ -640,6 +652,21 @@ def make_coordinator(kv_cache_config: KVCacheConfig, **kwargs: Any) -> KVCacheCo
     if len(kv_cache_config.kv_cache_groups) == 1:
         return UnitaryCoordinator(kv_cache_config, **kwargs)
     return HybridCoordinator(kv_cache_config, **kwargs)
+
+
+def _restore_tables(
+    request_id: str, saved: list[tuple[SingleTypeKVCacheManager, int | None, int | None]]
+) -> None:
+    # (manager, table length, cached blocks); None: the request had none.
+    for m, length, num_cached in saved:
+        if length is None:
+            m.req_to_blocks.pop(request_id, None)
+        else:
+            del m.req_to_blocks[request_id][length:]
+        if num_cached is None:
+            m.num_cached_block.pop(request_id, None)
+        else:
+            m.num_cached_block[request_id] = num_cached
 
 
 def _shares_skips(first: SingleTypeKVCacheManager, other: SingleTypeKVCacheManager) -> bool:

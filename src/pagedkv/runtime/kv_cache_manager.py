@@ -459,6 +459,7 @@ class KVCacheManager:
         pool = self.block_pool
         savepoint = pool.begin()
         try:
+            coordinator.journal_tables(request_id)
             if not running:
                 coordinator.allocate_new_computed_blocks(request_id, hits, total_computed, external)
             new_blocks = coordinator.allocate_new_blocks(

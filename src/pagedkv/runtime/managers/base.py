@@ -188,7 +188,6 @@ class SingleTypeKVCacheManager(ABC):
         table = [NULL_BLOCK] * skipped + kept if skipped else kept
         self.req_to_blocks[request_id] = table
         self.num_cached_block[request_id] = len(table)
-        self.block_pool.record(self._forget, request_id)
         local = num_local_computed_tokens
         if local is None:
             local = total_computed_tokens
@@ -219,13 +218,12 @@ class SingleTypeKVCacheManager(ABC):
         return new
 
     def _grow_table(self, table: list[int], num_tokens: int) -> list[int]:
-        """Append the new blocks ``table`` needs to cover ``num_tokens`` tokens (undone
-        with the allocation); returns them."""
+        """Append the new blocks ``table`` needs to cover ``num_tokens`` tokens; returns
+        them (a rollback truncates the table: ``KVCacheCoordinator.journal_tables``)."""
         num_new = -(-num_tokens // self.block_size) - len(table)
         if num_new <= 0:
             return []
         new = self.block_pool.get_new_blocks(num_new)
-        self.block_pool.record(self._truncate, table, len(table))
         table.extend(new)
         return new
 
@@ -308,7 +306,6 @@ class SingleTypeKVCacheManager(ABC):
             self.kv_cache_group_id,
             keep,
         )
-        pool.record(self.num_cached_block.__setitem__, request_id, num_cached)
         self.num_cached_block[request_id] = num_full
 
     def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
@@ -398,10 +395,6 @@ class SingleTypeKVCacheManager(ABC):
 
     def new_step_starts(self) -> None:  # noqa: B027 - optional hook
         """A new engine step begins (kinds that track per-step state reset it)."""
-
-    def _forget(self, request_id: str) -> None:
-        self.req_to_blocks.pop(request_id, None)
-        self.num_cached_block.pop(request_id, None)
 
     @staticmethod
     def _truncate(table: list[int], length: int) -> None:
