@@ -360,8 +360,8 @@ class KVCacheManager:
         num_slots = num_main + num_lookahead_tokens
         if num_slots > max_len:
             num_slots = max_len
-        coordinator = self.coordinator
         if full_sequence_must_fit:
+            coordinator = self.coordinator
             whole = min(len(request.all_token_ids), max_len)
             whole_needed = coordinator.get_num_blocks_to_allocate(
                 request_id,
@@ -413,6 +413,7 @@ class KVCacheManager:
                 if self._idle_counts_new_blocks:
                     needed = num_new_blocks
         if needed is None:
+            coordinator = self.coordinator
             needed = self._reserve(running, has_scheduled_reqs) + (
                 coordinator.get_num_blocks_to_allocate(
                     request_id,
