@@ -57,12 +57,13 @@ def test_admission_goes_through_seven_files_in_one_direction(
 
 def test_a_decode_step_goes_through_at_most_four_files(steps: dict[str, dict[str, Any]]) -> None:
     decode = steps["decode"]
+    # The manager runs the coordinator's idle-step check and skip steps inline.
     assert _own_files(decode) == [
-        "pagedkv/runtime/coordinators.py",
         "pagedkv/runtime/kv_cache_manager.py",
         "pagedkv/runtime/managers/base.py",
         "pagedkv/runtime/managers/sliding_window.py",
     ]
+    assert len(_own_files(decode)) <= 4
     assert decode["backward_calls"] == []
 
 

@@ -6,7 +6,7 @@ vLLM's method names."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pagedkv.errors import ConfigError, KVCacheRuntimeError, RegistryError
@@ -215,13 +215,17 @@ class KVCacheCoordinator(ABC):
         self.block_tables: dict[str, list[int]] = managers[0].req_to_blocks if managers else {}
         self._encoder = [isinstance(m, CrossAttentionManager) for m in managers]
         # Runs of skipping managers of one class and spec share one skip count, in order.
-        self._skipping: list[tuple[SingleTypeKVCacheManager, list[SingleTypeKVCacheManager]]] = []
+        runs: list[tuple[SingleTypeKVCacheManager, list[SingleTypeKVCacheManager]]] = []
         for m in (m for m in managers if m.skips_tokens):
-            if self._skipping and _shares_skips(self._skipping[-1][0], m):
-                self._skipping[-1][1].append(m)
+            if runs and _shares_skips(runs[-1][0], m):
+                runs[-1][1].append(m)
             else:
-                self._skipping.append((m, []))
-        self.skips_tokens = bool(self._skipping)  # some group frees a running request's blocks
+                runs.append((m, []))
+        # Each run's first ``remove_skipped_blocks``, bound, and its peers: what
+        # ``remove_skipped_blocks`` calls (the KVCacheManager's decode step, inline).
+        self.skip_steps: list[tuple[Callable[..., None], list[SingleTypeKVCacheManager]]] = [
+            (first.remove_skipped_blocks, peers) for first, peers in runs
+        ]
         self._caching = [m for m in managers if m.enable_caching]
         # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule),
         # or of nothing with partial hits (rounding would re-key a copied partial state).
@@ -492,8 +496,8 @@ class KVCacheCoordinator(ABC):
     ) -> None:
         """Free the blocks that fell out of the request's window in every group that skips
         tokens (groups of one class and spec share one skip count)."""
-        for m, peers in self._skipping:
-            m.remove_skipped_blocks(request_id, num_computed_tokens, peers, num_prompt_tokens)
+        for remove, peers in self.skip_steps:
+            remove(request_id, num_computed_tokens, peers, num_prompt_tokens)
 
     def new_step_starts(self) -> None:
         """A new engine step begins: every group resets its per-step state."""

@@ -199,8 +199,7 @@ class KVCacheManager:
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         # The decode step's look-ups, bound once (most steps use nothing else).
         self._block_tables = coordinator.block_tables  # a request runs while it has one
-        self._skips_tokens = coordinator.skips_tokens
-        self._remove_skipped = coordinator.remove_skipped_blocks
+        self._skip_steps = coordinator.skip_steps
         # The idle-step check's parts, bound as plain attributes (read fastest).
         check = coordinator.idle_step_check
         self._idle_groups: list[TableGrowth] | None = None
@@ -378,8 +377,10 @@ class KVCacheManager:
         cache = self.enable_caching and not delay_cache_blocks
         needed: int | None = None  # free blocks the step takes, once counted
         if running:
-            if self._skips_tokens:
-                self._remove_skipped(request_id, total_computed, request.num_prompt_tokens)
+            if self._skip_steps:  # the coordinator's remove_skipped_blocks, inline
+                num_prompt = request.num_prompt_tokens
+                for remove, peers in self._skip_steps:
+                    remove(request_id, total_computed, peers, num_prompt)
             idle_groups = self._idle_groups
             if idle_groups is not None:
                 # The coordinator's IdleStepCheck, inline: most decode steps end here.
@@ -490,7 +491,9 @@ class KVCacheManager:
         """Free blocks that fell out of the request's window (nulls in its table); R-SWA
         groups free their decode gap only when given the prompt length."""
         if request_id in self._block_tables:
-            self._remove_skipped(request_id, num_computed_tokens, num_prompt_tokens)
+            self.coordinator.remove_skipped_blocks(
+                request_id, num_computed_tokens, num_prompt_tokens
+            )
 
     def evict_blocks(self, block_ids: list[int]) -> None:
         """Drop the cached hashes of the given blocks (they stay allocated if in use)."""
