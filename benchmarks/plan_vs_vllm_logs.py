@@ -44,6 +44,7 @@ def request_for(row: dict[str, Any], **extra: Any) -> PlanRequest:
         "max_num_seqs": engine.get("max_num_seqs"),
         "max_num_batched_tokens": engine.get("max_num_batched_tokens"),
         "enforce_eager": engine.get("enforce_eager", False),
+        "flashinfer_sampler": engine.get("flashinfer_sampler", True),
     }
     return PlanRequest(model=row["pagedkv_model"], **{**fields, **extra})
 

@@ -13,6 +13,7 @@ __all__ = [
     "MambaCacheMode",
     "KV_CACHE_GROUPING_RULES",
     "PREFIX_CACHE_RETENTIONS",
+    "GDN_PREFILL_KERNELS",
     "check_int",
     "check_fields",
     "check_choice",
@@ -26,6 +27,10 @@ __all__ = [
 ]
 
 MambaCacheMode = Literal["none", "align"]
+
+# The gated-DeltaNet prefill kernels vLLM 0.33 runs (its active ``gdn_prefill_backend``);
+# only FlashInfer's emits states inside a prefill, so only it takes align-mode checkpoints.
+GDN_PREFILL_KERNELS = ("flashinfer", "triton", "cutedsl", "aiter_flydsl", "sycl")
 
 # KV cache grouping rules by name (CacheConfig.kv_cache_grouping_rule -> the qualname the
 # planner resolves): vLLM 0.33's rule, the default, and pagedkv's opt-in search in the
@@ -54,7 +59,18 @@ def check_int(
     error: type[PagedKVError] = ConfigError,
     alternative: str = "",
 ) -> None:
-    """Raise ``error`` naming ``owner.name`` unless ``value`` is an int >= ``minimum``."""
+    """Raise ``error`` naming ``owner.name`` unless ``value`` is an int >= ``minimum``.
+
+    Args:
+        owner: class or function name the message names.
+        name: field or argument name the message names.
+        value: the value checked.
+        minimum: the smallest value accepted.
+        allow_none: accept None as well.
+        error: the exception class raised.
+        alternative: text appended to "must be ..." naming another accepted value (e.g.
+            ``" or -1"``).
+    """
     if value is None and allow_none:
         return
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
@@ -69,7 +85,14 @@ def check_fields(
     allow_none: bool = False,
     error: type[PagedKVError] = ConfigError,
 ) -> None:
-    """``error`` naming the class and field of the first bad integer field of ``obj``."""
+    """``error`` naming the class and field of the first bad integer field of ``obj``.
+
+    Args:
+        obj: the object whose fields are checked; its class name is the message's owner.
+        minimum: the smallest value accepted.
+        allow_none: accept None as well.
+        error: the exception class raised.
+    """
     for name in names:
         value = getattr(obj, name)
         check_int(
@@ -84,7 +107,14 @@ def check_choice(
     allow_none: bool = False,
     error: type[PagedKVError] = ConfigError,
 ) -> None:
-    """``error`` naming the class and field unless ``obj.name`` is one of ``choices``."""
+    """``error`` naming the class and field unless ``obj.name`` is one of ``choices``.
+
+    Args:
+        obj: the object whose field is checked; its class name is the message's owner.
+        name: the field checked.
+        allow_none: accept None as well.
+        error: the exception class raised.
+    """
     value = getattr(obj, name)
     if not (value is None and allow_none) and value not in choices:
         known = " or ".join(map(repr, choices))
@@ -154,6 +184,9 @@ class CacheConfig:
     max_kv_cache_groups: int | None = None
     # Eviction policy of the device pool by name ("lru": vLLM's; others: pagedkv.policies).
     eviction_policy: str = "lru"
+    # The gated-DeltaNet prefill kernel (GDN_PREFILL_KERNELS): vLLM picks it from the GPU
+    # (pagedkv.models.gdn_kernel); FlashInfer's is Hopper's, the default GPU's.
+    gdn_prefill_kernel: str = "flashinfer"
 
     def __post_init__(self) -> None:
         check_fields(self, "block_size")
@@ -176,6 +209,7 @@ class CacheConfig:
         check_choice(self, "mamba_cache_mode", "none", "align", allow_none=True)
         check_choice(self, "prefix_cache_retention", *PREFIX_CACHE_RETENTIONS)
         check_choice(self, "kv_cache_grouping_rule", *KV_CACHE_GROUPING_RULES)
+        check_choice(self, "gdn_prefill_kernel", *GDN_PREFILL_KERNELS)
         if self.kv_cache_grouping_rule == "vllm" and self.max_kv_cache_groups is not None:
             raise ConfigError(
                 "CacheConfig.max_kv_cache_groups bounds a searched grouping; vLLM's grouping "

@@ -150,6 +150,14 @@ def plan_across_ranks(
     set the CUDA device first). ``timeout`` (seconds or timedelta) bounds a gloo
     monitored barrier before the gather; every collective is also bounded by the group's
     own timeout. Raises DistributedPlanningError on every rank if any rank fails.
+
+    Args:
+        config: the engine config, the same on every rank.
+        local_specs: this rank's layer name -> KV cache spec.
+        local_available_memory: bytes this rank can give the KV cache.
+        group: the process group to plan over (None: the default group).
+        timeout: seconds (or a timedelta) a gloo monitored barrier waits before the gather (None: no
+            barrier bound beyond the group's own timeout).
     """
     import torch.distributed as dist
 

@@ -147,8 +147,10 @@ def test_gpu_local_plans_the_free_memory(
         is_available=lambda: True,
         mem_get_info=lambda device: (60 * 2**30, 80 * 2**30),
         get_device_name=lambda device: "NVIDIA H100 80GB HBM3",
+        get_device_capability=lambda device: (9, 0),
     )
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    version = types.SimpleNamespace(hip=None)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda, version=version))
     out = plan_json(capsys, "Llama-3.1-8B", "--gpu", "local", "--max-model-len", "32k")
     assert out["gpu"] == "NVIDIA H100 80GB HBM3"
     assert out["memory"]["device_bytes"] == 60 * 2**30

@@ -4,6 +4,7 @@ vLLM's live req_to_blocks lists, zeroing records and the capacity helpers."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,12 +17,15 @@ from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
     KVCacheBlock,
     generate_scheduler_kv_cache_config,
     get_max_concurrency_for_kv_cache_config,
+    make_block_hash_with_group_id,
 )
 from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
 from pagedkv.compat.vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    MLAAttentionSpec,
+    SlidingWindowMLASpec,
     SlidingWindowSpec,
     UniformTypeKVCacheSpecs,
 )
@@ -48,6 +52,66 @@ def test_free_queue_links_follow_pagedkvs_order() -> None:
     assert head.next_free_block is tail and tail.prev_free_block is head
     with pytest.raises(ValueError, match="No free blocks available"):
         queue.popleft()
+
+
+def test_vllm_mla_specs_pad_their_pages_to_the_alignment() -> None:
+    mla = MLAAttentionSpec(
+        block_size=128,
+        num_kv_heads=1,
+        head_size=584,
+        dtype="uint8",
+        tokens_per_state=2,
+        alignment=576,
+    )
+    window = SlidingWindowMLASpec(
+        block_size=32,
+        num_kv_heads=1,
+        head_size=584,
+        dtype="uint8",
+        sliding_window=128,
+        alignment=576,
+    )
+    assert (mla.real_page_size_bytes, mla.page_size_bytes) == (37376, 37440)
+    assert (window.real_page_size_bytes, window.page_size_bytes) == (18688, 19008)
+
+
+def test_standalone_blocks_are_keyed_beside_the_pool_not_in_it() -> None:
+    # vLLM's tests hash KVCacheBlock(i) objects built outside the pool, block id 0 among
+    # them: the compat map keeps them; pagedkv's pool (and its null block) stays unkeyed.
+    pool = BlockPool(num_gpu_blocks=5, enable_caching=True, hash_block_size=4)
+    request = SimpleNamespace(block_hashes=[b"h0", b"h1", b"h2"])
+    blocks = [KVCacheBlock(0), KVCacheBlock(1)]
+    pool.cache_full_blocks(request, blocks, 0, 2, 4, 0)
+    assert len(pool.cached_block_hash_to_block) == 2
+    assert blocks[0].block_hash == make_block_hash_with_group_id(b"h0", 0)
+    assert pool.get_cached_block(b"h1", [0]) == [blocks[1]]
+    assert pool.impl.block_hash[:2] == [None, None] and pool.blocks[1].block_hash is None
+    again = [KVCacheBlock(0), KVCacheBlock(1), KVCacheBlock(2)]
+    pool.cache_full_blocks(request, again, 0, 3, 4, 1)  # the same ids, another group
+    assert len(pool.cached_block_hash_to_block) == 5
+    assert pool.get_cached_block(b"h1", [0, 1]) == [blocks[1], again[1]]
+    with pytest.raises(ValueError, match="pass one kind"):
+        pool.cache_full_blocks(request, [KVCacheBlock(1), pool.blocks[2]], 0, 2, 4, 2)
+    assert pool.reset_prefix_cache() and len(pool.cached_block_hash_to_block) == 0
+    assert pool.get_cached_block(b"h0", [0]) is None
+
+
+def test_a_key_shared_by_two_blocks_stays_a_dict_until_it_empties() -> None:
+    pool = BlockPool(num_gpu_blocks=4, enable_caching=True, hash_block_size=4)
+    key = make_block_hash_with_group_id(b"k", 7)
+    null, block = pool.null_block, pool.blocks[3]
+    for b in (null, block):
+        b.set_block_hash(key)
+        pool.cached_block_hash_to_block.insert(key, b)
+    assert pool.cached_block_hash_to_block._cache == {key: {0: null, 3: block}}
+    assert pool.impl.block_hash[0] is None  # pagedkv's null block is never keyed
+    assert pool._maybe_evict_cached_block(null) and null.block_hash is None
+    assert pool.cached_block_hash_to_block._cache == {key: {3: block}}
+    assert pool._maybe_evict_cached_block(block) and block.block_hash is None
+    assert pool.cached_block_hash_to_block._cache == {}
+    block.set_block_hash(key)
+    pool.cached_block_hash_to_block.insert(key, block)
+    assert pool.cached_block_hash_to_block._cache == {key: block}
 
 
 def test_an_assigned_table_list_sees_the_managers_changes() -> None:

@@ -3,11 +3,13 @@ pagedkv's grouping, placement and sizing."""
 
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
 from unittest.mock import MagicMock, patch
 
 import pytest
 
-from pagedkv.compat.vllm.config import CacheConfig, ModelConfig, VllmConfig
+from pagedkv.compat.vllm.config import CacheConfig, ModelConfig, SpeculativeConfig, VllmConfig
 from pagedkv.compat.vllm.v1.core import kv_cache_planning as planning
 from pagedkv.compat.vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
 from pagedkv.compat.vllm.v1.core.kv_cache_utils import (
@@ -24,6 +26,7 @@ from pagedkv.compat.vllm.v1.kv_cache_interface import (
     UniformTypeKVCacheSpecs,
 )
 from pagedkv.compat.vllm.v1.worker.utils import add_kv_sharing_layers_to_kv_cache_groups
+from pagedkv.planning.planner import plan_kv_cache_configs
 
 
 def full(heads: int = 2) -> FullAttentionSpec:
@@ -151,3 +154,53 @@ def test_cache_config_layout_resolution() -> None:
         cache.get_resolved_kv_cache_layout()
     cache.kv_cache_layout = "NHD"  # vLLM's legacy name
     assert cache.get_resolved_kv_cache_layout().name == "LBNHC"
+
+
+def _speculative(method: str, tokens: int, **extra: object) -> VllmConfig:
+    config = vllm_config()
+    config.speculative_config = SpeculativeConfig(
+        method=method, num_speculative_tokens=tokens, **extra
+    )
+    return config
+
+
+MTP_3 = SimpleNamespace(hf_config=SimpleNamespace(num_nextn_predict_layers=3))
+SPECULATIVE_CASES = [
+    pytest.param(_speculative("eagle", 3), id="eagle"),
+    pytest.param(_speculative("eagle3", 2, disable_eagle_block_drop=True), id="no-drop"),
+    pytest.param(_speculative("mtp", 3, draft_model_config=MTP_3), id="mtp-3-modules"),
+    pytest.param(_speculative("mtp", 2), id="mtp-1-module"),
+    pytest.param(_speculative("dflash", 4), id="dflash"),
+    pytest.param(_speculative("ngram", 5), id="ngram"),
+]
+
+
+@pytest.mark.parametrize("config", SPECULATIVE_CASES)
+def test_to_engine_config_carries_the_speculative_config(config: VllmConfig) -> None:
+    """The planner reads the drafter as vLLM's config states it: the same prefill
+    lookahead, the same EAGLE block drop."""
+    spec = config.speculative_config
+    scheduler = config.to_engine_config().scheduler
+    assert scheduler.speculative_method == spec.method
+    assert scheduler.num_speculative_tokens == spec.num_speculative_tokens
+    assert scheduler.num_prefill_lookahead_tokens == config.num_prefill_lookahead_tokens
+    assert scheduler.use_eagle_block_drop == spec.use_eagle_block_drop()
+
+
+def test_without_a_speculative_config_the_planner_plans_no_drafter() -> None:
+    scheduler = vllm_config().to_engine_config().scheduler
+    assert scheduler.speculative_method is None
+    assert scheduler.num_prefill_lookahead_tokens == 0
+
+
+def test_pagedkv_plans_a_drafter_from_the_vllm_config() -> None:
+    """pagedkv's planner, given ``to_engine_config()``, marks the draft layer's group
+    and keeps the lookahead tokens in sliding windows, as vLLM's planning does."""
+    config = _speculative("mtp", 3, draft_model_config=MTP_3)
+    draft = dataclasses.replace(full(), is_draft=True)
+    specs = {"target": window(), "draft": draft}
+    page = full().page_size_bytes
+    planned = plan_kv_cache_configs(config.to_engine_config(), [specs], [page * 64])
+    by_layer = {name: g for g in planned.groups for name in g.layer_names}
+    assert by_layer["draft"].is_eagle_group and not by_layer["target"].is_eagle_group
+    assert by_layer["target"].kv_cache_spec.extra_retained_tokens == 2

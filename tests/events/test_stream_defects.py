@@ -4,6 +4,7 @@ data-parallel ports, events without ``group_idx``."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -96,20 +97,32 @@ def test_data_parallel_ranks_publish_on_offset_ports() -> None:
     assert offset_endpoint_port("tcp://*:0", 3) == "tcp://*:0"
     assert offset_endpoint_port("inproc://kv", 1) == "inproc://kv_dp1"
     assert offset_endpoint_port(None, 1) is None
-    import socket
+    # Four ports (base, base + 1, base + 10, base + 11) must be free; another process may take
+    # one between the probe and the bind, so a clash retries on a fresh base.
+    for _attempt in range(20):
+        base = _free_port()
+        config = KVEventsConfig(
+            endpoint=f"tcp://127.0.0.1:{base}", replay_endpoint=f"tcp://127.0.0.1:{base + 10}"
+        )
+        try:
+            with (
+                ZmqEventPublisher(config, bind=True) as rank0,
+                ZmqEventPublisher(config, bind=True, data_parallel_rank=1) as rank1,
+            ):
+                assert rank0.endpoint.endswith(f":{base}")
+                assert rank1.endpoint.endswith(f":{base + 1}")
+                assert rank1.replay_endpoint == f"tcp://127.0.0.1:{base + 11}"
+                return
+        except OSError as error:
+            if "Address already in use" not in str(error):
+                raise
+    pytest.fail("no four free ports found in 20 attempts")
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1]
-    config = KVEventsConfig(
-        endpoint=f"tcp://127.0.0.1:{base}", replay_endpoint=f"tcp://127.0.0.1:{base + 10}"
-    )
-    with (
-        ZmqEventPublisher(config, bind=True) as rank0,
-        ZmqEventPublisher(config, bind=True, data_parallel_rank=1) as rank1,
-    ):
-        assert rank0.endpoint.endswith(f":{base}") and rank1.endpoint.endswith(f":{base + 1}")
-        assert rank1.replay_endpoint == f"tcp://127.0.0.1:{base + 11}"
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def test_events_without_group_idx_count_as_group_zero() -> None:

@@ -93,8 +93,10 @@ def _fake_torch(monkeypatch: pytest.MonkeyPatch, available: bool) -> None:
         is_available=lambda: available,
         mem_get_info=lambda device: ((70 - device) * 2**30, 80 * 2**30),
         get_device_name=lambda device: "NVIDIA H100 80GB HBM3",
+        get_device_capability=lambda device: (9, 0),
     )
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    version = types.SimpleNamespace(hip=None)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda, version=version))
 
 
 def test_local_reads_free_memory_through_torch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,6 +105,7 @@ def test_local_reads_free_memory_through_torch(monkeypatch: pytest.MonkeyPatch) 
     assert gpu.vendor == LOCAL and gpu.name == "NVIDIA H100 80GB HBM3"
     assert gpu.planning_memory_bytes == 70 * 2**30 and gpu.memory_bytes == 80 * 2**30
     assert gpu.planning_memory_source == "free memory now (torch)"
+    assert gpu.compute_capability == (9, 0)
     second = get_gpu("local:1")
     assert second.variant == "cuda:1" and second.planning_memory_bytes == 69 * 2**30
 

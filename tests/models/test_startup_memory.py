@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pagedkv import plan
 from pagedkv.errors import ConfigError, ModelConfigError
 from pagedkv.models import describe_model, engine_config_for, load_model_config
 from pagedkv.models.profile_shape import profile_shape, weight_format
@@ -119,6 +120,33 @@ def test_cuda_graphs_per_release_and_flag() -> None:
     assert StartupOptions.for_vllm_version("0.33.0").sampler == "triton"
     with pytest.raises(ConfigError, match="sampler"):
         StartupOptions(sampler="greedy")
+
+
+def test_without_flashinfer_releases_before_0_11_warm_the_native_sort_up() -> None:
+    """vLLM 0.10 warmed up FlashInfer's sampler where installed and otherwise the
+    PyTorch-native top-k/top-p sort (its log: "FlashInfer is not available")."""
+    without = StartupOptions(flashinfer_sampler=False)
+    assert StartupOptions.for_vllm_version("0.10.1.1", without).sampler == "sort"
+    assert StartupOptions.for_vllm_version("0.11.0", without).sampler == "sort"
+    assert StartupOptions.for_vllm_version("0.33.0", without).sampler == "triton"
+    config = engine_config_for(LLAMA)
+    shape = profile_shape(LLAMA)
+    reserves = [
+        reserve_bytes(
+            profile_terms(LLAMA, shape, config, StartupOptions.for_vllm_version("0.10.1", o))
+        )
+        for o in (StartupOptions(), without)
+    ]
+    assert reserves[1] > reserves[0]
+
+
+def test_plan_reads_the_flashinfer_sampler_flag() -> None:
+    plans = [
+        plan("Llama-3.1-8B", "A100-80GB", vllm_version="0.10.1.1", flashinfer_sampler=f)
+        for f in (True, False)
+    ]
+    assert plans[1].budgets[0].activation_bytes > plans[0].budgets[0].activation_bytes
+    assert plans[1].budgets[0].kv_cache_bytes < plans[0].budgets[0].kv_cache_bytes
 
 
 @settings(max_examples=40, deadline=None)

@@ -169,3 +169,128 @@ def test_hits_reach_a_queue_that_wants_them_and_are_undone_by_a_rollback() -> No
     assert queue.hits == {blocks[0]: 2, blocks[1]: 1}
     pool.rollback(savepoint)
     assert queue.hits == {blocks[0]: 1, blocks[1]: 0}
+
+
+class ListModel:
+    """The free list as vLLM keeps it: one list, head first; cached blocks form its tail."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.order = list(range(1, num_blocks))
+        self.cached: set[int] = set()
+
+    def pop(self, n: int) -> list[int]:
+        out, self.order = self.order[:n], self.order[n:]
+        self.cached.difference_update(out)
+        return out
+
+    def push_uncached(self, blocks: list[int]) -> None:
+        self.order[:0] = blocks
+
+    def push_cached(self, blocks: list[int], evict_first: bool) -> None:
+        if evict_first:
+            at = next((i for i, b in enumerate(self.order) if b in self.cached), len(self.order))
+            self.order[at:at] = blocks
+        else:
+            self.order += blocks
+        self.cached.update(blocks)
+
+    def remove(self, block: int) -> None:
+        self.order.remove(block)
+        self.cached.discard(block)
+
+
+def _queue_op(queue: LRUFreeQueue, model: ListModel, held: list[int], data: st.DataObject) -> Any:
+    """One random operation on both; returns its undo for pop/remove, else None."""
+    op = data.draw(st.sampled_from(["pop", "remove", "push_uncached", "push_cached"]))
+    if op == "pop" and model.order:
+        n = data.draw(st.integers(1, len(model.order)))
+        blocks, token = queue.pop(n)
+        assert blocks == model.pop(n)
+        held += blocks
+        return ("pop", blocks, token)
+    if op == "remove" and model.order:
+        block = data.draw(st.sampled_from(model.order))
+        token = queue.remove(block)
+        model.remove(block)
+        held.append(block)
+        return ("remove", block, token)
+    if op.startswith("push") and held:
+        blocks = data.draw(st.lists(st.sampled_from(held), min_size=1, unique=True))
+        for block in blocks:
+            held.remove(block)
+        if op == "push_uncached":
+            queue.push_uncached(blocks, 0)
+            model.push_uncached(blocks)
+        else:
+            evict_first = data.draw(st.booleans())
+            queue.push_cached(blocks, 0, evict_first)
+            model.push_cached(blocks, evict_first)
+    return None
+
+
+@given(st.data())
+def test_any_free_block_can_be_removed_and_every_change_undone(data: st.DataObject) -> None:
+    # vLLM's free list lets a hit take any free block (cached, freed uncached or never
+    # used); the queue must match a plain list and undo pops and removes exactly.
+    queue, model, held = LRUFreeQueue(10), ListModel(10), []
+    for _ in range(data.draw(st.integers(0, 25))):
+        _queue_op(queue, model, held, data)
+        assert queue.order() == model.order and len(queue) == len(model.order)
+    before = queue.order()
+    undo = []
+    for _ in range(data.draw(st.integers(0, 10))):
+        step = _queue_op(queue, model, held, data)
+        if step is None:
+            break  # a push has no undo: the transaction ends
+        undo.append(step)
+        assert queue.order() == model.order and len(queue) == len(model.order)
+    else:
+        for kind, blocks, token in reversed(undo):
+            if kind == "pop":
+                queue.unpop(blocks, token)
+            else:
+                queue.reinsert(blocks, token)
+        assert queue.order() == before and len(queue) == len(before)
+
+
+def test_a_hit_on_uncached_free_blocks_takes_them_out_of_the_pool_until_rollback() -> None:
+    pool = BlockPool(8, hash_block_size=4)
+    a, b, c = pool.get_new_blocks(3)
+    pool.free_blocks([a, b, c])  # uncached: a, b, c at the head, then 4 .. 7
+    savepoint = pool.begin()
+    pool.touch([b, 5])
+    assert pool.ref_cnt[b] == pool.ref_cnt[5] == 1 and pool.num_free_blocks == 5
+    assert pool.get_new_blocks(5) == [a, c, 4, 6, 7]
+    pool.rollback(savepoint)
+    assert pool.queue.order() == [a, b, c, 4, 5, 6, 7] and pool.ref_cnt[b] == 0
+
+
+def test_a_block_touched_twice_in_one_call_leaves_the_queue_once() -> None:
+    pool = BlockPool(8, hash_block_size=4)
+    a, b = pool.get_new_blocks(2)
+    req = Request("r", list(range(8)), hasher=BlockHasher(4))
+    pool.cache_full_blocks(req, [a], 0, 1, 4, 0)
+    pool.free_blocks([a, b])  # a cached (tail), b uncached (head)
+    before = pool.queue.order()
+    savepoint = pool.begin()
+    pool.touch([a, b, 4, a, b, 4])
+    assert [pool.ref_cnt[x] for x in (a, b, 4)] == [2, 2, 2] and pool.num_free_blocks == 4
+    assert pool.queue.order() == [3, 5, 6, 7]
+    pool.rollback(savepoint)
+    assert pool.queue.order() == before and pool.num_free_blocks == 7
+
+
+def test_a_policy_queue_takes_uncached_hits_from_its_uncached_part() -> None:
+    from pagedkv.policies import make_free_queue
+
+    queue = make_free_queue("lfu", 8)
+    blocks, _ = queue.pop(3)
+    queue.push_cached(blocks[:1], 0)
+    queue.push_uncached(blocks[1:], 0)
+    before = queue.order()
+    taken = [blocks[2], 5, blocks[0], 5, blocks[0]]
+    tokens = queue.remove_many(taken)
+    assert queue.order() == [blocks[1], 4, 6, 7] and len(queue) == 4
+    for block, token in zip(reversed(taken), reversed(tokens)):
+        queue.reinsert(block, token)
+    assert queue.order() == before

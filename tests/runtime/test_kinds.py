@@ -11,6 +11,7 @@ from pagedkv import (
     HiSparseHotSpec,
     HiSparseResidentSpec,
     RSWASpec,
+    SlidingWindowMLASpec,
 )
 from pagedkv.errors import ConfigError
 from pagedkv.runtime import Request
@@ -85,6 +86,17 @@ def test_a_ring_leaves_the_other_groups_caching() -> None:
     hit, num_hit = manager.get_computed_blocks(b)
     assert num_hit == 8 and hit.get_block_ids() == ([1, 2], [])
     assert manager.allocate_slots(b, 1, num_hit, hit).get_block_ids() == ([5], [6])
+
+
+def test_a_bounded_replay_window_leaves_the_other_groups_caching() -> None:
+    # vLLM: the window is replayed on a hit, never cached; caching stays on for the rest.
+    window = SlidingWindowMLASpec(block_size=4, head_size=8, sliding_window=8, bounded_replay=True)
+    manager = make_manager([full(), window], num_blocks=16, enable_caching=True)
+    assert manager.enable_caching
+    assert [m.enable_caching for m in manager.managers] == [True, False]
+    manager.allocate_slots(Request("a", list(range(17))), 17)
+    hit, num_hit = manager.get_computed_blocks(Request("b", list(range(17))))
+    assert num_hit == 16 and hit.get_block_ids() == ([1, 2, 3, 4], [])
 
 
 def test_kinds_that_cannot_cache_still_turn_caching_off() -> None:

@@ -92,7 +92,17 @@ def fit_candidate(
     fit: Fit = fit_scaled,
 ) -> PageCandidate | None:
     """The buckets refitted to ``page_bytes`` with what scoring needs (None if one
-    layer cannot be)."""
+    layer cannot be).
+
+    Args:
+        name: the candidate's label in the scored list.
+        buckets: the layers to place, one bucket per mergeable kind of spec.
+        page_bytes: the common page size to refit every layer to, in bytes.
+        attention_block_size: block size in tokens for attention-like layers (None: each keeps its
+            own, scaled by ``fit``).
+        config: the engine config each group's per-request block count is taken from.
+        fit: the rule refitting one spec to a page (``fit_scaled`` by default).
+    """
     refitted = unify_pages(buckets, page_bytes, attention_block_size, fit)
     if refitted is None:
         return None
@@ -201,7 +211,15 @@ def search(
     max_groups: int | None = None,
 ) -> SearchResult:
     """vLLM's candidate (or None), the chosen one, every candidate scored, the budget
-    (``max_groups``; None: the default)."""
+    (``max_groups``; None: the default).
+
+    Args:
+        buckets: the layers to place, one bucket per mergeable kind of spec.
+        config: the engine config candidates are scored against.
+        multiple: the platform's block-size multiple, in tokens.
+        max_groups: most KV cache groups a candidate may use (None: the default budget, which gives
+            way when nothing meets it).
+    """
     vllm_page, pages = page_candidates(buckets, config, multiple)
     vllm = None
     if vllm_page is not None:

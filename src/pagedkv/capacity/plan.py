@@ -42,7 +42,17 @@ def plan_kv_cache(
     """Plan every worker's KV cache in one pass (the flow in docs/planning.md) and report
     capacity, waste, the alternatives and the largest ``max_model_len`` the blocks hold
     (``-1`` fits it, at most ``max_model_len_limit``). ``context_lengths`` adds
-    concurrency points besides ``max_model_len``."""
+    concurrency points besides ``max_model_len``.
+
+    Args:
+        config: the engine config (``max_model_len=-1`` fits the length).
+        kv_cache_specs_per_worker: each worker's layer name -> KV cache spec.
+        available_memory_per_worker: bytes each worker can give the KV cache.
+        context_lengths: extra context lengths in tokens for the concurrency table (None: the
+            defaults below ``max_model_len``).
+        max_model_len_limit: the most tokens an auto-fitted ``max_model_len`` may take (None: the
+            planner's default).
+    """
     if max_model_len_limit is not None:  # named here: the caller called plan_kv_cache
         check_int("plan_kv_cache", "max_model_len_limit", max_model_len_limit, error=PlanningError)
     planned = plan_kv_cache_configs(
@@ -181,6 +191,14 @@ def request_waste(reports: Sequence[GroupReport]) -> tuple[int, float]:
 def concurrency_point(
     cost: RequestCost, length: int, num_blocks: int, bytes_per_block: int
 ) -> ConcurrencyPoint:
+    """Requests of ``length`` tokens that ``num_blocks`` blocks (one the null block) hold.
+
+    Args:
+        cost: blocks one request holds at a given length, summed over device groups.
+        length: the context length of each request, in tokens.
+        num_blocks: KV cache blocks per worker, the null block included.
+        bytes_per_block: bytes of one block across all groups on the largest worker.
+    """
     blocks = cost.blocks(length)
     if blocks == 0:
         return ConcurrencyPoint(context_len=length)

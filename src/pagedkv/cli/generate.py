@@ -92,7 +92,13 @@ def generate_command(
     ),
     json_output: bool = JSON_OPTION,
 ) -> int:
-    """Generate greedily through pagedkv's plan, block tables and tensors."""
+    """Generate greedily through pagedkv's plan, block tables and tensors.
+    \f
+    Args:
+        max_new_tokens: tokens generated per prompt (fewer where an EOS token comes first).
+        max_num_seqs: requests running at once.
+        max_num_batched_tokens: tokens scheduled per step.
+    """
     from pagedkv.hf import PagedGenerator
     from pagedkv.hf.reference import first_mismatch
     from pagedkv.hf.text import text_codec

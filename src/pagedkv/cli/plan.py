@@ -80,6 +80,8 @@ class PlanRequest:
     vllm_version: str | None = None
     # None: the platform's layout (layer-outermost NHD on the generic platform).
     kv_cache_layout: str | None = None
+    # False: FlashInfer's sampler not installed or disabled (VLLM_USE_FLASHINFER_SAMPLER=0).
+    flashinfer_sampler: bool = True
 
     def to_library(self) -> deployment.PlanRequest:
         kv_memory = self.kv_cache_memory
@@ -104,6 +106,7 @@ class PlanRequest:
             speculative_config=self.speculative_config,
             cpu_offload_gb=self.cpu_offload_gb,
             kv_cache_layout=self.kv_cache_layout,
+            flashinfer_sampler=self.flashinfer_sampler,
         )
         if self.gpu and self.memory:
             raise ConfigError("--gpu and --memory are alternatives; give one")
@@ -201,6 +204,7 @@ def plan_command(
     speculative_config: str | None = vf.SPECULATIVE_OPTION,
     cpu_offload_gb: float = vf.CPU_OFFLOAD_OPTION,
     vllm_version: str | None = vf.VLLM_VERSION_OPTION,
+    flashinfer_sampler: bool = vf.FLASHINFER_SAMPLER_OPTION,
     trust_remote_code: bool = vf.TRUST_REMOTE_CODE_OPTION,
     host: str | None = vf.HOST_OPTION,
     port: int | None = vf.PORT_OPTION,
@@ -249,6 +253,7 @@ def plan_command(
         speculative_config=speculative_config,
         cpu_offload_gb=cpu_offload_gb,
         vllm_version=vllm_version,
+        flashinfer_sampler=flashinfer_sampler,
         kv_cache_layout=kv_cache_layout,
     )
     result = make_plan(request)

@@ -131,7 +131,12 @@ def serve_command(
     ),
 ) -> None:
     """Forward OpenAI requests to the engine holding the most of their prefix, weighed
-    against load; also POST /route, /healthz and /metrics."""
+    against load; also POST /route, /healthz and /metrics.
+    \f
+    Args:
+        scrape_interval_s: seconds between scrapes of each engine's /metrics.
+        max_body_bytes: the largest request body accepted, e.g. 8MiB.
+    """
     if hash_algo == "builtin":
         raise typer.BadParameter(
             "Python's hash differs between processes, so the router's block hashes would never "

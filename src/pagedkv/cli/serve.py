@@ -64,7 +64,16 @@ def serve_command(
     ),
     max_body_bytes: str = typer.Option("8MiB", "--max-body-bytes", help="Largest request body."),
 ) -> None:
-    """Serve /v1/completions and /v1/chat/completions (streaming too), /metrics, /health."""
+    """Serve /v1/completions and /v1/chat/completions (streaming too), /metrics, /health.
+    \f
+    Args:
+        port: TCP port to listen on.
+        served_model_name: the model name the API reports and accepts (None: MODEL).
+        kv_cache_memory_bytes: KV cache size, e.g. 64MiB.
+        max_num_seqs: requests running at once.
+        max_num_batched_tokens: tokens scheduled per step.
+        kv_events_topic: the topic KV event batches are published under.
+    """
     try:
         import uvicorn
 

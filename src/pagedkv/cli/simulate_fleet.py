@@ -60,7 +60,21 @@ def run_fleet(
     workers: int | None,
     ray_address: str | None,
 ) -> None:
-    """Simulate one fleet, or (``sweep``) every router at 1, 2, 4 .. ``replicas``."""
+    """Simulate one fleet, or (``sweep``) every router at 1, 2, 4 .. ``replicas``.
+
+    Args:
+        engine: the engine every replica copies.
+        trace: the requests, arriving at their timestamps.
+        settings: the scheduler settings.
+        replicas: engines in the fleet (with ``sweep``: the largest count).
+        router: the routing policy's name, when not sweeping.
+        sweep: run every router at 1, 2, 4 .. ``replicas`` replicas.
+        bound: also simulate one cache of N times the blocks (LRU and clairvoyant bound).
+        plot: the PNG file the results are plotted to (None: no plot).
+        json_output: print JSON instead of a table.
+        workers: local processes for the sweep (None: one per CPU, 1: this process).
+        ray_address: a Ray cluster to run the sweep on instead (None: local).
+    """
     from pagedkv.sim.fleet.replicas import simulate_fleet
     from pagedkv.sim.fleet.sweep import fleet_sweep
 

@@ -36,6 +36,15 @@ class TierOptions(NamedTuple):
 def parse_tier_options(
     policy: str, host_cache_gib: str, host_policy: str, pcie_gbps: float, gpu: str
 ) -> TierOptions:
+    """The ``--policy``/``--host-cache-gib`` options checked and split into lists.
+
+    Args:
+        policy: device eviction policies, comma-separated.
+        host_cache_gib: host tier sizes in GiB, comma-separated.
+        host_policy: the host tier's eviction policy.
+        pcie_gbps: host-to-device bandwidth, in GB/s, for the TTFT estimate.
+        gpu: the GPU's name, for the TTFT estimate.
+    """
     from pagedkv.policies import policy_names
 
     policies = [p.strip() for p in policy.split(",") if p.strip()]
@@ -134,7 +143,19 @@ def run_tier_sweep(
     workers: int | None = None,
     ray_address: str | None = None,
 ) -> None:
-    """Every policy x device size (1/8x .. 4x) x host size; a table (or JSON) and a plot."""
+    """Every policy x device size (1/8x .. 4x) x host size; a table (or JSON) and a plot.
+
+    Args:
+        engine: the simulated engine; each point resizes it.
+        loaded: the trace replayed.
+        settings: the scheduler settings.
+        opts: the policies, host sizes and cost inputs from the command line.
+        plot: the PNG file the sweep is plotted to (None: no plot).
+        json_output: print JSON instead of a table.
+        progress: a context manager factory taking (total, label) and yielding an update callback.
+        workers: local processes (None: one per CPU, 1: this process).
+        ray_address: a Ray cluster to run on instead (None: local).
+    """
     from pagedkv.sim.engine import bound_geometry
     from pagedkv.sim.run import sweep_sizes
     from pagedkv.sim.tiers import cost_model_for, host_blocks_for, plot_tier_sweep, tier_sweep

@@ -22,6 +22,7 @@ __all__ = [
     "SPECULATIVE_OPTION",
     "CPU_OFFLOAD_OPTION",
     "VLLM_VERSION_OPTION",
+    "FLASHINFER_SAMPLER_OPTION",
     "HOST_OPTION",
     "PORT_OPTION",
     "SERVED_NAME_OPTION",
@@ -81,6 +82,12 @@ VLLM_VERSION_OPTION = typer.Option(
     "--vllm-version",
     help="Account memory as this vLLM release did (its sampler warm-up; CUDA graphs "
     "charged from 0.21); default 0.33.",
+)
+FLASHINFER_SAMPLER_OPTION = typer.Option(
+    True,
+    "--flashinfer-sampler/--no-flashinfer-sampler",
+    help="Whether FlashInfer's sampler is installed and enabled (VLLM_USE_FLASHINFER_SAMPLER); "
+    "without it --vllm-version before 0.11 warms the native top-k/top-p sort up.",
 )
 HOST_OPTION = typer.Option(None, "--host", help=NO_EFFECT)
 PORT_OPTION = typer.Option(None, "--port", help=NO_EFFECT)

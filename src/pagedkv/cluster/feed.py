@@ -8,7 +8,9 @@ timeout) the other engines' batches are applied as they come; that engine's own 
 batches wait, in order, behind its replay. An engine quiet for ``idle_sync_s`` is asked
 for its tail by replay (less and less often while its replay endpoint does not answer),
 so a batch lost at the end of a burst is not left missing until the engine's next step.
-``sync()`` does that for every engine now and waits for it.
+``sync()`` does that for every engine now and waits for it. At most ``max_replays``
+replay requests are open at once (each holds a socket); the others wait their turn, so
+the file descriptors the feed needs grow by two per engine (its SUB socket), not four.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ import zmq
 
 from pagedkv.cluster.index import KVIndex
 from pagedkv.errors import ConfigError
+from pagedkv.events.replay_slots import ReplaySlots
 from pagedkv.events.subscriber import Delivery, EventSubscriber
 
 __all__ = [
     "MAX_IDLE_SYNC_S",
-    "SOCKETS_PER_ENGINE",
+    "MAX_REPLAYS",
+    "DESCRIPTORS_PER_SOCKET",
     "SPARE_DESCRIPTORS",
+    "descriptors_needed",
     "reserve_descriptors",
     "EngineEndpoints",
     "EngineFeedStats",
@@ -37,20 +42,27 @@ __all__ = [
 ]
 
 MAX_IDLE_SYNC_S = 60.0
-# Per engine: its SUB socket and, while replay is asked, a DEALER; each holds a TCP
-# connection (a file descriptor). The rest: ZeroMQ's own threads and signalers.
-SOCKETS_PER_ENGINE = 2
-SPARE_DESCRIPTORS = 64
+MAX_REPLAYS = 32  # replay requests open at once, over all engines
+# A ZeroMQ socket holds a descriptor for its mailbox and one per TCP connection: an
+# engine's SUB socket two, a replay request's DEALER two more while it is open.
+DESCRIPTORS_PER_SOCKET = 2
+SPARE_DESCRIPTORS = 64  # ZeroMQ's threads, the interpreter's own files, the HTTP server
 
 
-def reserve_descriptors(num_engines: int) -> None:
+def descriptors_needed(num_engines: int, max_replays: int = MAX_REPLAYS) -> int:
+    """File descriptors a feed for ``num_engines`` engines may hold at once."""
+    sockets = num_engines + min(max_replays, num_engines)
+    return DESCRIPTORS_PER_SOCKET * sockets + SPARE_DESCRIPTORS
+
+
+def reserve_descriptors(num_engines: int, max_replays: int = MAX_REPLAYS) -> None:
     """Raise this process's open-file limit (up to its hard limit) to what
     ``num_engines`` need; ConfigError naming the numbers if it cannot."""
     try:
         import resource
     except ImportError:  # not POSIX: nothing to check
         return
-    need = SOCKETS_PER_ENGINE * num_engines + SPARE_DESCRIPTORS
+    need = descriptors_needed(num_engines, max_replays)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= need:
         return
@@ -60,8 +72,11 @@ def reserve_descriptors(num_engines: int) -> None:
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft != resource.RLIM_INFINITY and soft < need:
         raise ConfigError(
-            f"index feed: {num_engines} engines need about {need} open files, and this "
-            f"process may open {soft} (hard limit {hard}); raise it (ulimit -n {need})"
+            f"index feed: {num_engines} engines need about {need} open files (two per "
+            f"engine, two per replay in flight, {SPARE_DESCRIPTORS} spare), and this process "
+            f"may open {soft} (RLIMIT_NOFILE, hard limit {hard}); raise the limit "
+            f"(ulimit -n {need} in the shell that starts it, or LimitNOFILE={need} in its "
+            "systemd unit) or subscribe fewer engines"
         )
 
 
@@ -84,15 +99,25 @@ class EngineFeedStats(NamedTuple):
     decode_errors: int
     replay_timeouts: int
     next_seq: int | None
-    last_batch_ts: float | None
-    replay_pending: bool  # a replay request waits for its answer
+    last_batch_ts: float | None  # the last applied batch's timestamp (the engine's clock)
+    replay_pending: bool  # a replay request is open (waits for a slot or its answer)
     replay_unanswered: int  # replay requests unanswered in a row (0: it answers)
+    seconds_since_batch: float | None  # since the feed applied its last batch (own clock)
 
 
 class IndexFeed:
     """Subscribes to ``engines`` and applies their events to ``index`` in a thread.
 
     ``drop_every`` (tests only) discards every Nth live message, to exercise replay.
+
+    Args:
+        index: the KV index the engines' events are applied to.
+        engines: engine name -> its event and replay endpoints.
+        topic: the ZMQ topic subscribed to ("" for every topic).
+        idle_sync_s: seconds without a message from an engine before its tail is synced by replay.
+        replay_timeout_s: seconds a replay request waits for its answer.
+        drop_every: discard every Nth live message (0: none); tests only.
+        max_replays: replay requests open at once, over all engines.
     """
 
     def __init__(
@@ -103,6 +128,7 @@ class IndexFeed:
         topic: str = "",
         idle_sync_s: float = 1.0,
         replay_timeout_s: float = 1.0,
+        max_replays: int = MAX_REPLAYS,
         drop_every: int = 0,
     ) -> None:
         self.index = index
@@ -111,6 +137,7 @@ class IndexFeed:
         self.idle_sync_s = idle_sync_s
         self.replay_timeout_s = replay_timeout_s
         self.drop_every = drop_every
+        self.replay_slots = ReplaySlots(max_replays)
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._sync_requested = threading.Event()
@@ -118,12 +145,14 @@ class IndexFeed:
         self._ready = threading.Event()
         self._subs: dict[str, EventSubscriber] = {}
         self._last_ts: dict[str, float] = {}
+        self._applied_at: dict[str, float] = {}  # engine -> time.monotonic() of its last batch
         self._received = 0
         self._commands: deque[tuple[str, str]] = deque()  # (forget | resync, engine)
         # the feed thread's: the poll over every SUB socket and the replays in flight
         self._poller = zmq.Poller()
         self._by_socket: dict[zmq.Socket[bytes], str] = {}
-        self._replaying: dict[str, zmq.Socket[bytes]] = {}  # engine -> its replay's socket
+        # engine -> its open replay's socket (None while it waits for a slot), oldest first
+        self._replaying: dict[str, zmq.Socket[bytes] | None] = {}
         self._last_seen: dict[str, float] = {}  # engine -> its last message or replay
         self.error: BaseException | None = None  # what stopped the feed thread, if anything
         self._thread = threading.Thread(target=self._run, name="pagedkv-index-feed", daemon=True)
@@ -131,7 +160,7 @@ class IndexFeed:
             index.add_engine(name)
 
     def start(self, timeout_s: float = 5.0) -> IndexFeed:
-        reserve_descriptors(len(self.engines))
+        reserve_descriptors(len(self.engines), self.replay_slots.limit)
         self._thread.start()
         if not self._ready.wait(timeout_s):
             raise TimeoutError("the index feed did not start")
@@ -166,9 +195,15 @@ class IndexFeed:
         came back, perhaps as a new process): state dropped, read again from seq 0."""
         self._commands.append(("resync", engine))
 
+    @property
+    def replays_open(self) -> int:
+        """Replay requests holding a socket now (at most ``max_replays``)."""
+        return self.replay_slots.in_use
+
     def stats(self) -> dict[str, EngineFeedStats]:
         """Per engine: batches applied, gaps, recovered and lost batches, restarts."""
         with self.lock:
+            now = time.monotonic()
             return {
                 name: EngineFeedStats(
                     sub.num_batches,
@@ -181,8 +216,9 @@ class IndexFeed:
                     sub.num_replay_timeouts,
                     sub.next_seq,
                     self._last_ts.get(name),
-                    sub.replay_socket is not None,
+                    sub.replay_in_flight,
                     sub.replay_unanswered,
+                    None if name not in self._applied_at else now - self._applied_at[name],
                 )
                 for name, sub in self._subs.items()
             }
@@ -197,13 +233,13 @@ class IndexFeed:
     def _run(self) -> None:
         ctx = zmq.Context()
         # ZeroMQ's default cap is 1023 sockets a context: past it no engine could start
-        ctx.set(zmq.MAX_SOCKETS, SOCKETS_PER_ENGINE * len(self.engines) + SPARE_DESCRIPTORS)
+        ctx.set(zmq.MAX_SOCKETS, descriptors_needed(len(self.engines), self.replay_slots.limit))
         try:
             for name, ends in self.engines.items():
                 try:
                     sub = EventSubscriber(
                         ends.endpoint, ends.replay_endpoint, self.topic, context=ctx,
-                        replay_timeout_s=self.replay_timeout_s,
+                        replay_timeout_s=self.replay_timeout_s, replay_slots=self.replay_slots,
                     )  # fmt: skip
                 except zmq.ZMQError as exc:
                     raise ConfigError(f"engine {name!r} at {ends.endpoint}: {exc}") from exc
@@ -247,6 +283,7 @@ class IndexFeed:
                 for name, sub in self._subs.items():
                     self._step(name, sub.begin_tail)
                 syncing = set(self._subs)
+            self._admit_waiting()
             if syncing:
                 syncing &= set(self._replaying)
                 if not syncing:
@@ -278,19 +315,32 @@ class IndexFeed:
         self._apply(name, action())
         self._track_replay(name)
 
+    def _admit_waiting(self) -> None:
+        """Send the replay requests waiting for a slot, oldest first, while slots are free."""
+        for name, sock in list(self._replaying.items()):
+            if self.replay_slots.free == 0:
+                return
+            if sock is None and self._subs[name].replay_waiting:
+                self._step(name, self._subs[name].advance)
+
     def _track_replay(self, name: str) -> None:
-        sock = self._subs[name].replay_socket
-        old = self._replaying.get(name)
-        if old is sock:
+        sub = self._subs[name]
+        sock = sub.replay_socket
+        in_flight = sub.replay_in_flight
+        if in_flight and name in self._replaying and self._replaying[name] is sock:
             return
+        was_in_flight = name in self._replaying
+        old = self._replaying.pop(name, None)
         if old is not None:
             self._poller.unregister(old)
-            del self._by_socket[old], self._replaying[name]
-            self._last_seen[name] = time.monotonic()  # quiet from the replay's end on
-        if sock is not None:
-            self._poller.register(sock, zmq.POLLIN)
-            self._by_socket[sock] = name
+            del self._by_socket[old]
+        if in_flight:
+            if sock is not None:
+                self._poller.register(sock, zmq.POLLIN)
+                self._by_socket[sock] = name
             self._replaying[name] = sock
+        elif was_in_flight:
+            self._last_seen[name] = time.monotonic()  # quiet from the replay's end on
 
     def _command(self, command: str, name: str) -> None:
         sub = self._subs.get(name)
@@ -330,3 +380,4 @@ class IndexFeed:
             with self.lock:
                 self.index.apply_batch(name, delivery.batch)
                 self._last_ts[name] = delivery.batch.ts
+                self._applied_at[name] = time.monotonic()

@@ -18,7 +18,15 @@ __all__ = [
 class PromptHasher:
     """External hashes of a prompt's full blocks, computed by the runtime's own hasher (same
     algorithm, seed, LoRA and cache-salt keys as the engines), so they match the hashes in
-    the engines' BlockStored events. ``seed`` None: the runtime's (and vLLM's) default."""
+    the engines' BlockStored events. ``seed`` None: the runtime's (and vLLM's) default.
+
+    Args:
+        block_size: tokens per hashed block, as the engines' hash block size.
+        hash_algo: the engines' prefix-cache hash algorithm (None: ``CacheConfig``'s default).
+        seed: the hash seed (None: the runtime's and vLLM's default).
+        int_block_hashes: give hashes as integers, as the engines' events do with
+            ``int_block_hashes``.
+    """
 
     def __init__(
         self,

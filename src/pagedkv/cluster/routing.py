@@ -163,6 +163,15 @@ class BalancedRouter(Router):
     3. Otherwise no engine's cache matters much (a shared system prompt alone is a small
        fraction of a long prompt): the least loaded engine gets it, so prompts that share
        only a short prefix spread over the fleet instead of piling onto its first holder.
+
+    Args:
+        cache_threshold: fraction of the prompt's blocks, in [0, 1], an engine must hold for prefix
+            affinity.
+        balance_abs_threshold: requests the busiest engine must have over the idlest for the load to
+            be out of balance.
+        balance_rel_threshold: times the idlest engine's load the busiest must exceed as well
+            (at least 1).
+        decode_weight: blocks of cost charged per request an engine already serves (>= 0).
     """
 
     name = "balanced"

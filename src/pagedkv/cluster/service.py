@@ -125,7 +125,17 @@ class Choice:
 
 
 class RouteService:
-    """Engines, index, router, hasher and tokenizer behind the HTTP API."""
+    """Engines, index, router, hasher and tokenizer behind the HTTP API.
+
+    Args:
+        index: the KV index of which engine holds which blocks.
+        router: the routing policy choosing an engine.
+        hasher: hashes a prompt's blocks as the engines do.
+        engines: engine names, or name -> the URL requests are forwarded to (None: route only).
+        feed: the event feed keeping ``index`` current (None: the index is fed elsewhere).
+        tokenizer: turns prompt text into tokens (None: requests must bring token ids).
+        settings: the router's timeouts, intervals and limits (None: the defaults).
+    """
 
     def __init__(
         self,
@@ -349,32 +359,59 @@ class _StateCollector:
         yield GaugeMetricFamily(
             "pagedkv_index_entries", "Indexed (scope, hash) entries", value=len(svc.index)
         )
-        if svc.feed is None:
-            return
-        stats = svc.feed.stats()
-        now = time.time()
-        families = {
-            "batches": "Event batches applied",
-            "gaps": "Sequence gaps seen",
-            "recovered": "Gap batches recovered by replay",
-            "lost": "Batches replay could not recover",
-            "restarts": "Publisher restarts detected",
-            "decode_errors": "Malformed messages",
-            "replay_timeouts": "Replay requests unanswered",
-        }
-        for field, doc in families.items():
-            family = CounterMetricFamily(f"pagedkv_feed_{field}", doc, labels=["engine"])
-            for name, s in stats.items():
-                family.add_metric([name], getattr(s, field))
-            yield family
-        age = GaugeMetricFamily(
-            "pagedkv_feed_event_age_seconds", "Now minus the last batch's timestamp",
-            labels=["engine"],
+        yield CounterMetricFamily(
+            "pagedkv_index_evictions", "Entries forgotten past the index's bound",
+            value=svc.index.num_index_evictions,
         )  # fmt: skip
+        if svc.feed is not None:
+            yield from _feed_metrics(svc.feed)
+
+
+_FEED_COUNTERS = {
+    "batches": "Event batches applied",
+    "gaps": "Sequence gaps seen (missed batches asked by replay)",
+    "recovered": "Gap batches recovered by replay",
+    "replayed": "Batches that came by replay (gaps, and tails after a quiet spell)",
+    "lost": "Batches replay could not recover",
+    "restarts": "Publisher restarts detected",
+    "decode_errors": "Malformed messages",
+    "replay_timeouts": "Replay requests unanswered",
+}
+
+
+def _feed_metrics(feed: IndexFeed) -> Iterable[Metric]:
+    """Per engine the feed's counters, the age of its events, its replay state."""
+    stats = feed.stats()
+    for field, doc in _FEED_COUNTERS.items():
+        family = CounterMetricFamily(f"pagedkv_feed_{field}", doc, labels=["engine"])
         for name, s in stats.items():
-            if s.last_batch_ts is not None:
-                age.add_metric([name], max(0.0, now - s.last_batch_ts))
-        yield age
+            family.add_metric([name], getattr(s, field))
+        yield family
+    now = time.time()
+    age = GaugeMetricFamily(
+        "pagedkv_feed_event_age_seconds",
+        "Now minus the last applied batch's timestamp (the engine's clock)", labels=["engine"],
+    )  # fmt: skip
+    since = GaugeMetricFamily(
+        "pagedkv_feed_seconds_since_batch",
+        "Seconds since the feed applied the engine's last batch (the router's clock)",
+        labels=["engine"],
+    )  # fmt: skip
+    unanswered = GaugeMetricFamily(
+        "pagedkv_feed_replay_unanswered", "Replay requests unanswered in a row",
+        labels=["engine"],
+    )  # fmt: skip
+    for name, s in stats.items():
+        if s.last_batch_ts is not None:
+            age.add_metric([name], max(0.0, now - s.last_batch_ts))
+        if s.seconds_since_batch is not None:
+            since.add_metric([name], s.seconds_since_batch)
+        unanswered.add_metric([name], s.replay_unanswered)
+    yield from (age, since, unanswered)
+    yield GaugeMetricFamily(
+        "pagedkv_feed_replays_open", "Replay requests holding a socket now",
+        value=feed.replays_open,
+    )  # fmt: skip
 
 
 # -- forwarding ---------------------------------------------------------------------

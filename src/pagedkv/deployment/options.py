@@ -39,6 +39,9 @@ class VLLMFlags:
     ranks), ``speculative_config`` (vLLM's JSON; ``mtp`` loads the MTP layers) and
     ``cpu_offload_gb``. ``kv_cache_layout`` is vLLM's ``VLLM_KV_CACHE_LAYOUT`` (None:
     the platform's); block-outermost layouts pack groups of different page sizes.
+    ``flashinfer_sampler`` is False where FlashInfer is not installed or
+    ``VLLM_USE_FLASHINFER_SAMPLER=0`` (the log warns "FlashInfer is not available"):
+    vLLM releases before 0.11 then warm the native top-k/top-p sort up at start-up.
     """
 
     max_model_len: int | None = None
@@ -59,6 +62,7 @@ class VLLMFlags:
     speculative_config: str | None = None
     cpu_offload_gb: float = 0.0
     kv_cache_layout: str | None = None
+    flashinfer_sampler: bool = True
 
 
 class VLLMFlagArgs(TypedDict, total=False):
@@ -82,6 +86,7 @@ class VLLMFlagArgs(TypedDict, total=False):
     speculative_config: str | None
     cpu_offload_gb: float
     kv_cache_layout: str | None
+    flashinfer_sampler: bool
 
 
 def vllm_flags_from(flags: VLLMFlagArgs) -> VLLMFlags:

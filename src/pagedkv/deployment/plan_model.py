@@ -35,6 +35,7 @@ from pagedkv.models import (
     load_model_config,
     memory_budgets,
 )
+from pagedkv.models.gdn_kernel import gdn_key_head_dim, gdn_prefill_kernel
 from pagedkv.models.gpus import LOCAL
 from pagedkv.models.profile_shape import ProfileShape, profile_shape
 from pagedkv.models.source import ModelLike
@@ -67,7 +68,8 @@ def plan(
         model: bundled name, directory, config.json, Hub id (``org/name``) or ModelSource.
         gpu: a GPU from ``pagedkv.list_gpus()`` (default H100-80GB unless
             ``memory_bytes`` or ``kv_cache_memory_bytes`` gives the budget).
-        tensor_parallel_size, pipeline_parallel_size: as vLLM's flags.
+        tensor_parallel_size: workers each stage's layers are split over (vLLM's flag).
+        pipeline_parallel_size: stages the layers are split into (vLLM's flag).
         memory_bytes: device memory per worker instead of a GPU.
         weight_bytes: weights per worker (default: estimated from the config).
         grouping: ``"vllm"`` (vLLM 0.33's rule, default) or ``"least-waste"``.
@@ -215,6 +217,8 @@ def plan_model(request: PlanRequest) -> DeploymentPlan:
     options = engine_options(request, gpu, device_bytes)
     if shape is not None and "speculative_method" in options:
         options["num_draft_modules"] = max(1, shape.mtp_layers)
+    if gpu is not None:
+        options["gdn_prefill_kernel"] = gdn_prefill_kernel(gpu, gdn_key_head_dim(layout))
     config = engine_config_for(layout, **options)
     budgets = memory_budgets(
         layout,

@@ -66,5 +66,6 @@ def startup_options(
         speculative_method=speculative.get("method"),
         num_speculative_tokens=tokens if isinstance(tokens, int) else 0,
         blackwell=gpu is not None and gpu.name.upper().startswith(BLACKWELL_PREFIXES),
+        flashinfer_sampler=flags.flashinfer_sampler,
     )
     return StartupOptions.for_vllm_version(vllm_version, options) if vllm_version else options

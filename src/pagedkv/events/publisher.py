@@ -40,6 +40,13 @@ class ZmqEventPublisher:
     configured ports plus ``r`` (vLLM's offsets). ``bind`` None: bind or connect the PUB
     socket by vLLM's rule (``binds``); True binds any address (``tcp://127.0.0.1:5557``
     for loopback only). ``close()`` sends what is queued, then stops.
+
+    Args:
+        config: endpoints, topic, queue and replay buffer sizes (None: the defaults).
+        data_parallel_rank: this engine's data-parallel rank, added to the configured ports.
+        int_block_hashes: send block hashes as integers (False: as bytes).
+        startup_timeout_s: seconds to wait for the sockets to be ready before raising OSError.
+        bind: bind (True) or connect (False) the PUB socket (None: vLLM's rule for the endpoint).
     """
 
     def __init__(

@@ -11,7 +11,10 @@ Replay never has to block the caller: ``receive``/``begin_tail`` start a request
 return, ``replay_socket`` turns readable as answers come, and ``advance`` finishes it
 (at the end marker or once ``replay_timeout_s`` passed). Live messages that arrive
 meanwhile are held and handled, in order, once it is done. ``handle`` and ``sync_tail``
-do the same and wait, for callers with one publisher.
+do the same and wait, for callers with one publisher. Subscribers sharing a
+``ReplaySlots`` open at most its ``limit`` replay sockets at once: a request past it
+waits (``replay_waiting``) until ``advance`` finds a slot free. A replay socket that
+cannot be opened (no file descriptor left) counts as a request left unanswered.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import zmq
 
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.events.publisher import END_MARKER
+from pagedkv.events.replay_slots import ReplaySlots
 from pagedkv.events.wire import EventBatch, decode_payload
 
 _RECENT = 4096  # checksums of recently applied batches (to tell duplicates from restarts)
@@ -59,13 +63,29 @@ class PendingReplay:
     deadline_s: float  # time.monotonic() after which the answer is given up
     replies: list[tuple[int, bytes]] = field(default_factory=list)
     answered: bool = False  # the end marker came
+    sent: bool = False  # asked (or given up at once); False: waits for a replay slot
+    holds_slot: bool = False  # it took one of the shared ReplaySlots
 
 
 class EventSubscriber:
     """A SUB socket (plus replay requests) for one publisher; sockets belong to the thread
     that calls ``poll``/``handle``/``sync_tail`` (or ``receive``/``begin_tail``/``advance``).
     ``start_seq=0`` replays a late join from the publisher's first batch; None starts at
-    the first batch received."""
+    the first batch received.
+
+    Args:
+        endpoint: the publisher's PUB address.
+        replay_endpoint: the publisher's replay ROUTER address (None: gaps cannot be recovered).
+        topic: the topic subscribed to ("" for every topic).
+        bind: bind (True) or connect (False) the SUB socket (None: bind when ``endpoint`` has a
+            ``*``).
+        start_seq: the first sequence number expected (0: replay from the first batch; None: the
+            first received).
+        replay_timeout_s: seconds a replay request waits for its answer.
+        context: the ZMQ context sockets are made in (None: the process-wide instance).
+        replay_slots: shared with the other subscribers of this thread, it caps their replay
+            sockets open at once (None: no cap).
+    """
 
     def __init__(
         self,
@@ -77,9 +97,11 @@ class EventSubscriber:
         start_seq: int | None = 0,
         replay_timeout_s: float = 1.0,
         context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        replay_slots: ReplaySlots | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
+        self.replay_slots = replay_slots
         self.topic = topic.encode("utf-8")
         self.replay_timeout_s = replay_timeout_s
         self._ctx = context or zmq.Context.instance()
@@ -115,8 +137,21 @@ class EventSubscriber:
 
     @property
     def replay_deadline_s(self) -> float | None:
-        """When the replay in flight is given up (``time.monotonic()``), or None."""
-        return None if self._replay is None else self._replay.deadline_s
+        """When the replay in flight is given up (``time.monotonic()``), or None (none
+        in flight, or it waits for a slot)."""
+        if self._replay is None or self.replay_waiting:
+            return None
+        return self._replay.deadline_s
+
+    @property
+    def replay_in_flight(self) -> bool:
+        """A replay request is open: waiting for a slot, for its answer, or to be finished."""
+        return self._replay is not None
+
+    @property
+    def replay_waiting(self) -> bool:
+        """A replay request waits for one of the shared ``replay_slots`` to be sent."""
+        return self._replay is not None and not self._replay.sent
 
     def poll(self, timeout_s: float = 0.0, max_messages: int = 1000) -> list[Delivery]:
         """Batches that arrived (waiting up to ``timeout_s`` for the first), in order."""
@@ -187,6 +222,10 @@ class EventSubscriber:
         pending = self._replay
         if pending is None:
             return []
+        if self.replay_waiting:
+            self._send_replay_request(pending)
+            if self.replay_waiting:
+                return []
         if pending.socket is not None and not pending.answered:
             self._read_replies(pending)
         now_s = time.monotonic() if now_s is None else now_s
@@ -213,6 +252,11 @@ class EventSubscriber:
         out: list[Delivery] = []
         while self._replay is not None:
             pending = self._replay
+            if self.replay_waiting and not self._send_replay_request(pending):
+                raise KVCacheRuntimeError(
+                    "event subscriber: every replay slot is taken by other subscribers; "
+                    "a subscriber sharing replay_slots must be driven by advance()"
+                )
             if pending.socket is not None and not pending.answered:
                 remaining_ms = max(0, int((pending.deadline_s - time.monotonic()) * 1000))
                 pending.socket.poll(remaining_ms)
@@ -233,17 +277,29 @@ class EventSubscriber:
         self._send_replay_request(pending)
         return self._finish(pending) if pending.answered else []
 
-    def _send_replay_request(self, pending: PendingReplay) -> None:
-        """Open a DEALER and ask; without a replay endpoint the answer is none, at once."""
+    def _send_replay_request(self, pending: PendingReplay) -> bool:
+        """Open a DEALER and ask; False when no replay slot is free (the request waits).
+        Without a replay endpoint the answer is none, at once; a socket that cannot be
+        opened gives up the request at once, as if unanswered."""
         if self.replay_endpoint is None:
-            pending.answered = True
-            return
-        sock = self._ctx.socket(zmq.DEALER)
+            pending.sent = pending.answered = True
+            return True
+        if self.replay_slots is not None and not self.replay_slots.acquire():
+            return False
+        pending.sent = True
+        pending.holds_slot = self.replay_slots is not None
+        pending.deadline_s = time.monotonic() + self.replay_timeout_s
+        try:
+            sock = self._ctx.socket(zmq.DEALER)
+        except zmq.ZMQError:  # out of file descriptors (or of the context's sockets)
+            pending.deadline_s = time.monotonic()
+            return True
         pending.socket = sock
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.connect(self.replay_endpoint)
         sock.send_multipart((b"", pending.ask_from.to_bytes(8, "big")))
+        return True
 
     def _read_replies(self, pending: PendingReplay) -> None:
         """Take the answers waiting; the deadline measures silence, so a long replay
@@ -265,7 +321,7 @@ class EventSubscriber:
 
     def _finish(self, pending: PendingReplay) -> list[Delivery]:
         self._cancel_replay()
-        if pending.socket is not None:
+        if self.replay_endpoint is not None:
             if pending.answered:
                 self.replay_unanswered = 0
             else:
@@ -335,9 +391,14 @@ class EventSubscriber:
         self._deliver(live_seq, live_payload, out)
 
     def _cancel_replay(self) -> None:
-        if self._replay is not None and self._replay.socket is not None:
-            self._replay.socket.close(linger=0)
+        pending = self._replay
         self._replay = None
+        if pending is None:
+            return
+        if pending.socket is not None:
+            pending.socket.close(linger=0)
+        if pending.holds_slot and self.replay_slots is not None:
+            self.replay_slots.release()
 
     # -- state --------------------------------------------------------------------------
     def _deliver(self, seq: int, payload: bytes, out: list[Delivery]) -> None:

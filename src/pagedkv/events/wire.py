@@ -100,7 +100,14 @@ def encode_payload(
     data_parallel_rank: int | None = 0,
     int_block_hashes: bool = True,
 ) -> bytes:
-    """The msgpack payload of one batch, hashes converted to external form."""
+    """The msgpack payload of one batch, hashes converted to external form.
+
+    Args:
+        events: the batch's events, hashes in internal form.
+        ts: the batch timestamp in seconds since the epoch (None: now).
+        data_parallel_rank: the publishing engine's data-parallel rank (None: sent as nil).
+        int_block_hashes: convert block hashes to integers (False: to bytes).
+    """
     batch = EventBatch(
         ts=time.time() if ts is None else ts,
         events=[to_external(e, int_block_hashes) for e in events],  # type: ignore[misc]
@@ -118,7 +125,16 @@ def encode_event_batch(
     data_parallel_rank: int | None = 0,
     int_block_hashes: bool = True,
 ) -> tuple[bytes, bytes, bytes]:
-    """The three frames (topic, sequence number, payload) of one published batch."""
+    """The three frames (topic, sequence number, payload) of one published batch.
+
+    Args:
+        events: the batch's events, hashes in internal form.
+        sequence_number: the batch's sequence number, sent as 8 big-endian bytes.
+        topic: the topic frame.
+        ts: the batch timestamp in seconds since the epoch (None: now).
+        data_parallel_rank: the publishing engine's data-parallel rank (None: sent as nil).
+        int_block_hashes: convert block hashes to integers (False: to bytes).
+    """
     payload = encode_payload(
         events, ts=ts, data_parallel_rank=data_parallel_rank, int_block_hashes=int_block_hashes
     )

@@ -139,7 +139,15 @@ def grouped_attention(
 ) -> torch.Tensor:
     """Query ``[N, T, H, D]`` over key/value ``[N, S, Hk, D]`` where ``visible`` ``[N, T, S]``
     -> ``[N, T, H, Dv]``: query head ``h`` reads key head ``h // (H / Hk)``, as transformers'
-    ``repeat_kv`` arranges them, without repeating the keys."""
+    ``repeat_kv`` arranges them, without repeating the keys.
+
+    Args:
+        query: queries ``[N, T, H, D]``.
+        key: keys ``[N, S, Hk, D]``, cast to the query's dtype.
+        value: values ``[N, S, Hk, Dv]``, cast to the query's dtype.
+        visible: ``[N, T, S]`` booleans, True where a query sees a key.
+        options: the softmax scale, optional logit soft cap and optional attention sinks.
+    """
     n, t, heads, dim = query.shape
     kv_heads = key.shape[2]
     rep = heads // kv_heads
@@ -181,7 +189,16 @@ def attend_short_chunks(
     block-table row in one indexing operation, padded to the longest, one attention call.
 
     Returns the outputs ``[N, T, H, Dv]`` and, for each, the row of ``query`` it belongs to
-    (``-1`` for padding)."""
+    (``-1`` for padding).
+
+    Args:
+        query: the step's packed queries ``[tokens, H, D]``.
+        view: the layer's cache tensor and spec.
+        meta: the step's attention metadata (query starts, positions, block tables, lengths).
+        requests: indices of the requests, in ``meta``, attended together.
+        window: the layer's attention window (which keys each position sees).
+        options: the softmax scale, optional logit soft cap and optional attention sinks.
+    """
     picked = torch.tensor(requests)
     first = meta.query_start_loc[picked].to(torch.int64)
     counts = meta.query_start_loc[picked + 1].to(torch.int64) - first
@@ -213,7 +230,17 @@ def attend_request(
     window: AttentionWindow,
     options: AttentionOptions,
 ) -> torch.Tensor:
-    """One request's queries ``[T, H, D]`` over its keys/values ``[S, Hk, D]`` at ``k_pos``."""
+    """One request's queries ``[T, H, D]`` over its keys/values ``[S, Hk, D]`` at ``k_pos``.
+
+    Args:
+        query: the request's queries ``[T, H, D]``.
+        key: its keys ``[S, Hk, D]``.
+        value: its values ``[S, Hk, Dv]``.
+        q_pos: the queries' token positions ``[T]``.
+        k_pos: the keys' token positions ``[S]``.
+        window: the layer's attention window (which keys each position sees).
+        options: the softmax scale, optional logit soft cap and optional attention sinks.
+    """
     visible = (k_pos[None, :] <= q_pos[:, None]) & (
         k_pos[None, :] >= window.key_start(q_pos)[:, None]
     )
@@ -238,6 +265,15 @@ def paged_attention_forward(
     together, in one gather and one attention call; each longer prefill chunk reads its
     own. For layers whose cache already returned the requests' contexts (MLA),
     ``key/value`` hold them and each request takes its own slice.
+
+    Args:
+        module: the attention module (its ``layer_idx`` and ``sinks`` are read).
+        query: ``[1, H, T, D]`` queries of the step's packed new tokens.
+        key: ``[1, Hk, T, D]`` keys of the new tokens, or every request's latent context (MLA).
+        value: ``[1, Hk, T, Dv]`` values of the new tokens, or the latent context (MLA).
+        attention_mask: transformers' mask, unused: visibility comes from positions and windows.
+        scaling: the softmax scale (None: ``D ** -0.5``).
+        dropout: unused (no dropout at inference).
     """
     view, meta = current_view(module)
     spans = current_step().gathered.get(int(getattr(module, "layer_idx", -1)))

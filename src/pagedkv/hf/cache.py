@@ -37,6 +37,15 @@ class PagedCache:
         layer_idx: int,
         kwargs: dict[str, Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """transformers' cache hook: MLA layers store their latents and get every request's
+        context back; other layers' K/V pass through (the attention function writes them).
+
+        Args:
+            key: the new tokens' keys (an MLA layer's latents).
+            value: the new tokens' values (an MLA layer's rotary keys).
+            layer_idx: the layer's index in the model.
+            kwargs: transformers' cache keyword arguments, unused.
+        """
         step = current_step()
         view = step.layers[layer_idx]
         if view.layout == "latent":
@@ -73,6 +82,15 @@ class PagedCache:
         conv_kernel_size: int | None = None,
         **kwargs: Any,
     ) -> torch.Tensor:
+        """transformers' conv-state hook: the previous inputs followed by ``conv_states``,
+        the last kernel's worth kept in the request's state block.
+
+        Args:
+            conv_states: the new inputs of the convolution.
+            layer_idx: the layer's index in the model.
+            state_idx: which state of the layer (only 0 is mapped).
+            conv_kernel_size: the convolution's kernel width (None: from the state block's shape).
+        """
         return self._states(state_idx).update_conv(conv_states, layer_idx, conv_kernel_size)
 
     def update_recurrent_state(

@@ -91,6 +91,16 @@ class PagedGenerator:
     ``num_blocks`` or ``kv_cache_memory_bytes`` (default 64 MiB) sizes the cache; ``block_size``,
     ``max_num_batched_tokens``, ``max_num_seqs`` and ``enable_prefix_caching`` are the
     engine settings of the same names.
+
+    Args:
+        model: a transformers causal LM (decoder-only).
+        num_blocks: KV cache blocks to plan (None: sized by ``kv_cache_memory_bytes``).
+        kv_cache_memory_bytes: bytes of KV cache (None with no ``num_blocks``: 64 MiB).
+        block_size: tokens per block.
+        max_model_len: the longest sequence in tokens (-1: fitted to the cache).
+        max_num_batched_tokens: tokens scheduled per step.
+        max_num_seqs: requests running at once.
+        enable_prefix_caching: reuse cached blocks of shared prefixes.
     """
 
     def __init__(
@@ -187,7 +197,14 @@ class PagedGenerator:
         max_steps: int = 100_000,
     ) -> GenerationOutput:
         """Greedy generation for every prompt; prompt ``i`` arrives at step
-        ``i // arrivals_per_step``."""
+        ``i // arrivals_per_step``.
+
+        Args:
+            prompts: the prompts' token ids.
+            max_new_tokens: tokens generated per prompt (fewer where an EOS token comes first).
+            arrivals_per_step: prompts arriving at each step.
+            max_steps: steps after which an unfinished generation raises HFIntegrationError.
+        """
         if max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         manager = self.new_manager()
@@ -286,7 +303,15 @@ class PagedGenerator:
         every_row: bool = False,
     ) -> torch.Tensor:
         """One forward pass over the packed chunks: the logits after the last token of each
-        chunk that reaches its request's end (of every chunk with ``every_row``)."""
+        chunk that reaches its request's end (of every chunk with ``every_row``).
+
+        Args:
+            chunks: the step's scheduled chunks, packed in order.
+            manager: the KV cache manager holding the chunks' blocks.
+            cache: the cache passed to the model (None: the model runs without one).
+            every_row: keep the logits after every chunk, not only those that reach their request's
+                end.
+        """
         metadata = self.metadata(chunks, manager)
         tokens = [
             t

@@ -25,7 +25,15 @@ def latent_update(
     step: PagedStep, view: LayerView, layer_idx: int, kv_nope: torch.Tensor, k_rot: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Store the new latents; return the requests' latent contexts ``[1, 1, S, rank]``
-    and ``[1, 1, S, rope]``, recording each request's span in ``step.gathered``."""
+    and ``[1, 1, S, rope]``, recording each request's span in ``step.gathered``.
+
+    Args:
+        step: the running step (metadata by group, gathered spans).
+        view: the MLA layer's cache view.
+        layer_idx: the layer's index in the model.
+        kv_nope: the new tokens' compressed latents ``[1, 1, T, rank]``.
+        k_rot: the new tokens' rotary keys ``[1, 1, T, rope]``.
+    """
     meta = step.metadata[view.group_id]
     rank = kv_nope.shape[-1]
     write_kv(view, meta.slot_mapping, torch.cat([kv_nope[0, 0], k_rot[0, 0]], dim=-1))

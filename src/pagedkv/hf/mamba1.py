@@ -44,7 +44,20 @@ def selective_scan_from(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The selective scan over ``hidden_states`` (batch, channels, length) starting from
     ``initial_state`` (batch, channels, state size): the outputs and the final state.
-    ``B`` and ``C`` are (batch, state size, length), as transformers passes them."""
+    ``B`` and ``C`` are (batch, state size, length), as transformers passes them.
+
+    Args:
+        initial_state: the state to start from, (batch, channels, state size).
+        hidden_states: the inputs, (batch, channels, length).
+        dt: the step sizes, (batch, channels, length).
+        A: the state matrix, (channels, state size).
+        B: the input projections, (batch, state size, length).
+        C: the output projections, (batch, state size, length).
+        D: the skip connection per channel (None: none).
+        z: the gate, (batch, channels, length) (None: ungated).
+        delta_bias: added to ``dt`` per channel (None: none).
+        delta_softplus: apply softplus to ``dt``.
+    """
     input_dtype = hidden_states.dtype
     if delta_bias is not None:
         dt = dt + delta_bias.to(dt.dtype)[..., None]

@@ -38,7 +38,14 @@ class Mismatch(NamedTuple):
 def reference_tokens(
     model: Any, prompt: Sequence[int], max_new_tokens: int, attn_implementation: str = "eager"
 ) -> tuple[int, ...]:
-    """Greedy ``model.generate`` on ``prompt`` alone, with transformers' own cache."""
+    """Greedy ``model.generate`` on ``prompt`` alone, with transformers' own cache.
+
+    Args:
+        model: a transformers causal LM.
+        prompt: the prompt's token ids.
+        max_new_tokens: tokens to generate.
+        attn_implementation: the attention implementation to run with (restored afterwards).
+    """
     previous = model.config._attn_implementation
     model.set_attn_implementation(attn_implementation)
     try:
@@ -64,7 +71,15 @@ def first_mismatch(
 ) -> Mismatch | None:
     """Compare each prompt's paged output with ``generate()``; the first difference.
     ``rope`` (the engine's :meth:`~pagedkv.hf.PagedGenerator.rope_rule`) fixes a
-    batch-dependent RoPE in the reference the same way as in the engine."""
+    batch-dependent RoPE in the reference the same way as in the engine.
+
+    Args:
+        model: a transformers causal LM.
+        prompts: the prompts' token ids.
+        outputs: the paged engine's output token ids, one sequence per prompt.
+        max_new_tokens: tokens generated per prompt.
+        rope: the engine's RoPE rule (None: the model's own).
+    """
     for index, (prompt, got) in enumerate(zip(prompts, outputs, strict=True)):
         with fixed_rope(model, rope):
             expected = reference_tokens(model, prompt, max_new_tokens)

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pagedkv.config import EngineConfig
+from pagedkv.config import CacheConfig, EngineConfig
 from pagedkv.dtypes import canonical_dtype_name, dtype_size
 from pagedkv.errors import ConfigError, ModelConfigError
 from pagedkv.models.adapters import describe_model
@@ -123,6 +123,14 @@ def weight_bytes_per_worker(
     experts over ``tp x dp`` ranks. Norms and biases are not counted, unless the
     checkpoint's index states its total size: then the split is scaled to that
     total. ``--cpu-offload-gb`` takes up to that many bytes off every worker.
+
+    Args:
+        model: bundled name, directory, config.json, Hub id, ModelSource or ModelLayout.
+        tensor_parallel_size: workers each stage is split over.
+        pipeline_parallel_size: stages the layers are split into.
+        shape: the profiling shape, for MoE and MTP sizes (None: the layout alone).
+        options: the vLLM flags (quantization, expert parallelism, CPU offload; None: vLLM's
+            defaults).
     """
     layout = _as_layout(model, None)
     tp, pp = tensor_parallel_size, pipeline_parallel_size
@@ -168,7 +176,14 @@ def startup_terms(
     shape: ProfileShape | None = None,
     options: StartupOptions | None = None,
 ) -> list[MemoryTerm]:
-    """The non-weight terms vLLM subtracts at start-up, per worker (models.startup_memory)."""
+    """The non-weight terms vLLM subtracts at start-up, per worker (models.startup_memory).
+
+    Args:
+        layout: the model's layout.
+        config: the engine config (parallel sizes, batch limits).
+        shape: the profiling shape (None: taken from ``layout``).
+        options: the vLLM flags (None: vLLM 0.33's defaults).
+    """
     return profile_terms(
         layout, shape or profile_shape(layout), config, options or StartupOptions()
     )
@@ -181,7 +196,14 @@ def activation_reserve_bytes(
     options: StartupOptions | None = None,
 ) -> int:
     """Everything but the weights that vLLM 0.33 takes before the KV cache, per worker:
-    non-torch memory, the profile peak and the CUDA graph estimate."""
+    non-torch memory, the profile peak and the CUDA graph estimate.
+
+    Args:
+        layout: the model's layout.
+        config: the engine config (parallel sizes, batch limits).
+        shape: the profiling shape (None: taken from ``layout``).
+        options: the vLLM flags (None: vLLM 0.33's defaults).
+    """
     return reserve_bytes(startup_terms(layout, config, shape, options))
 
 
@@ -226,6 +248,16 @@ def memory_budgets(
     (``weight_bytes`` is per worker). ``shape`` (from ``profile_shape``) and
     ``options`` (the vLLM flags) refine the estimate; without them the config's
     layout and vLLM 0.33's defaults are used.
+
+    Args:
+        model: bundled name, directory, config.json, Hub id, ModelSource or ModelLayout.
+        config: the engine config (parallel sizes, ``gpu_memory_utilization``, batch limits).
+        device_bytes: device memory per worker, in bytes (None: only with a given KV cache size).
+        weight_bytes: weight bytes per worker (None: estimated).
+        kv_cache_bytes: KV cache bytes per worker, skipping the estimate (None:
+            ``config.cache.kv_cache_memory_bytes``).
+        shape: the profiling shape (None: taken from the layout).
+        options: the vLLM flags (None: vLLM 0.33's defaults).
     """
     layout = _as_layout(model, None)
     tp = config.parallel.tensor_parallel_size
@@ -278,8 +310,6 @@ def pipeline_stages(layout: ModelLayout, pp: int) -> list[tuple[Unit, ...]]:
 def _resolve_options(
     config: EngineConfig | None, tp: int, pp: int, kv_cache_dtype: str, block_size: int
 ) -> tuple[int, int, str, int, MambaCacheMode]:
-    from pagedkv.config import CacheConfig
-
     if config is None:
         return tp, pp, kv_cache_dtype, block_size, CacheConfig().resolved_mamba_cache_mode
     given: dict[str, tuple[Any, Any]] = {
@@ -320,13 +350,26 @@ def get_kv_cache_specs(
 ) -> list[dict[str, KVCacheSpec]]:
     """One ``{layer name: spec}`` per worker, rank order pp-major (worker = pp_rank * tp + tp_rank).
 
-    With ``config`` its parallel sizes, cache dtype, block size and Mamba cache mode
-    are used (keyword arguments may repeat them but not contradict them). Mamba
-    specs get ``block_size`` unpadded: the planner aligns block sizes and pads pages.
+    With ``config`` its parallel sizes, cache dtype, block size, Mamba cache mode and
+    gated-DeltaNet prefill kernel are used (keyword arguments may repeat them but not
+    contradict them). Mamba specs get ``block_size`` unpadded: the planner aligns block
+    sizes and pads pages.
+
+    Args:
+        model: bundled name, directory, config.json, Hub id, ModelSource or ModelLayout.
+        tensor_parallel_size: workers each stage's layers are split over.
+        pipeline_parallel_size: stages the layers are split into.
+        kv_cache_dtype: the cache dtype (``"auto"``: the model's dtype).
+        block_size: tokens per block.
+        config: an engine config supplying all of the above, the Mamba cache mode and the GDN
+            prefill kernel (None: the arguments).
+        use_transformers: read the config through transformers (True: required; False: never; None:
+            when installed).
     """
     tp, pp, dtype, block_size, mode = _resolve_options(
         config, tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype, block_size
     )
+    kernel = (config.cache if config is not None else CacheConfig()).gdn_prefill_kernel
     for name, value in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -342,6 +385,7 @@ def get_kv_cache_specs(
                 kv_dtype=kv_dtype,
                 block_size=block_size,
                 mamba_cache_mode=mode,
+                gdn_prefill_kernel=kernel,
             )
             for unit in units
             for layer in unit.layers

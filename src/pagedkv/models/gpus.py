@@ -26,7 +26,8 @@ class GPU:
     """One accelerator. ``memory_bytes`` is the vendor figure read as decimal GB,
     ``memory_bytes_binary`` the same read as GiB; ``usable_memory_bytes`` the total
     CUDA reports (what vLLM multiplies by gpu_memory_utilization), when a public
-    log shows it, and ``usable_memory_source`` where."""
+    log shows it, and ``usable_memory_source`` where. ``compute_capability`` is the
+    CUDA (major, minor) of an NVIDIA part, None for other vendors."""
 
     name: str
     vendor: str
@@ -39,6 +40,7 @@ class GPU:
     confidence: str
     aliases: tuple[str, ...] = field(default=(), compare=False)
     usable_memory_source: str = field(default="", compare=False)
+    compute_capability: tuple[int, int] | None = field(default=None, compare=False)
 
     @property
     def planning_memory_bytes(self) -> int:
@@ -60,6 +62,13 @@ class GPU:
         return "vendor GB"
 
 
+def _capability(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    major, minor = str(text).split(".")
+    return int(major), int(minor)
+
+
 def _gpu(name: str, entry: dict[str, Any]) -> GPU:
     usable = entry.get("usable_memory_observed") or {}
     return GPU(
@@ -74,6 +83,7 @@ def _gpu(name: str, entry: dict[str, Any]) -> GPU:
         confidence=entry.get("confidence", ""),
         aliases=tuple(entry.get("aliases") or ()),
         usable_memory_source=str((usable.get("source") or {}).get("url", "")),
+        compute_capability=_capability(entry.get("compute_capability")),
     )
 
 
@@ -147,6 +157,8 @@ def local_gpu(device: int = 0) -> GPU:
             "--gpu local: torch sees no CUDA/ROCm device here; name a GPU or give --memory"
         )
     free_bytes, total_bytes = torch.cuda.mem_get_info(device)
+    major, minor = torch.cuda.get_device_capability(device)
+    capability = None if torch.version.hip else (int(major), int(minor))
     return GPU(
         name=str(torch.cuda.get_device_name(device)),
         vendor=LOCAL,
@@ -157,4 +169,5 @@ def local_gpu(device: int = 0) -> GPU:
         usable_memory_bytes=int(free_bytes),
         bandwidth_bytes_per_s=0,
         confidence="measured",
+        compute_capability=capability,
     )

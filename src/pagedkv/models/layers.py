@@ -49,7 +49,14 @@ if TYPE_CHECKING:
 
 
 def shard(model: str, field_name: str, value: int, tp: int) -> int:
-    """``value / tp``, or a ModelConfigError naming the field when it does not divide."""
+    """``value / tp``, or a ModelConfigError naming the field when it does not divide.
+
+    Args:
+        model: the model's name, for the error.
+        field_name: the field divided, for the error.
+        value: the value to split.
+        tp: the tensor-parallel size.
+    """
     if value % tp:
         raise ModelConfigError(
             f"{model}: {field_name} ({value}) is not divisible by tensor_parallel_size ({tp})"
@@ -131,10 +138,12 @@ class StateShape(ABC):
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
         """Per-rank state tensor shapes (conv first)."""
 
-    def prefill_checkpoint_alignment(self, block_size: int, mode: MambaCacheMode) -> int | None:
+    def prefill_checkpoint_alignment(
+        self, block_size: int, mode: MambaCacheMode, gdn_prefill_kernel: str = "flashinfer"
+    ) -> int | None:
         """The token step vLLM's kernel exports a state at inside a prefill chunk (its
-        spec's ``prefill_checkpoint_alignment``) with ``block_size`` blocks in ``mode``,
-        None if it cannot."""
+        spec's ``prefill_checkpoint_alignment``) with ``block_size`` blocks in ``mode``
+        (gated DeltaNet: with ``gdn_prefill_kernel``), None if it cannot."""
         return None
 
 
@@ -234,6 +243,15 @@ def _kv_heads_per_rank(model: str, layer: AttentionLayer, tp: int) -> int:
 def attention_spec(
     model: str, layer: AttentionLayer, tp: int, dtype: str, block_size: int
 ) -> KVCacheSpec:
+    """One standard attention layer's spec on one tensor-parallel rank.
+
+    Args:
+        model: the model's name, for errors.
+        layer: the attention layer.
+        tp: the tensor-parallel size the KV heads are split over.
+        dtype: the cache dtype's name.
+        block_size: tokens per block.
+    """
     if dtype == DS_MLA_DTYPE:
         raise ConfigError(
             f"{model}: kv_cache_dtype fp8_ds_mla applies to MLA models only "
@@ -277,6 +295,15 @@ def _ds_mla_fields(model: str, layer: LatentLayer) -> dict[str, Any]:
 def latent_spec(
     model: str, layer: LatentLayer, tp: int, dtype: str, block_size: int
 ) -> KVCacheSpec:
+    """One latent (MLA) attention layer's spec on one tensor-parallel rank.
+
+    Args:
+        model: the model's name, for errors.
+        layer: the latent attention layer (its own block size and dtype win when set).
+        tp: the tensor-parallel size the heads must divide by.
+        dtype: the cache dtype's name.
+        block_size: tokens per block.
+    """
     if layer.num_heads > 1:
         shard(model, f"num_attention_heads of {layer.name}", layer.num_heads, tp)
     common: dict[str, Any] = {
@@ -305,11 +332,25 @@ def state_spec(
     model_dtype: str,
     block_size: int,
     mode: MambaCacheMode,
+    gdn_prefill_kernel: str = "flashinfer",
 ) -> MambaSpec:
+    """One state (Mamba-like) layer's spec on one tensor-parallel rank.
+
+    Args:
+        model: the model's name, for errors.
+        layer: the state layer.
+        tp: the tensor-parallel size the state shapes are split over.
+        model_dtype: the model's dtype (the conv state's; the SSM state's unless the layer names
+            one).
+        block_size: tokens per block, unpadded.
+        mode: the Mamba cache mode (decides the prefill checkpoint alignment).
+        gdn_prefill_kernel: the gated-DeltaNet prefill kernel (with the mode, decides a GDN
+            layer's checkpoint alignment).
+    """
     shapes = layer.state.shapes(model, tp)
     ssm = layer.ssm_dtype or model_dtype
     dtypes = (model_dtype,) + (ssm,) * (len(shapes) - 1)
-    alignment = layer.state.prefill_checkpoint_alignment(block_size, mode)
+    alignment = layer.state.prefill_checkpoint_alignment(block_size, mode, gdn_prefill_kernel)
     return MambaSpec(
         block_size=block_size,
         shapes=shapes,
@@ -329,8 +370,19 @@ def layer_spec(
     kv_dtype: str,
     block_size: int,
     mamba_cache_mode: MambaCacheMode,
+    gdn_prefill_kernel: str = "flashinfer",
 ) -> KVCacheSpec:
-    """One layer's spec on one tensor-parallel rank."""
+    """One layer's spec on one tensor-parallel rank.
+
+    Args:
+        layout: the model's layout (name and dtype).
+        layer: the layer described.
+        tp: the tensor-parallel size.
+        kv_dtype: the cache dtype's name.
+        block_size: tokens per block.
+        mamba_cache_mode: the Mamba cache mode, for state layers.
+        gdn_prefill_kernel: the gated-DeltaNet prefill kernel (CacheConfig's), for GDN layers.
+    """
     if isinstance(layer, AttentionLayer):
         return attention_spec(layout.name, layer, tp, kv_dtype, block_size)
     if isinstance(layer, LatentLayer):
@@ -343,4 +395,6 @@ def layer_spec(
             head_size_v=0,
             dtype=layer.dtype,
         )
-    return state_spec(layout.name, layer, tp, layout.dtype, block_size, mamba_cache_mode)
+    return state_spec(
+        layout.name, layer, tp, layout.dtype, block_size, mamba_cache_mode, gdn_prefill_kernel
+    )

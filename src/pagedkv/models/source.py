@@ -193,6 +193,15 @@ class ConfigView:
     model type. Every field read that the file left out is recorded in ``filled``
     (shared with sub-views), so a plan can say which values came from defaults.
     ``origin`` names the file in errors.
+
+    Args:
+        model: the model's name, for errors.
+        published: the config file's (sub-)section as published.
+        normalized: transformers' completion of it (None: not used).
+        prefix: the section's path in the file (e.g. ``"text_config."``), for messages.
+        defaults: the config class's defaults for the model type (None: none).
+        origin: the file's name, for errors (None: unnamed).
+        filled: the shared record of fields read from defaults (None: a new one).
     """
 
     def __init__(

@@ -43,7 +43,9 @@ NON_TORCH_BYTES_WITH_PEERS = int(0.55 * GiB)
 #   sort       (0.11): the float32 copy, a sorted copy with int64 indices, sort
 #                      workspace, masks, probabilities and noise; the llm-d H100 rows
 #                      measure 38.5-39.6 bytes in all (2 of them the bf16 logits).
-#   flashinfer (0.10): one FlashInfer call on a float32 copy and its probabilities.
+#   flashinfer (0.10): one FlashInfer call on a float32 copy and its probabilities;
+#                      without FlashInfer installed (or with VLLM_USE_FLASHINFER_SAMPLER=0)
+#                      0.10 warms the PyTorch-native top-k/top-p up instead: the sort.
 SAMPLER_BYTES_PER_LOGIT = {"triton": 12.0, "sort": 36.5, "flashinfer": 8.0}
 
 # Each CUDA graph after the first of its mode: 0.37 GiB over 54 graphs and 0.64 GiB
@@ -67,7 +69,9 @@ class MemoryTerm(NamedTuple):
 
 @dataclass(frozen=True)
 class StartupOptions:
-    """The ``vllm serve`` flags and vLLM release that change what start-up measures."""
+    """The ``vllm serve`` flags and vLLM release that change what start-up measures.
+    ``flashinfer_sampler``: FlashInfer's top-k/top-p sampler is installed and enabled
+    (read by ``for_vllm_version`` for releases before 0.11)."""
 
     enforce_eager: bool = False
     cudagraph_memory_estimate: bool = True
@@ -79,6 +83,7 @@ class StartupOptions:
     speculative_method: str | None = None
     num_speculative_tokens: int = 0
     blackwell: bool = False
+    flashinfer_sampler: bool = True
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLER_BYTES_PER_LOGIT:
@@ -94,15 +99,21 @@ class StartupOptions:
     @classmethod
     def for_vllm_version(cls, version: str, flags: StartupOptions | None = None) -> StartupOptions:
         """``flags`` accounted as an older vLLM release did (for checking against its
-        logs): the sampler it warms up, and CUDA graphs charged from 0.21 on."""
+        logs): the sampler it warms up, and CUDA graphs charged from 0.21 on. Before
+        0.11 the warm-up is FlashInfer's when ``flags.flashinfer_sampler`` (FlashInfer
+        installed and enabled), else the native sort that 0.11 to 0.16 always ran."""
         found = re.match(r"\s*v?(\d+)\.(\d+)", version or "")
         if found is None:
             raise ConfigError(f"cannot read a vLLM version from {version!r} (example: 0.11.0)")
         release = (int(found.group(1)), int(found.group(2)))
-        sampler = "flashinfer" if release < (0, 11) else "sort" if release < (0, 17) else "triton"
-        return replace(
-            flags or cls(), sampler=sampler, cudagraph_memory_estimate=release >= (0, 21)
-        )
+        options = flags or cls()
+        if release >= (0, 17):
+            sampler = "triton"
+        elif release >= (0, 11) or not options.flashinfer_sampler:
+            sampler = "sort"
+        else:
+            sampler = "flashinfer"
+        return replace(options, sampler=sampler, cudagraph_memory_estimate=release >= (0, 21))
 
 
 def _activation_bytes(layout: ModelLayout) -> int:
@@ -124,7 +135,14 @@ def _moe_width(shape: ProfileShape, layout: ModelLayout, shard: int) -> int:
 
 def forward_width(layout: ModelLayout, shape: ProfileShape, tp: int, expert_shard: int) -> int:
     """Elements per token alive at a decoder layer's peak: the hidden state and its
-    residual, plus the wider of attention (q, k, v, output) and the MLP or MoE."""
+    residual, plus the wider of attention (q, k, v, output) and the MLP or MoE.
+
+    Args:
+        layout: the model's layout (hidden and intermediate sizes).
+        shape: the profiling shape (attention widths, MoE sizes).
+        tp: the tensor-parallel size.
+        expert_shard: ranks the experts are split over.
+    """
     attention = (2 * shape.q_width + shape.kv_width) // tp
     mlp = 3 * layout.intermediate_size // tp
     moe = _moe_width(shape, layout, expert_shard)
@@ -134,6 +152,15 @@ def forward_width(layout: ModelLayout, shape: ProfileShape, tp: int, expert_shar
 def forward_bytes(
     layout: ModelLayout, shape: ProfileShape, tokens: int, tp: int, expert_shard: int
 ) -> int:
+    """Bytes of the activations alive at a decoder layer's peak for ``tokens`` tokens.
+
+    Args:
+        layout: the model's layout (hidden and intermediate sizes, activation dtype).
+        shape: the profiling shape (attention widths, MoE sizes).
+        tokens: tokens in the forward pass.
+        tp: the tensor-parallel size.
+        expert_shard: ranks the experts are split over.
+    """
     return tokens * forward_width(layout, shape, tp, expert_shard) * _activation_bytes(layout)
 
 
@@ -141,7 +168,15 @@ def sampler_bytes(
     layout: ModelLayout, shape: ProfileShape, seqs: int, tp: int, sampler: str
 ) -> int:
     """Logits for ``seqs`` rows (this rank's shard, then the gathered model-dtype rows)
-    and the sampler's float32 work on them."""
+    and the sampler's float32 work on them.
+
+    Args:
+        layout: the model's layout (activation dtype).
+        shape: the profiling shape (vocabulary size).
+        seqs: sequences sampled at once (rows of logits).
+        tp: the tensor-parallel size the logits are sharded over.
+        sampler: the sampler's name, a key of ``SAMPLER_BYTES_PER_LOGIT``.
+    """
     act = _activation_bytes(layout)
     per_logit = act + (act / tp if tp > 1 else 0) + SAMPLER_BYTES_PER_LOGIT[sampler]
     return int(seqs * shape.vocab_size * per_logit)
@@ -152,7 +187,14 @@ def encoder_items(encoder: EncoderShape, budget_tokens: int) -> int:
 
 
 def encoder_bytes(encoder: EncoderShape, layout: ModelLayout, budget_tokens: int, tp: int) -> int:
-    """The dummy items' tower activations (hidden, attention and MLP of one layer)."""
+    """The dummy items' tower activations (hidden, attention and MLP of one layer).
+
+    Args:
+        encoder: the encoder tower's shape.
+        layout: the model's layout (activation dtype).
+        budget_tokens: encoder tokens the profiling run may use.
+        tp: the tensor-parallel size.
+    """
     tokens = encoder_items(encoder, budget_tokens) * encoder.tokens_per_item
     width = 6 * encoder.hidden_size + 2 * encoder.intermediate_size // tp
     return tokens * width * _activation_bytes(layout)
@@ -177,7 +219,14 @@ def profile_terms(
     config: EngineConfig,
     options: StartupOptions,
 ) -> list[MemoryTerm]:
-    """Every non-weight term of one worker's start-up accounting."""
+    """Every non-weight term of one worker's start-up accounting.
+
+    Args:
+        layout: the model's layout.
+        shape: the profiling shape.
+        config: the engine config (parallel sizes, batch limits).
+        options: the vLLM flags (data parallelism, sampler, CUDA graphs).
+    """
     tp = config.parallel.tensor_parallel_size
     world = tp * config.parallel.pipeline_parallel_size * options.data_parallel_size
     tokens = config.scheduler.max_num_batched_tokens
@@ -235,6 +284,15 @@ def cudagraph_term(
     options: StartupOptions,
     expert_shard: int,
 ) -> MemoryTerm:
+    """The CUDA graph term: the largest capture's forward pass plus a cost per further graph.
+
+    Args:
+        layout: the model's layout.
+        shape: the profiling shape.
+        config: the engine config (batch limits, tensor-parallel size).
+        options: the vLLM flags (eager mode, GPU generation, vLLM release).
+        expert_shard: ranks the experts are split over.
+    """
     if options.enforce_eager:
         return MemoryTerm("CUDA graph estimate", 0, "none: --enforce-eager")
     if not options.cudagraph_memory_estimate:

@@ -19,9 +19,9 @@ __all__ = [
 if TYPE_CHECKING:
     from pagedkv.config import MambaCacheMode
 
-# The token step at which the gated-DeltaNet prefill kernel vLLM 0.33 uses on Hopper and
-# Blackwell GPUs (FlashInfer's) can emit a state; in align mode vLLM makes the hybrid
-# block size a multiple of it.
+# The token step at which FlashInfer's gated-DeltaNet prefill kernel (vLLM 0.33's on
+# Hopper, and on Blackwell for 128-wide key heads) can emit a state; in align mode vLLM
+# makes the hybrid block size a multiple of it.
 GDN_CHECKPOINT_ALIGNMENT_TOKENS = 64
 
 
@@ -49,7 +49,9 @@ class Mamba2State(StateShape):
 
     mamba_type = "mamba2"
 
-    def prefill_checkpoint_alignment(self, block_size: int, mode: MambaCacheMode) -> int | None:
+    def prefill_checkpoint_alignment(
+        self, block_size: int, mode: MambaCacheMode, gdn_prefill_kernel: str = "flashinfer"
+    ) -> int | None:
         return 1  # vLLM's MambaMixer2 exports at any token
 
     def shapes(self, model: str, tp: int) -> tuple[tuple[int, ...], ...]:
@@ -77,11 +79,14 @@ class GatedDeltaNetState(StateShape):
 
     mamba_type = "gated_delta_net"
 
-    def prefill_checkpoint_alignment(self, block_size: int, mode: MambaCacheMode) -> int | None:
+    def prefill_checkpoint_alignment(
+        self, block_size: int, mode: MambaCacheMode, gdn_prefill_kernel: str = "flashinfer"
+    ) -> int | None:
         # vLLM's GDN layer exports prefill checkpoints only in align mode, through
         # FlashInfer's prefill kernel (which emits states every 64 tokens), on the
-        # prefix-cache grid: the block, kept a multiple of the kernel's step.
-        if mode != "align":
+        # prefix-cache grid: the block, kept a multiple of the kernel's step. Other
+        # kernels (Triton/FLA before Hopper) cannot: the scheduler splits the prefill.
+        if mode != "align" or gdn_prefill_kernel != "flashinfer":
             return None
         return math.lcm(block_size, GDN_CHECKPOINT_ALIGNMENT_TOKENS)
 

@@ -314,7 +314,16 @@ def choose_kv_cache_groups(
 ) -> GroupingChoice:
     """The groups (and any alternatives scored) of the grouping rule named ``rule``
     (None: ``config.cache.kv_cache_grouping_rule``), after promoting local layers to
-    full attention when hybrid groups are disallowed."""
+    full attention when hybrid groups are disallowed.
+
+    Args:
+        config: the engine config the rule reads.
+        kv_cache_spec: layer name -> KV cache spec, merged over workers.
+        block_size_multiple: the platform's block-size multiple, in tokens.
+        allow_hybrid: whether groups of different kinds may coexist; False promotes local layers to
+            full attention.
+        rule: name of a registered grouping rule (None: ``config.cache.kv_cache_grouping_rule``).
+    """
     if not kv_cache_spec:
         return GroupingChoice(())
     specs: Mapping[str, KVCacheSpec] = kv_cache_spec

@@ -48,7 +48,15 @@ def plan_host_pool(
     alignment_bytes: int = 1,
 ) -> HostPoolPlan:
     """The host blocks a budget holds, each page padded to ``alignment_bytes``. Every
-    computed page needs a host block, so one ``max_model_len`` request must fit."""
+    computed page needs a host block, so one ``max_model_len`` request must fit.
+
+    Args:
+        page_size_bytes: bytes of one host page before padding.
+        host_budget_bytes: host memory the pool may take, in bytes.
+        max_model_len: the longest request in tokens; its pages must all fit.
+        block_size: tokens per block.
+        alignment_bytes: each page's stride is rounded up to a multiple of this, in bytes.
+    """
     if page_size_bytes <= 0 or alignment_bytes <= 0:
         raise PlanningError(
             f"HiSparse host pool: page_size_bytes ({page_size_bytes}) and alignment_bytes "
@@ -120,7 +128,15 @@ def steady_state_concurrency(
     """Requests of ``max_model_len`` that run at once once they read from the host: all
     but the newest hold their steady footprint (``steady_blocks``: resident groups only
     their active tail), the newest its full admission window (``admission_blocks``);
-    the host pool, holding every page, bounds it too."""
+    the host pool, holding every page, bounds it too.
+
+    Args:
+        num_gpu_blocks: device blocks available to requests.
+        admission_blocks: device blocks the newest request holds while admitted.
+        steady_blocks: device blocks each older request holds once it reads from the host.
+        host_num_blocks: blocks in the host pool.
+        host_blocks_per_request: host blocks one ``max_model_len`` request takes.
+    """
     for name, value in (
         ("admission_blocks", admission_blocks),
         ("steady_blocks", steady_blocks),

@@ -114,7 +114,15 @@ def mamba_aligned_block_size(
     """Smallest attention block size whose page holds the largest state: ``k * cdiv(m,
     k * a)`` rounded up to the platform's ``multiple``, ``k`` the engine block size
     rounded up to it and, in align mode, to the states' prefill checkpoint step (vLLM
-    0.33 puts internal checkpoints on block boundaries; reference 6.4)."""
+    0.33 puts internal checkpoints on block boundaries; reference 6.4).
+
+    Args:
+        attention_specs: the attention-like specs; the largest bytes per token among them sets the
+            page growth per token.
+        state_specs: the Mamba-like state specs; the largest state page must fit.
+        block_size: the engine block size, in tokens.
+        multiple: the platform's block-size multiple, in tokens.
+    """
     per_token = max(
         s.bytes_per_token
         if isinstance(s, AttentionSpec)
@@ -158,7 +166,15 @@ def unify_pages(
 ) -> tuple[Bucket, ...] | None:
     """The buckets refitted to ``page_bytes`` (None if one cannot be): attention-like
     layers first (at ``attention_block_size`` when given); states then take the
-    attention block size."""
+    attention block size.
+
+    Args:
+        buckets: the layers to place, one bucket per mergeable kind of spec.
+        page_bytes: the common page size to refit every layer to, in bytes.
+        attention_block_size: block size in tokens for attention-like layers (None: each keeps its
+            own, scaled by ``fit``).
+        fit: the rule refitting one spec to a page (vLLM's ``fit_page`` by default).
+    """
 
     def fit_other(spec: KVCacheSpec) -> KVCacheSpec | None:
         if is_state_spec(spec):

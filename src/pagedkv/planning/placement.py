@@ -130,7 +130,14 @@ def place(
     """Tensors for the groups of one residency in one ``bpb * num_blocks`` allocation:
     layer-outer (a region per layer, blocks at its aligned page stride) when every
     group's layer slot ``i`` agrees, else (or when the layout is block-outermost) every
-    group's layers side by side inside each block."""
+    group's layers side by side inside each block.
+
+    Args:
+        groups: all KV cache groups; only those of the residency chosen by ``host`` are placed.
+        num_blocks: blocks in the allocation.
+        host: place the host-resident groups instead of the device-resident ones.
+        block_outer: lay blocks outermost (every group's layers side by side inside each block).
+    """
     own = [g for g in groups if g.host_resident == host]
     runs_per_group = [_page_runs(g) for g in own]
     layer_major = not block_outer and _runs_agree(runs_per_group)

@@ -113,7 +113,16 @@ def validate_worker_config(
     worker: int,
     builder: KVCacheConfigBuilder,
 ) -> None:
-    """Raise PlanningError (InsufficientMemoryError for memory) if a builder broke a rule."""
+    """Raise PlanningError (InsufficientMemoryError for memory) if a builder broke a rule.
+
+    Args:
+        config: the KV cache config the builder returned.
+        groups: the groups the builder was asked to place.
+        num_blocks: the block count the builder was asked for.
+        available: bytes available on this worker.
+        worker: the worker's index, named in messages.
+        builder: the builder that planned ``config``, named in messages.
+    """
     name = type(builder).__qualname__
     if not isinstance(config, KVCacheConfig):
         raise PlanningError(f"{name} returned {config!r} for worker {worker}, not a KVCacheConfig")
@@ -140,6 +149,14 @@ def validate_worker_config(
 def check_device_bytes(
     config: KVCacheConfig, available: int, worker: int, builder: KVCacheConfigBuilder
 ) -> None:
+    """Raise InsufficientMemoryError if ``config``'s device tensors exceed ``available`` bytes.
+
+    Args:
+        config: the worker's planned KV cache config.
+        available: bytes available on this worker.
+        worker: the worker's index, named in the message.
+        builder: the builder that planned ``config``, named in the message.
+    """
     device_bytes = sum({t.size for t in config.device_tensors})
     if device_bytes > available:
         raise InsufficientMemoryError(
@@ -193,7 +210,16 @@ def plan_kv_cache_configs(
     """Plan every worker's KV cache in one pass (the flow in docs/planning.md):
     ``max_model_len=-1`` fits the largest length the blocks hold, at most
     ``max_model_len_limit``. ``shared_kv_cache_layers`` maps a layer with no spec to the
-    layer whose cache it reads; it joins that layer's group in the configs."""
+    layer whose cache it reads; it joins that layer's group in the configs.
+
+    Args:
+        config: the engine config (``max_model_len=-1`` fits the length).
+        kv_cache_specs_per_worker: each worker's layer name -> KV cache spec.
+        available_memory_per_worker: bytes each worker can give the KV cache.
+        max_model_len_limit: the most tokens an auto-fitted ``max_model_len`` may take (None: the
+            planner's default).
+        shared_kv_cache_layers: layer without a spec -> the layer whose cache it reads.
+    """
     specs_per_worker, available = kv_cache_specs_per_worker, available_memory_per_worker
     _check_inputs(specs_per_worker, available)
     limit = DEFAULT_MAX_MODEL_LEN_LIMIT if max_model_len_limit is None else max_model_len_limit
@@ -253,7 +279,16 @@ def get_kv_cache_configs(
     shared_kv_cache_layers: Mapping[str, str] | None = None,
 ) -> list[KVCacheConfig]:
     """One KV cache config per worker, all with the same ``num_blocks`` (each config's
-    ``max_model_len`` is the one planned)."""
+    ``max_model_len`` is the one planned).
+
+    Args:
+        config: the engine config (``max_model_len=-1`` fits the length).
+        kv_cache_specs_per_worker: each worker's layer name -> KV cache spec.
+        available_memory_per_worker: bytes each worker can give the KV cache.
+        max_model_len_limit: the most tokens an auto-fitted ``max_model_len`` may take (None: the
+            planner's default).
+        shared_kv_cache_layers: layer without a spec -> the layer whose cache it reads.
+    """
     planned = plan_kv_cache_configs(
         config,
         kv_cache_specs_per_worker,

@@ -177,7 +177,16 @@ def fit_max_model_len(
     available: Sequence[int],
     limit: int,
 ) -> tuple[int, bool]:
-    """(planned max_model_len, whether it was auto-fitted). One block is the null block."""
+    """(planned max_model_len, whether it was auto-fitted). One block is the null block.
+
+    Args:
+        config: the engine config; its ``max_model_len`` (-1: fit) is checked or fitted.
+        cost: blocks one request holds at a given length, summed over device groups.
+        num_blocks: KV cache blocks per worker, the null block included.
+        bytes_per_block: bytes of one block on each worker.
+        available: bytes available on each worker, for the error message.
+        limit: the most tokens an auto-fitted length may take.
+    """
     free = num_blocks - 1
     if config.max_model_len == -1:
         length = cost.largest_fitting(free, limit)

@@ -8,7 +8,7 @@ never-used blocks in id order); cached blocks are evicted in the policy's order.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pagedkv.policies.base import EvictionPolicy
 from pagedkv.policies.registry import get_policy
@@ -78,10 +78,25 @@ class PolicyFreeQueue(FreeQueue):
             policy.push_blocks(blocks, priority, [key_of(b) for b in blocks] if key_of else ())
 
     def remove(self, block: int) -> Any:
-        return self.policy.remove(block)
+        if block in self.policy:
+            return self.policy.remove(block)
+        return _InHead(self._head.remove(block))  # an uncached free block handed in as a hit
+
+    def remove_many(self, blocks: Sequence[int]) -> list[Any]:
+        tokens: list[Any] = []
+        seen: set[int] = set()
+        for block in blocks:
+            # A block given twice leaves once (vLLM's touch checks per block).
+            tokens.append(_InHead(None) if block in seen else self.remove(block))
+            seen.add(block)
+        return tokens
 
     def reinsert(self, block: int, token: Any) -> None:
-        self.policy.restore(block, token)
+        if isinstance(token, _InHead):
+            if token.token is not None:  # None: the block's second mention in a call
+                self._head.reinsert(block, token.token)
+        else:
+            self.policy.restore(block, token)
 
     def hit(self, block: int) -> None:
         self.policy.hit(block)
@@ -91,6 +106,12 @@ class PolicyFreeQueue(FreeQueue):
 
     def order(self) -> list[int]:
         return [*self._head.order(), *self.policy.order()]
+
+
+class _InHead(NamedTuple):
+    """The ``remove`` token of a block taken from the uncached part."""
+
+    token: Any
 
 
 def make_free_queue(name: str, num_blocks: int) -> FreeQueue:

@@ -40,7 +40,14 @@ class StorePlan(NamedTuple):
 class HostTier:
     """``num_blocks`` host blocks (ids ``1 .. num_blocks``, in a free queue of the chosen
     policy, like the device pool's); keys are the device pool's ``(block hash, group id)``
-    pairs."""
+    pairs.
+
+    Args:
+        num_blocks: host blocks in the tier.
+        policy: the eviction policy's name for the host free queue.
+        block_size: tokens per block, for the tier's events.
+        enable_events: record BlockStored/BlockRemoved events for the host medium.
+    """
 
     def __init__(
         self,

@@ -30,6 +30,17 @@ class DenseRetention(Retention):
     def blocks_to_cache(
         self, manager: SingleTypeKVCacheManager, request: Request, start: int, end: int
     ) -> set[int] | None:
+        """Dense kinds cache every full block, remembering the positions a hit needs.
+
+        Args:
+            manager: the single-type manager of the request's group.
+            request: the request being allocated.
+            start: first token position of the range.
+            end: one past the last token position of the range.
+
+        Returns:
+            None (cache every block) under dense retention; vLLM's positions otherwise.
+        """
         if not self.dense:
             return super().blocks_to_cache(manager, request, start, end)
         boundaries = manager.boundary_blocks(request, 0, end, request.num_cached_tokens)
@@ -40,6 +51,14 @@ class DenseRetention(Retention):
     def release(
         self, request_id: str, indices: Sequence[int], blocks: list[int], priority: int = 0
     ) -> None:
+        """Dense kinds free the blocks a hit needs in LRU order, the others to go first.
+
+        Args:
+            request_id: the request whose blocks are freed.
+            indices: the blocks' positions in the request's table.
+            blocks: the block ids (0 for null blocks, skipped).
+            priority: the request's priority, passed to the pool.
+        """
         if not self.dense:
             super().release(request_id, indices, blocks, priority)
             return

@@ -230,7 +230,15 @@ def make_kv_cache_manager(
 ) -> KVCacheManager | TieredKVCacheManager:
     """A manager whose pool evicts by ``policy`` (default: ``config.cache.eviction_policy``),
     with a host tier of ``host_num_blocks`` blocks (evicting by ``host_policy``) if > 0.
-    ``kwargs`` go to ``KVCacheManager``."""
+    ``kwargs`` go to ``KVCacheManager``.
+
+    Args:
+        kv_cache_config: the planned KV cache config.
+        config: the engine config.
+        policy: the device pool's eviction policy (None: ``config.cache.eviction_policy``).
+        host_num_blocks: host tier blocks (0: no host tier).
+        host_policy: the host tier's eviction policy.
+    """
     name = policy or config.cache.eviction_policy
     queue = make_free_queue(name, kv_cache_config.num_blocks)
     recorder = RecordingFreeQueue(queue) if host_num_blocks > 0 else None

@@ -449,9 +449,17 @@ class KVCacheCoordinator(ABC):
         num_external_computed_tokens: int = 0,
     ) -> None:
         """Start a new request's tables with its cache hit, then give every group but
-        cross attention blocks for the ``num_external_computed_tokens`` a KV connector
-        loads after it. Every group adopts its hit before any allocates, so no
-        allocation can evict another group's hit blocks."""
+        cross attention blocks for the tokens a KV connector loads after it. Every group
+        adopts its hit before any allocates, so no allocation can evict another group's
+        hit blocks.
+
+        Args:
+            request_id: the request (new: it has no table yet).
+            new_computed_blocks: the cache hit it adopts, one list per group.
+            total_computed_tokens: tokens computed once the hit and the loaded tokens are
+                adopted.
+            num_external_computed_tokens: of those, the tokens a KV connector loads.
+        """
         if not num_external_computed_tokens:
             for m, hit in zip(self.managers, new_computed_blocks):
                 m.add_local_computed_blocks(request_id, hit, total_computed_tokens)
@@ -471,7 +479,14 @@ class KVCacheCoordinator(ABC):
         num_encoder_tokens: int = 0,
     ) -> tuple[list[int], ...]:
         """Grow every group's table to ``num_tokens`` tokens (cross attention: to the
-        encoder's tokens); returns the new block ids per group."""
+        encoder's tokens); returns the new block ids per group.
+
+        Args:
+            request_id: the request.
+            num_tokens: tokens that need a slot, those already allocated included.
+            num_tokens_main_model: ``num_tokens`` less the lookahead (draft) tokens.
+            num_encoder_tokens: encoder tokens (cross-attention groups).
+        """
         return tuple(
             [
                 m.allocate_new_blocks(

@@ -9,8 +9,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
-from itertools import islice
-from typing import Any, ClassVar
+from itertools import islice, repeat
+from typing import Any, ClassVar, NamedTuple
+
+from pagedkv.errors import KVCacheRuntimeError
 
 __all__ = [
     "FreeQueue",
@@ -45,7 +47,8 @@ class FreeQueue(ABC):
 
     @abstractmethod
     def remove(self, block: int) -> Any:
-        """Take a free block out of the queue (a cache hit); returns a position token."""
+        """Take a free block out of the queue (a cache hit; vLLM lets a caller hand in any
+        free block, cached or not); returns a position token."""
 
     def remove_many(self, blocks: Sequence[int]) -> list[Any]:
         """``remove`` of each block in order (one call per touch; override to batch)."""
@@ -69,7 +72,13 @@ class FreeQueue(ABC):
 class LRUFreeQueue(FreeQueue):
     """vLLM's order: freed uncached blocks at the head (LIFO), freed cached ones at the
     tail (LRU). Three parts concatenate to vLLM's one list: ``_stack`` (head at its end),
-    the never-used ids ``[_next_fresh, num_blocks)`` and ``_lru`` (block -> sequence)."""
+    the never-used ids ``[_next_fresh, num_blocks)`` and ``_lru`` (block -> sequence).
+
+    A hit is normally a cached block (the LRU part). One on an uncached free block takes
+    it out in O(1) too, lazily: a never-used id becomes a hole (``_holes``), a stack entry
+    goes stale (``_stale``: block -> stale entries, all below the block's live entry;
+    ``_relive``: blocks pushed again while they have stale entries). ``pop`` skips both;
+    ``_num_gone`` counts them, so the common path checks one int."""
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
@@ -78,19 +87,26 @@ class LRUFreeQueue(FreeQueue):
         self._lru: OrderedDict[int, int] = OrderedDict()
         self._seq = 0  # next tail sequence number
         self._front_seq = 0  # sequence numbers below every other (evict_first)
+        self._holes: set[int] = set()  # never-used ids >= _next_fresh taken by a hit
+        self._stale: dict[int, int] = {}
+        self._relive: set[int] = set()
+        self._num_gone = 0  # holes plus stale stack entries
 
     def __len__(self) -> int:
-        return len(self._stack) + self.num_blocks - self._next_fresh + len(self._lru)
+        stack_and_lru = len(self._stack) + len(self._lru)
+        return stack_and_lru + self.num_blocks - self._next_fresh - self._num_gone
 
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
         stack = self._stack
-        if num_blocks <= len(stack):  # token None: all from the stack
+        if num_blocks <= len(stack) and not self._num_gone:  # token None: all from the stack
             if num_blocks == 1:
                 return [stack.pop()], None
             blocks = stack[len(stack) - num_blocks :]
             del stack[len(stack) - num_blocks :]
             blocks.reverse()
             return blocks, None
+        if self._num_gone:
+            return self._pop_around_gone(num_blocks)
         blocks = stack[::-1]
         stack.clear()
         rest = num_blocks - len(blocks)
@@ -99,27 +115,91 @@ class LRUFreeQueue(FreeQueue):
             blocks.extend(range(self._next_fresh, self._next_fresh + fresh))
             self._next_fresh += fresh
             rest -= fresh
+        seqs = self._pop_lru(blocks, rest)
+        return blocks, (fresh, seqs)
+
+    def _pop_lru(self, blocks: list[int], num_blocks: int) -> list[int]:
         lru = self._lru
-        taken = list(islice(lru, rest))
+        taken = list(islice(lru, num_blocks))
         seqs = list(map(lru.pop, taken))
         blocks += taken
-        return blocks, (fresh, seqs)
+        return seqs
+
+    def _pop_around_gone(self, num_blocks: int) -> tuple[list[int], _GonePop]:
+        stack, stale, relive = self._stack, self._stale, self._relive
+        blocks: list[int] = []
+        stale_taken: list[int] = []
+        relive_taken: list[int] = []
+        i = len(stack)
+        while i and len(blocks) < num_blocks:
+            i -= 1
+            block = stack[i]
+            if block not in stale:
+                blocks.append(block)
+            elif block in relive:  # its topmost entry is the live one
+                relive.discard(block)
+                relive_taken.append(block)
+                blocks.append(block)
+            else:
+                stale_taken.append(block)
+                if stale[block] == 1:
+                    del stale[block]
+                else:
+                    stale[block] -= 1
+        raw = stack[i:]
+        del stack[i:]
+        self._num_gone -= len(stale_taken)
+        first_fresh = self._next_fresh
+        passed: list[int] = []
+        holes = self._holes
+        fresh = first_fresh
+        while len(blocks) < num_blocks and fresh < self.num_blocks:
+            if fresh in holes:
+                holes.discard(fresh)
+                passed.append(fresh)
+            else:
+                blocks.append(fresh)
+            fresh += 1
+        self._next_fresh = fresh
+        self._num_gone -= len(passed)
+        seqs = self._pop_lru(blocks, num_blocks - len(blocks))
+        return blocks, _GonePop(raw, stale_taken, relive_taken, first_fresh, passed, seqs)
 
     def unpop(self, blocks: list[int], token: Any) -> None:
         if token is None:
             self._stack.extend(reversed(blocks))
             return
+        if isinstance(token, _GonePop):
+            self._unpop_around_gone(blocks, token)
+            return
         fresh, seqs = token
-        lru = self._lru
         tail = len(blocks) - len(seqs)
-        for block, seq in zip(reversed(blocks[tail:]), reversed(seqs)):
-            lru[block] = seq
-            lru.move_to_end(block, last=False)
+        self._unpop_lru(blocks[tail:], seqs)
         self._next_fresh -= fresh
         self._stack.extend(reversed(blocks[: tail - fresh]))
 
+    def _unpop_lru(self, blocks: list[int], seqs: list[int]) -> None:
+        lru = self._lru
+        for block, seq in zip(reversed(blocks), reversed(seqs)):
+            lru[block] = seq
+            lru.move_to_end(block, last=False)
+
+    def _unpop_around_gone(self, blocks: list[int], token: _GonePop) -> None:
+        self._unpop_lru(blocks[len(blocks) - len(token.seqs) :], token.seqs)
+        self._next_fresh = token.first_fresh
+        self._holes.update(token.passed_holes)
+        self._stack.extend(token.raw_stack)
+        stale = self._stale
+        for block in token.stale_taken:
+            stale[block] = stale.get(block, 0) + 1
+        self._relive.update(token.relive_taken)
+        self._num_gone += len(token.passed_holes) + len(token.stale_taken)
+
     def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
         self._stack.extend(reversed(blocks))
+        if self._stale:
+            stale = self._stale
+            self._relive.update(block for block in blocks if block in stale)
 
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
         lru = self._lru
@@ -137,12 +217,44 @@ class LRUFreeQueue(FreeQueue):
             move(block, last=False)
 
     def remove(self, block: int) -> Any:
-        return self._lru.pop(block)  # only cached blocks are hit; they are in the LRU part
+        token = self._lru.pop(block, None)  # a cached block: its LRU sequence
+        return self._remove_uncached(block) if token is None else token
 
     def remove_many(self, blocks: Sequence[int]) -> list[Any]:
-        return list(map(self._lru.pop, blocks))
+        tokens: list[Any] = list(map(self._lru.pop, blocks, repeat(None)))
+        if None in tokens:
+            seen: set[int] = set()
+            for i, block in enumerate(blocks):
+                if tokens[i] is None:
+                    # A block given twice leaves once (vLLM's touch checks per block).
+                    tokens[i] = (_AGAIN, False) if block in seen else self._remove_uncached(block)
+                seen.add(block)
+        return tokens
+
+    def _remove_uncached(self, block: int) -> tuple[str, bool]:
+        """A free block outside the LRU part: a never-used id or a stack entry."""
+        if block >= self._next_fresh and block not in self._holes:
+            if block >= self.num_blocks:
+                raise KVCacheRuntimeError(
+                    f"free queue: block {block} is outside the pool (0 .. {self.num_blocks - 1})"
+                )
+            self._holes.add(block)
+            self._num_gone += 1
+            return _HOLE, False
+        relive = block in self._relive
+        self._relive.discard(block)
+        stack = self._stack
+        if stack and stack[-1] == block:
+            stack.pop()
+            return _TOP, relive
+        self._stale[block] = self._stale.get(block, 0) + 1
+        self._num_gone += 1
+        return _STALE, relive
 
     def reinsert(self, block: int, token: Any) -> None:
+        if isinstance(token, tuple):
+            self._reinsert_uncached(block, token)
+            return
         lru = self._lru
         if not lru or next(reversed(lru.values())) < token:
             lru[block] = token
@@ -154,5 +266,52 @@ class LRUFreeQueue(FreeQueue):
         for later in [b for b, seq in lru.items() if seq > token]:
             lru.move_to_end(later)
 
+    def _reinsert_uncached(self, block: int, token: tuple[str, bool]) -> None:
+        where, relive = token
+        if where == _AGAIN:
+            return
+        if where == _HOLE:
+            self._holes.discard(block)
+            self._num_gone -= 1
+            return
+        if where == _TOP:
+            self._stack.append(block)
+        elif self._stale[block] == 1:
+            del self._stale[block]
+            self._num_gone -= 1
+        else:
+            self._stale[block] -= 1
+            self._num_gone -= 1
+        if relive:
+            self._relive.add(block)
+
     def order(self) -> list[int]:
-        return [*reversed(self._stack), *range(self._next_fresh, self.num_blocks), *self._lru]
+        fresh = range(self._next_fresh, self.num_blocks)
+        if not self._num_gone:
+            return [*reversed(self._stack), *fresh, *self._lru]
+        holes, stale, relive = self._holes, self._stale, self._relive
+        live: list[int] = []
+        taken: set[int] = set()
+        for block in reversed(self._stack):
+            if block not in stale:
+                live.append(block)
+            elif block in relive and block not in taken:
+                taken.add(block)
+                live.append(block)
+        live += [block for block in fresh if block not in holes]
+        return [*live, *self._lru]
+
+
+_HOLE, _TOP, _STALE = "hole", "top", "stale"  # where a removed uncached block was
+_AGAIN = "again"  # a block one remove_many call already took
+
+
+class _GonePop(NamedTuple):
+    """What undoes a pop that met holes or stale entries."""
+
+    raw_stack: list[int]  # the stack entries it consumed, stale ones included
+    stale_taken: list[int]
+    relive_taken: list[int]
+    first_fresh: int
+    passed_holes: list[int]
+    seqs: list[int]

@@ -165,7 +165,14 @@ def engine_from_plan(
     plan_inputs: PlanInputs | None = None,
 ) -> SimEngine:
     """Simulate on worker 0's planned config (every worker has the same block count);
-    with ``plan_inputs`` (what the plan was made from) ``with_num_blocks`` plans again."""
+    with ``plan_inputs`` (what the plan was made from) ``with_num_blocks`` plans again.
+
+    Args:
+        plan: the KV cache plan; worker 0's config is simulated.
+        config: the engine config the plan was made with.
+        model_name: the model's name, for reports.
+        plan_inputs: what the plan was made from (None: ``with_num_blocks`` cannot plan again).
+    """
     return SimEngine(
         kv_cache_config=plan.configs[0],
         config=config,
@@ -205,7 +212,22 @@ def engine_from_model(
     ``max_num_seqs`` / ``max_num_batched_tokens`` size the activation reserve (None:
     vLLM's defaults for the GPU). With ``num_blocks`` and no ``max_model_len`` the planner
     fits the length to the blocks (at most the model's); with an explicit
-    ``max_model_len`` too small a count is an ``InsufficientMemoryError``."""
+    ``max_model_len`` too small a count is an ``InsufficientMemoryError``.
+
+    Args:
+        model: bundled name, directory, config.json or Hub id.
+        gpu: the GPU planned for (one of ``gpu``, ``num_blocks``, ``kv_cache_bytes``).
+        num_blocks: KV cache blocks, the null block included (at least 2).
+        kv_cache_bytes: KV cache bytes per worker.
+        tensor_parallel_size: workers each stage's layers are split over.
+        pipeline_parallel_size: stages the layers are split into.
+        block_size: tokens per block.
+        kv_cache_dtype: the cache dtype (``"auto"``: the model's dtype).
+        max_model_len: the longest sequence in tokens (None or -1: fitted).
+        gpu_memory_utilization: fraction of the GPU's memory vLLM may use.
+        max_num_seqs: requests running at once, for the activation reserve (None: vLLM's default).
+        max_num_batched_tokens: tokens per step, for the activation reserve (None: vLLM's default).
+    """
     from pagedkv.deployment import plan as plan_deployment
     from pagedkv.models import describe_model, engine_config_for
 

@@ -32,7 +32,14 @@ def run_jobs(
     progress: Callable[[int], None] | None = None,
 ) -> list[Any]:
     """``fn(*args)`` of every job, in order. ``workers``: local processes (None: one per
-    CPU, 1: this process); ``ray_address``: a Ray cluster (``ray`` extra) instead."""
+    CPU, 1: this process); ``ray_address``: a Ray cluster (``ray`` extra) instead.
+
+    Args:
+        jobs: ``(fn, args)`` pairs; ``fn`` must be importable by name for worker processes.
+        workers: local processes (None: one per CPU, 1: this process).
+        ray_address: a Ray cluster to run on instead (None: local).
+        progress: called with the number of jobs done.
+    """
     if ray_address is not None:
         return _run_ray(jobs, ray_address, progress)
     count = min(workers or os.cpu_count() or 1, len(jobs))

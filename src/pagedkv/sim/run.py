@@ -39,7 +39,18 @@ def simulate(
 
     The bound is taken over the accesses of vLLM's own schedule: the replay with LRU and
     no host tier at this cache size. With another policy or a host tier that is a second
-    replay, so every policy is measured against the same bound."""
+    replay, so every policy is measured against the same bound.
+
+    Args:
+        engine: the simulated engine (manager, policy, host tier).
+        trace: the requests replayed.
+        settings: the scheduler settings (None: the defaults).
+        bound: also compute the clairvoyant (Belady) hit count.
+        steps_path: a file the per-step records are written to (None: none).
+        keep_steps: keep the per-step series in the result.
+        progress: called with the requests done, every 256 steps.
+        stage: called with a phase's name when a phase after the replay starts.
+    """
     geometry = bound_geometry(engine.kv_cache_config) if bound else None
     if bound and geometry is None:
         raise ConfigError(
@@ -96,7 +107,18 @@ def sweep(
 ) -> list[SweepPoint]:
     """Hit rate (LRU and bound) for each block count in ``sizes``; each size is an
     independent job: in local worker processes (``workers``: how many, None: one per CPU,
-    1: this process) or on a Ray cluster (``ray_address``), same results either way."""
+    1: this process) or on a Ray cluster (``ray_address``), same results either way.
+
+    Args:
+        engine: the simulated engine; each point resizes it.
+        trace: the requests replayed.
+        sizes: block counts to simulate.
+        settings: the scheduler settings (None: the defaults).
+        bound: also compute the clairvoyant hit count at each size.
+        progress: called with the number of points done.
+        workers: local processes (None: one per CPU, 1: this process).
+        ray_address: a Ray cluster to run on instead (None: local).
+    """
     from pagedkv.sim.jobs import run_jobs
 
     jobs = [(_sweep_point, (engine, trace, n, settings, bound)) for n in sizes]

@@ -139,7 +139,14 @@ class CostModel(NamedTuple):
     def mean_ttft_s(
         self, num_requests: int, prompt_tokens: int, hit_tokens: int, host: int
     ) -> float:
-        """Mean time to first token of ``num_requests`` requests (see the module text)."""
+        """Mean time to first token of ``num_requests`` requests (see the module text).
+
+        Args:
+            num_requests: requests served.
+            prompt_tokens: their prompt tokens in all.
+            hit_tokens: prompt tokens served from a cache (device or host).
+            host: hit tokens copied from the host tier.
+        """
         if not num_requests:
             return 0.0
         compute = (prompt_tokens - hit_tokens) / self.prefill_tokens_per_s
@@ -176,7 +183,15 @@ def cost_model_for(
 ) -> CostModel:
     """The TTFT cost model of ``engine`` on ``gpu``; ``model`` is what the engine was
     planned from (a ModelSource, directory or name; default: the engine's model name).
-    Tensor parallelism is the engine config's."""
+    Tensor parallelism is the engine config's.
+
+    Args:
+        engine: the simulated engine (config, KV bytes per token).
+        gpu: the GPU's name, for its peak TFLOPS.
+        pcie_gbps: host-to-device bandwidth, in GB/s.
+        mfu: the fraction of the GPU's peak FLOPS prefill achieves.
+        model: what the engine was planned from (None: the engine's model name).
+    """
     check_pcie_gbps(pcie_gbps)
     tflops = peak_tflops(gpu)
     params = active_params(engine.model_name if model is None else model)
@@ -202,6 +217,14 @@ class TierPoint(NamedTuple):
 
 
 def with_tiers(engine: SimEngine, policy: str, host_num_blocks: int, host_policy: str) -> SimEngine:
+    """``engine`` with a device eviction policy and a host tier.
+
+    Args:
+        engine: the simulated engine.
+        policy: the device pool's eviction policy.
+        host_num_blocks: host tier blocks (0: none).
+        host_policy: the host tier's eviction policy.
+    """
     return dataclasses.replace(
         engine, eviction_policy=policy, host_num_blocks=host_num_blocks, host_policy=host_policy
     )
@@ -253,7 +276,22 @@ def tier_sweep(
 ) -> list[TierPoint]:
     """Every policy at every device block count and host block count; each run is an
     independent job (``sim.jobs``: ``workers`` local processes, 1: this process, None: one
-    per CPU; or a Ray cluster), same results either way."""
+    per CPU; or a Ray cluster), same results either way.
+
+    Args:
+        engine: the simulated engine; each point resizes it.
+        trace: the requests replayed.
+        settings: the scheduler settings.
+        policies: device eviction policies to run.
+        device_sizes: device block counts.
+        host_sizes: host tier block counts (0: no host tier).
+        host_policy: the host tier's eviction policy.
+        cost: the TTFT cost model (None: no TTFT estimate).
+        bound: also compute the clairvoyant hit counts.
+        progress: called with the number of runs done.
+        workers: local processes (None: one per CPU, 1: this process).
+        ray_address: a Ray cluster to run on instead (None: local).
+    """
     from pagedkv.sim.jobs import run_jobs
 
     engines = [

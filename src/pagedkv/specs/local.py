@@ -100,6 +100,12 @@ class SlidingWindowMLASpec(SlidingWindowSpec):
     def prefix_replay_tokens(self) -> int:
         return self.sliding_window if self.bounded_replay else 0
 
+    @property
+    def disables_prefix_caching(self) -> bool:
+        # A bounded-replay window only stays out of the cache (a hit replays it); the
+        # model's other groups still cache, as in vLLM.
+        return False
+
     def is_uniform_with_collection(self, kv_cache_specs: Mapping[str, KVCacheSpec]) -> bool:
         return all_match(
             kv_cache_specs, SlidingWindowMLASpec, self, "sliding_window", "bounded_replay"

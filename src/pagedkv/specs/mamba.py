@@ -136,7 +136,15 @@ def prefill_checkpoint_position(
 ) -> int:
     """The last hash boundary a prefill of ``num_tokens`` tokens can checkpoint its state at
     and a later request hit: at least one token (or the hash lookahead) must follow it, so
-    the last token is recomputed for logits; an EAGLE block drop backs off one more unit."""
+    the last token is recomputed for logits; an EAGLE block drop backs off one more unit.
+
+    Args:
+        num_tokens: tokens the prefill computes.
+        hash_block_size: tokens per prefix-cache hash block.
+        drop_eagle_block: whether EAGLE drops the last block (back off one more hash block).
+        num_hash_lookahead_tokens: tokens that must follow the checkpoint (at least one is kept
+            regardless).
+    """
     if drop_eagle_block:
         limit = num_tokens
     else:
@@ -158,7 +166,17 @@ def prefill_checkpoint_exportable(
     """Whether a kernel computing tokens ``[query_start, query_end)`` can export the state
     at ``checkpoint_position`` into a block of its own: the chunk starts on a hash boundary,
     spans at least one hash block before the position and one block column past its
-    initial state, and the position is ``checkpoint_alignment`` steps from its start."""
+    initial state, and the position is ``checkpoint_alignment`` steps from its start.
+
+    Args:
+        query_start: first token position the kernel computes.
+        query_end: one past the last token position the kernel computes.
+        checkpoint_position: token position whose state would be exported.
+        hash_block_size: tokens per prefix-cache hash block.
+        mamba_block_size: tokens per Mamba state block column.
+        checkpoint_alignment: tokens between the chunk start and an exportable position (None: the
+            kernel exports no internal checkpoints).
+    """
     if checkpoint_alignment is None:
         return False
     initial_state_column = (query_start - 1) // mamba_block_size

@@ -92,6 +92,15 @@ def mamba_chunk_tokens(
     last hash boundary (with partial hits) and the shared-prefix ``junction``. Decode
     chunks (``start`` at or past the prefill end, which counts replayed outputs of a
     resumed request) are left alone. The result may be 0: nothing this step.
+
+    Args:
+        rule: the group's chunking rule (block sizes, chunk cap, partial hits, shared-prefix
+            checkpoint).
+        start: position of the chunk's first token.
+        num_new_tokens: tokens the scheduler offers this step.
+        num_prompt_tokens: tokens in the prompt.
+        num_tokens: tokens in the sequence so far (prompt plus outputs, replayed ones included).
+        junction: token position where a shared prefix ends (0: none).
     """
     prefill_end = max(num_prompt_tokens, num_tokens - 1)
     if start >= prefill_end:

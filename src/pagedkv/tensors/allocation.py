@@ -119,6 +119,12 @@ def allocate_kv_cache(
     tensors share one buffer on ``host_device`` (pinned when CUDA is present and
     ``pin_host_memory``). Raises TensorLayoutError naming the layer when a region does
     not fit its tensor or cannot be viewed in the layer's dtype and layout.
+
+    Args:
+        config: the planned KV cache config.
+        device: where the device tensors go.
+        host_device: where host-resident tensors go.
+        pin_host_memory: pin the host buffer when CUDA is present.
     """
     specs = layer_specs(config)
     _check_regions(config, specs)

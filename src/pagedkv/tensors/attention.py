@@ -64,7 +64,17 @@ def attend(
     scale: float | None = None,
 ) -> torch.Tensor:
     """Masked softmax attention: query ``[T, Hq, D]``, key ``[S, Hk, D]``, value ``[S, Hk, Dv]``
-    (``Hq`` a multiple of ``Hk``) -> ``[T, Hq, Dv]``, computed in the query's dtype."""
+    (``Hq`` a multiple of ``Hk``) -> ``[T, Hq, Dv]``, computed in the query's dtype.
+
+    Args:
+        query: queries ``[T, Hq, D]``.
+        key: keys ``[S, Hk, D]``.
+        value: values ``[S, Hk, Dv]``.
+        query_positions: the queries' token positions ``[T]``.
+        key_positions: the keys' token positions ``[S]``.
+        window: which keys each position sees.
+        scale: the softmax scale (None: ``D ** -0.5``).
+    """
     heads, kv_heads = query.shape[1], key.shape[1]
     key = key.to(query.dtype).repeat_interleave(heads // kv_heads, dim=1)
     value = value.to(query.dtype).repeat_interleave(heads // kv_heads, dim=1)
@@ -98,7 +108,14 @@ def write_kv(
     key: torch.Tensor,
     value: torch.Tensor | None = None,
 ) -> None:
-    """Store each token's key (``[T, H, D]``) and value, or MLA latent (``[T, D]``), at its slot."""
+    """Store each token's key (``[T, H, D]``) and value, or MLA latent (``[T, D]``), at its slot.
+
+    Args:
+        view: the layer's cache view.
+        slot_mapping: each token's slot (block id * block size + offset) ``[T]``.
+        key: keys ``[T, H, D]`` or MLA latents ``[T, D]``.
+        value: values ``[T, H, D]`` (None for a latent layer).
+    """
     cache = view.tensor
     blocks, offsets = _block_offsets(slot_mapping, block_size_of(view))
     if view.layout == "latent":
@@ -160,7 +177,17 @@ def paged_attention(
 ) -> torch.Tensor:
     """Attention of every scheduled query (``[T, Hq, D]``) over its request's cached
     keys, read through ``metadata.block_table``. ``window`` defaults to the layer's own;
-    ``value_head_size`` keeps the first dims of an MLA latent as the value."""
+    ``value_head_size`` keeps the first dims of an MLA latent as the value.
+
+    Args:
+        view: the layer's cache view.
+        query: the scheduled queries ``[T, Hq, D]``.
+        metadata: the step's query starts, positions, block table and sequence lengths.
+        window: which keys each position sees (None: the layer spec's).
+        scale: the softmax scale (None: ``D ** -0.5``).
+        value_head_size: dims of an MLA latent kept as the value (None: the whole row).
+        compute_dtype: the dtype attention is computed in (None: at least float32).
+    """
     window = window_for_spec(view.spec) if window is None else window
     dtype = compute_dtype or torch.promote_types(query.dtype, torch.float32)
     head_size_v = value_head_size or int(view.tensor.shape[-1])

@@ -220,6 +220,18 @@ def check_paged_attention(
 
     ``attention`` is the paged attention under test (default: the reference); it is
     called like :func:`paged_attention` and may run on ``device``.
+
+    Args:
+        kv_cache_config: the planned KV cache config, allocated for real.
+        config: the engine config the manager runs with.
+        workload: the requests run.
+        device: where the cache tensors and attention run.
+        seed: seeds the generated K/V content and queries.
+        atol: the largest absolute difference from dense attention accepted.
+        max_num_batched_tokens: tokens scheduled per step.
+        max_num_seqs: requests running at once.
+        max_steps: steps after which an unfinished workload raises CheckStalledError.
+        attention: the paged attention function under test.
     """
     manager = KVCacheManager(kv_cache_config, config)
     for item in workload:

@@ -76,7 +76,15 @@ class TokenContent:
         self, key: str, token_ids: Sequence[int], layer: str, start: int, end: int
     ) -> tuple[torch.Tensor, ...]:
         """Layer ``layer``'s K and V (or latent) rows of tokens ``[start, end)``, each
-        ``[end - start, *shape]`` in float64, holding values the cache dtype stores exactly."""
+        ``[end - start, *shape]`` in float64, holding values the cache dtype stores exactly.
+
+        Args:
+            key: the sequence's cache key (a request id).
+            token_ids: the sequence's token ids.
+            layer: the layer's name.
+            start: first token position.
+            end: one past the last token position.
+        """
         first = self._first[layer]
         rows = self.rows(key, token_ids, end)[start:end]
         dtype = self.cache_dtypes[layer]

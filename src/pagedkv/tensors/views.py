@@ -120,7 +120,15 @@ def strided_view(
     shape: Sequence[int],
     byte_strides: Sequence[int],
 ) -> torch.Tensor:
-    """``as_strided`` over the buffer read as ``dtype``; offsets and strides in bytes."""
+    """``as_strided`` over the buffer read as ``dtype``; offsets and strides in bytes.
+
+    Args:
+        request: the buffer, layer region and spec viewed.
+        dtype: the element type the buffer is read as.
+        byte_offset: where the view starts, in bytes.
+        shape: the view's shape, in elements.
+        byte_strides: the view's strides, in bytes.
+    """
     name = request.region.layer_name
     size = dtype.itemsize
     if byte_offset % size or any(s % size for s in byte_strides):

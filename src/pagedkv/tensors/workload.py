@@ -42,7 +42,17 @@ def random_workload(
     max_output_tokens: int = 16,
     vocab_size: int = 50,
 ) -> list[WorkloadRequest]:
-    """Requests whose prompts often start with one of a few shared prefixes."""
+    """Requests whose prompts often start with one of a few shared prefixes.
+
+    Args:
+        seed: seeds the random generator.
+        num_requests: requests generated.
+        num_prefixes: shared prefixes to draw from (75% of prompts start with one).
+        max_prefix_tokens: the longest shared prefix, in tokens.
+        max_suffix_tokens: the longest unique suffix, in tokens.
+        max_output_tokens: the longest output, in tokens.
+        vocab_size: token ids are drawn from ``[0, vocab_size)``.
+    """
     rng = random.Random(seed)
     prefixes = [
         [rng.randrange(vocab_size) for _ in range(rng.randint(1, max_prefix_tokens))]

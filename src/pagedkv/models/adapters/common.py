@@ -104,7 +104,21 @@ def build_layout(
     encoder_params: int = 0,
     max_encoder_len: int | None = None,
 ) -> ModelLayout:
-    """A ModelLayout whose name, architecture, dtype and quantization come from the config."""
+    """A ModelLayout whose name, architecture, dtype and quantization come from the config.
+
+    Args:
+        adapter: the model adapter; its class name is the architecture when the config names none.
+        view: the (text) config as its config class reads it.
+        source: the model's files (config, checkpoint index).
+        units: the model's repeated units (decoder layers), in order.
+        hidden_size: the model's hidden size, in elements.
+        intermediate_size: the dense MLP's intermediate size, in elements.
+        embedding_params: parameters of the input embedding.
+        head_params: parameters of the output head (0 when tied).
+        max_model_len: the model's length limit in tokens (None: none stated).
+        encoder_params: parameters of encoder towers, held by the first pipeline stage.
+        max_encoder_len: the encoder's input limit in tokens (None: no encoder).
+    """
     quant = quant_method(source, view)
     return ModelLayout(
         name=view.model,
@@ -134,7 +148,17 @@ def decoder_layout(
     tied_default: bool = False,
 ) -> ModelLayout:
     """``build_layout`` for a decoder-only model: embeddings of ``vocab_size`` (the head
-    tied or not) and the length limit from ``max_position_embeddings`` or its aliases."""
+    tied or not) and the length limit from ``max_position_embeddings`` or its aliases.
+
+    Args:
+        adapter: the model adapter; its class name is the architecture when the config names none.
+        view: the (text) config as its config class reads it.
+        source: the model's files (config, checkpoint index).
+        units: the model's repeated units (decoder layers), in order.
+        hidden_size: the model's hidden size, in elements.
+        intermediate_size: the dense MLP's intermediate size, in elements.
+        tied_default: whether the head is tied to the embedding when the config does not say.
+    """
     embed, head = embedding_params(view, source, hidden_size, tied_default)
     return build_layout(
         adapter,
@@ -180,6 +204,15 @@ def head_size(view: ConfigView) -> int:
 
 
 def attention_params(hidden: int, heads: int, kv_heads: int, head: int, head_v: int = -1) -> int:
+    """Parameters of one attention layer's q, k, v and output projections (no biases).
+
+    Args:
+        hidden: the model's hidden size, in elements.
+        heads: query heads.
+        kv_heads: key/value heads.
+        head: elements per query and key head.
+        head_v: elements per value head (-1: ``head``).
+    """
     head_v = head if head_v < 0 else head_v
     return hidden * heads * head + hidden * kv_heads * (head + head_v) + heads * head_v * hidden
 
@@ -191,7 +224,14 @@ def gated_mlp_params(hidden: int, intermediate: int) -> int:
 def moe_params(
     hidden: int, num_experts: int, expert_intermediate: int, shared_intermediate: int = 0
 ) -> tuple[int, int]:
-    """(dense params: router + shared expert, expert params)."""
+    """(dense params: router + shared expert, expert params).
+
+    Args:
+        hidden: the model's hidden size, in elements.
+        num_experts: routed experts.
+        expert_intermediate: each expert's intermediate size, in elements.
+        shared_intermediate: the shared expert's intermediate size, in elements (0: none).
+    """
     dense = hidden * num_experts + gated_mlp_params(hidden, shared_intermediate)
     return dense, num_experts * gated_mlp_params(hidden, expert_intermediate)
 
@@ -199,7 +239,14 @@ def moe_params(
 def embedding_params(
     view: ConfigView, source: ModelSource, hidden: int, tied_default: bool = False
 ) -> tuple[int, int]:
-    """(input embedding, output head) parameters; the head is 0 when tied."""
+    """(input embedding, output head) parameters; the head is 0 when tied.
+
+    Args:
+        view: the config as its config class reads it (``vocab_size``, ``tie_word_embeddings``).
+        source: the model's files, whose raw config is read when the view does not publish the tie.
+        hidden: the model's hidden size, in elements.
+        tied_default: whether the head is tied when neither config says.
+    """
     vocab = view.int("vocab_size")
     tied = view.published.get("tie_word_embeddings")
     if tied is None:

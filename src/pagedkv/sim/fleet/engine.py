@@ -46,6 +46,15 @@ def publish_replay(
     addresses); ``before_close(run)`` runs after the last batch was sent and before the
     sockets close (a late subscriber can still replay then); ``step_delay_s`` paces the
     steps in wall time.
+
+    Args:
+        engine: the simulated engine.
+        trace: the requests replayed.
+        config: the event endpoints, topic and queue sizes.
+        settings: the scheduler settings (None: the defaults).
+        step_delay_s: wall-clock seconds slept after each step (0: no pacing).
+        on_started: called with the publisher once its sockets are bound.
+        before_close: called with the run's result after the last batch is sent.
     """
     sim = engine.simulator(settings, enable_events=True)
     loop = sim.loop(trace)

@@ -97,7 +97,18 @@ def simulate_fleet(
     (``FLEET_ROUTERS``); arrivals follow the trace's timestamps. With ``bound``, also
     the hit rate of one cache of N times the blocks (LRU and clairvoyant bound).
     ``event_delay_s``: a step's events reach the index this much simulated time after the
-    step ends (0: before the next routing decision)."""
+    step ends (0: before the next routing decision).
+
+    Args:
+        engine: the engine every replica copies.
+        trace: the requests, arriving at their timestamps.
+        num_replicas: engines in the fleet.
+        router: the routing policy's name (``FLEET_ROUTERS``).
+        settings: the scheduler settings (None: the defaults); arrivals follow timestamps.
+        router_options: keyword arguments for the router (None: its defaults).
+        bound: also simulate one cache of N times the blocks (LRU and clairvoyant bound).
+        event_delay_s: simulated seconds between a step's end and its events reaching the index.
+    """
     if not isinstance(num_replicas, int) or num_replicas < 1:
         raise ConfigError(f"fleet: replicas must be a positive integer, got {num_replicas!r}")
     if router not in FLEET_ROUTERS:
@@ -225,7 +236,14 @@ class _Routing:
 def single_cache(
     engine: SimEngine, trace: Trace, settings: SchedulerSettings, num_replicas: int
 ) -> tuple[float, float | None]:
-    """LRU and clairvoyant-bound hit rates of one cache holding N replicas' blocks."""
+    """LRU and clairvoyant-bound hit rates of one cache holding N replicas' blocks.
+
+    Args:
+        engine: the engine every replica copies.
+        trace: the requests replayed.
+        settings: the scheduler settings.
+        num_replicas: how many replicas' usable blocks the one cache holds.
+    """
     from pagedkv.sim.run import simulate
 
     usable = (engine.num_blocks - 1) * num_replicas

@@ -36,7 +36,19 @@ def fleet_sweep(
     progress: Callable[[int], None] | None = None,
 ) -> list[FleetResult]:
     """One fleet run per (replica count, router), plus per count the single N-times cache
-    (LRU and clairvoyant bound) when ``bound``; results ordered by count, then router."""
+    (LRU and clairvoyant bound) when ``bound``; results ordered by count, then router.
+
+    Args:
+        engine: the engine every replica copies.
+        trace: the requests, arriving at their timestamps.
+        replica_counts: fleet sizes to run.
+        routers: routing policies' names (``FLEET_ROUTERS``).
+        settings: the scheduler settings (None: the defaults); arrivals follow timestamps.
+        bound: also run one cache of N times the blocks per count.
+        workers: local processes (None: one per CPU, 1: this process).
+        ray_address: a Ray cluster to run on instead (None: local).
+        progress: called with the number of jobs done.
+    """
     for router in routers:
         if router not in FLEET_ROUTERS:
             raise ConfigError(f"unknown router {router!r}; known: {', '.join(FLEET_ROUTERS)}")

@@ -111,7 +111,14 @@ def _future_uses(
 def belady_bound(
     requests: Sequence[TraceRequest], log: AccessLog, block_size: int, capacity_blocks: int
 ) -> BoundResult:
-    """Hit tokens of a clairvoyant cache of ``capacity_blocks`` blocks on ``log``."""
+    """Hit tokens of a clairvoyant cache of ``capacity_blocks`` blocks on ``log``.
+
+    Args:
+        requests: the trace's requests.
+        log: the lookups and insertions of the replayed schedule.
+        block_size: tokens per block of the log.
+        capacity_blocks: blocks the clairvoyant cache holds.
+    """
     events = log.events
     uses, effective, inserts = _future_uses(requests, events, block_size)
     keys = _Keys(requests, events, block_size)

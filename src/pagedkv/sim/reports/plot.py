@@ -32,7 +32,14 @@ def new_figure(**options: Any) -> Any:
 
 
 def hit_rate_axes(ax: Any, *, xlabel: str, title: str, legend_size: float | None = None) -> None:
-    """The sweep plots' axes: cache size (log 2) against hit rate from 0."""
+    """The sweep plots' axes: cache size (log 2) against hit rate from 0.
+
+    Args:
+        ax: the matplotlib axes.
+        xlabel: the x axis label.
+        title: the plot title.
+        legend_size: the legend's font size (None: matplotlib's default).
+    """
     ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(HIT_RATE_LABEL)
@@ -67,5 +74,12 @@ def sweep_figure(points: Sequence[SweepPoint], *, title: str, block_size: int) -
 def plot_sweep(
     points: Sequence[SweepPoint], path: str | Path, *, title: str, block_size: int
 ) -> None:
-    """Write :func:`sweep_figure` as a PNG."""
+    """Write :func:`sweep_figure` as a PNG.
+
+    Args:
+        points: the sweep's results, one per cache size.
+        path: the PNG file written.
+        title: the plot title.
+        block_size: tokens per block, for the axis in tokens.
+    """
     save_figure(sweep_figure(points, title=title, block_size=block_size), path)

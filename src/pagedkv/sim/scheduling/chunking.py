@@ -27,6 +27,13 @@ def aligned_chunk(
     blocks), since a Mamba state can be cached only where a chunk ends. The rule itself is
     ``pagedkv.specs.mamba_chunking.mamba_chunk_tokens``; ``max_chunk_tokens`` is the most
     one step may take (``min`` of the token budget and the chunk limit).
+
+    Args:
+        req: the request (computed, prompt and total tokens, shared-prefix boundary).
+        num_new: tokens the budget offers this step.
+        num_hit: prefix-cache hit tokens this step adds before the chunk.
+        block_size: tokens per Mamba block (the checkpoint step).
+        max_chunk_tokens: the most tokens one step may take.
     """
     rule = MambaChunkRule(block_size, block_size, max_chunk_tokens)
     return mamba_chunk_tokens(

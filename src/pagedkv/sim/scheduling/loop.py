@@ -31,7 +31,18 @@ class StepOutcome(NamedTuple):
 
 
 class EngineLoop:
-    """Steps one ``Scheduler``; the loop owns arrivals, the simulated clock and records."""
+    """Steps one ``Scheduler``; the loop owns arrivals, the simulated clock and records.
+
+    Args:
+        scheduler: the scheduler stepped.
+        num_blocks: blocks in the cache, for usage figures.
+        model_name: the model's name, for the result.
+        trace_name: the trace's name, for the result.
+        kv_cache_groups: a label per KV cache group, for the result.
+        steps_path: a file the per-step records are written to (None: none).
+        keep_steps: keep the per-step series in the result.
+        progress: called with the requests done, every 256 steps.
+    """
 
     def __init__(
         self,

@@ -187,7 +187,17 @@ class Scheduler:
     tokens, ``update_from_output()`` applies them. Manager calls are timed into
     ``mgr_s``, request building and token appends into ``req_s``. The manager's
     ``allocate_slots`` takes vLLM's ``full_sequence_must_fit`` and ``has_scheduled_reqs``
-    keywords (as ``KVCacheManager``'s does)."""
+    keywords (as ``KVCacheManager``'s does).
+
+    Args:
+        manager: the KV cache manager scheduled over.
+        make_request: builds the runtime request from an id and token ids.
+        settings: the scheduler settings (budgets, policy).
+        max_model_len: the longest sequence in tokens.
+        block_size: tokens per block of the access log.
+        align_block_size: Mamba "align" mode's block size in tokens (0: off).
+        log: records lookups and insertions for the bound (None: none).
+    """
 
     def __init__(
         self,

@@ -23,6 +23,17 @@ class Simulator:
     ``make_request(request_id, token_ids)`` builds the runtime ``Request``;
     ``block_size`` is the block size of the access log and bound. Evictions are the
     manager's ``num_evictions`` at the end of the run (``None`` for a manager without it).
+
+    Args:
+        manager: the KV cache manager replayed on.
+        make_request: builds the runtime request from an id and token ids.
+        max_model_len: the longest sequence in tokens.
+        block_size: tokens per block of the access log and bound.
+        num_blocks: blocks in the cache, for usage figures.
+        settings: the scheduler settings (None: the defaults).
+        model_name: the model's name, for the result.
+        kv_cache_groups: a label per KV cache group, for the result.
+        align_block_size: Mamba "align" mode's block size in tokens (0: off).
     """
 
     def __init__(
@@ -59,7 +70,15 @@ class Simulator:
         progress: Callable[[int], None] | None = None,
     ) -> EngineLoop:
         """An engine loop over this simulator's manager, with ``trace``'s requests
-        submitted (or none: ``submit`` them and ``step`` the loop yourself)."""
+        submitted (or none: ``submit`` them and ``step`` the loop yourself).
+
+        Args:
+            trace: the requests submitted (None: none).
+            access_log: records lookups and insertions for the bound (None: none).
+            steps_path: a file the per-step records are written to (None: none).
+            keep_steps: keep the per-step series in the result.
+            progress: called with the requests done, every 256 steps.
+        """
         scheduler = Scheduler(
             self.mgr,
             self.make_request,
@@ -93,7 +112,15 @@ class Simulator:
         progress: Callable[[int], None] | None = None,
     ) -> SimResult:
         """Replay ``trace``; ``progress(requests_done)`` is called every 256 steps; with
-        ``keep_steps`` the result holds the per-step series (``to_dataframe()``)."""
+        ``keep_steps`` the result holds the per-step series (``to_dataframe()``).
+
+        Args:
+            trace: the requests replayed.
+            access_log: records lookups and insertions for the bound (None: none).
+            steps_path: a file the per-step records are written to (None: none).
+            keep_steps: keep the per-step series in the result.
+            progress: called with the requests done, every 256 steps.
+        """
         loop = self.loop(
             trace,
             access_log=access_log,

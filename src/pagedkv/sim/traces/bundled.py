@@ -82,7 +82,15 @@ def load_trace(
     Files ending in ``.jsonl``/``.json`` (optionally ``.gz``) are JSONL traces: Mooncake
     records whose hash ids cover ``block_tokens`` tokens each, or records with
     ``token_ids``, a ``prompt`` or chat ``messages`` (text needs ``tokenize``, the
-    model's tokenizer); ``.csv`` (optionally ``.gz``) Azure LLM inference traces."""
+    model's tokenizer); ``.csv`` (optionally ``.gz``) Azure LLM inference traces.
+
+    Args:
+        name_or_path: a bundled trace's name, ``synthetic[:N[:SEED]]`` or a file path.
+        skip_bad_lines: skip and count malformed lines instead of raising.
+        limit: requests read or generated (None: all).
+        block_tokens: tokens per Mooncake hash id.
+        tokenize: turns a text prompt or chat messages into token ids (None: text is an error).
+    """
     if not isinstance(block_tokens, int) or block_tokens < 1:
         raise TraceFormatError(
             f"the trace block size must be an integer >= 1, got {block_tokens!r}"

@@ -224,7 +224,16 @@ def read_mooncake(
     Malformed lines raise TraceFormatError naming the file and line, or are skipped and
     counted with ``skip_bad_lines``; hash ids that do not fit ``block_tokens`` are an
     error (the trace was hashed on other blocks). Only the first ``limit`` requests are
-    parsed (the rest are counted). A file without requests is an error."""
+    parsed (the rest are counted). A file without requests is an error.
+
+    Args:
+        path: the JSONL file (optionally gzipped).
+        skip_bad_lines: skip and count malformed lines instead of raising.
+        block_tokens: tokens per Mooncake hash id.
+        name: the trace's name (None: the file name).
+        limit: requests parsed (None: all).
+        tokenize: turns a text prompt or chat messages into token ids (None: text is an error).
+    """
     path = Path(path)
     decode = msgspec.json.Decoder().decode
     lines = [0]
@@ -272,7 +281,14 @@ def read_azure(
     """Read an Azure LLM inference CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``).
 
     Arrival times are seconds after the first row; every prompt is a unique segment
-    (the file has token counts, not content, so no two prompts share a prefix)."""
+    (the file has token counts, not content, so no two prompts share a prefix).
+
+    Args:
+        path: the CSV file (optionally gzipped).
+        skip_bad_lines: skip and count malformed lines instead of raising.
+        name: the trace's name (None: the file name).
+        limit: requests parsed (None: all).
+    """
     path = Path(path)
     with _readable(path), open_text(path) as f:
         first = f.readline()

@@ -91,7 +91,16 @@ def token_request(
     arrival_s: float,
     priority: int,
 ) -> TraceRequest:
-    """One record with token ids, a text prompt or chat messages -> a request."""
+    """One record with token ids, a text prompt or chat messages -> a request.
+
+    Args:
+        record: the JSON record (token ids, a text prompt or chat messages).
+        index: the request's index in the trace, for unique segment ids.
+        chunks: the table splitting token ids into shared segments.
+        tokenize: turns text into token ids (None: text is an error).
+        arrival_s: the arrival time in seconds.
+        priority: the request's priority.
+    """
     token_ids = _token_ids(record, tokenize)
     if not token_ids:
         raise ValueError("the prompt is empty (no tokens)")

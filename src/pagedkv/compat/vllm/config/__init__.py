@@ -68,7 +68,7 @@ DiffusionConfig = outside_class("DiffusionConfig", "diffusion model support", __
 
 class VllmConfig(ConfigPart):
     """The parts; ``to_engine_config()`` gives pagedkv's ``EngineConfig`` for the same
-    model length, block size, parallelism and batch."""
+    model length, block size, parallelism, batch and speculative decoding."""
 
     DEFAULTS = {
         "speculative_config": None,

@@ -49,10 +49,26 @@ def _resolved_layout(cache: Any) -> str | None:
     return None
 
 
+def _speculative_options(vllm_config: Any) -> dict[str, Any]:
+    """The ``speculative_config`` as the planner's scheduler fields (none without a
+    method): the method, its tokens, an MTP draft's modules and the block-drop switch."""
+    method = _read(vllm_config, "speculative_config.method", str, None)
+    if not method:
+        return {}
+    spec = vllm_config.speculative_config
+    modules = _read(spec, "draft_model_config.hf_config.num_nextn_predict_layers", int, 1)
+    return {
+        "speculative_method": method,
+        "num_speculative_tokens": max(0, _read(spec, "num_speculative_tokens", int, 0)),
+        "num_draft_modules": max(1, modules),
+        "disable_eagle_block_drop": _read(spec, "disable_eagle_block_drop", bool, False),
+    }
+
+
 def engine_config(vllm_config: Any) -> EngineConfig:
     """pagedkv's ``EngineConfig`` for a vLLM config (an ``EngineConfig`` is returned
     as is): model length, block size, layout, block override, hybrid switch,
-    parallelism and batch."""
+    parallelism, batch and speculative decoding."""
     if isinstance(vllm_config, EngineConfig):
         return vllm_config
     cache = getattr(vllm_config, "cache_config", None)
@@ -86,4 +102,4 @@ def engine_config(vllm_config: Any) -> EngineConfig:
             _read(vllm_config, "scheduler_config.async_scheduling", bool, False)
         ),
     }
-    return EngineConfig.create(**options)
+    return EngineConfig.create(**options, **_speculative_options(vllm_config))

@@ -135,7 +135,9 @@ def vllm_spec_class(
     for k, v in (overrides or {}).items():
         spec_fields.append((k, Any, dataclasses.field(default=v)))
     added_names = frozenset(added)
-    core_post_init: Callable[[Any], None] = getattr(bases[0], "__post_init__")  # noqa: B009
+    # The last base is pagedkv's own kind: its __post_init__ (padding an MLA page to its
+    # alignment, say) runs the rest of the chain through super().
+    core_post_init: Callable[[Any], None] = getattr(bases[-1], "__post_init__")  # noqa: B009
 
     def __post_init__(self: Any) -> None:
         shapes = getattr(self, "shapes", None)

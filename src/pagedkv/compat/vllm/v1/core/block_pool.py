@@ -26,7 +26,9 @@ MEDIUM_GPU = "GPU"
 class BlockHashToBlockMap:
     """vLLM's ``cache key -> block`` map, read from (and written to) pagedkv's per-group
     hash maps of one pool; built without a pool, a map of its own (keys to the blocks
-    inserted under them, the first inserted answering lookups)."""
+    inserted under them, the first inserted answering lookups). With a pool, standalone
+    blocks (``KVCacheBlock(i)`` built outside any pool, which vLLM's pool caches as
+    given) go to that map of its own: they are not the pool's blocks."""
 
     def __init__(self, pool: BlockPool | None = None) -> None:
         self._owner = pool
@@ -39,9 +41,9 @@ class BlockHashToBlockMap:
         return self._owner
 
     def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
-        if self._owner is None:
-            blocks = self._own.get(key)
-            return next(iter(blocks.values())) if blocks else None
+        own = self._own.get(key)
+        if self._owner is None or own:
+            return next(iter(own.values())) if own else None
         block_id = self._pool.impl.hash_map(get_group_id(key)).get(get_block_hash(key))
         return None if block_id is None else self._pool.blocks[block_id]
 
@@ -53,8 +55,9 @@ class BlockHashToBlockMap:
 
     def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
         """Cache ``block`` under ``key`` (pagedkv's pool keeps later duplicates aside)."""
-        if self._owner is None:
+        if self._owner is None or block.pool is None or block.is_null:
             self._own.setdefault(key, {})[block.block_id] = block
+            self._note_multi(key)
             return
         pool = self._pool.impl
         group_id, block_hash = get_group_id(key), get_block_hash(key)
@@ -65,18 +68,32 @@ class BlockHashToBlockMap:
             pool._dups[group_id].setdefault(block_hash, []).append(block.block_id)
         else:
             cached[block_hash] = block.block_id
+        self._note_multi(key)
+
+    def _note_multi(self, key: BlockHashWithGroupId) -> None:
+        # vLLM's map turns a key's entry into a {block_id: block} dict at its second
+        # block and keeps it a dict until the key empties; ``_cache`` shows the same.
+        if self._owner is None:
+            return
+        view = _CacheView(self._pool)
+        if key in view and isinstance(view[key], dict):
+            self._pool.multi_keys.add(key)
 
     def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
-        if self._owner is None:
+        if self._owner is None or block_id in self._own.get(key, ()):
             blocks = self._own.get(key, {})
             block = blocks.pop(block_id, None)
             if not blocks:
                 self._own.pop(key, None)
+            if self._owner is not None and key not in _CacheView(self._owner):
+                self._owner.multi_keys.discard(key)
             return block
         if not self.contain(key, block_id):
             return None
         self._pool.impl.evict_blocks([block_id])
         self._pool.impl.num_evictions -= 1
+        if key not in _CacheView(self._pool):
+            self._pool.multi_keys.discard(key)
         return self._pool.blocks[block_id]
 
     @property
@@ -93,6 +110,8 @@ class BlockHashToBlockMap:
     def __len__(self) -> int:
         if self._owner is None:
             return len(self._own)
+        if self._own:
+            return len(_CacheView(self._pool))
         return sum(len(m) for m in self._pool.impl._maps)
 
 
@@ -105,13 +124,18 @@ class _CacheView(MutableMapping[BlockHashWithGroupId, Any]):
     def __getitem__(self, key: BlockHashWithGroupId) -> Any:
         impl, blocks = self._pool.impl, self._pool.blocks
         group_id, block_hash = get_group_id(key), get_block_hash(key)
-        if group_id >= len(impl._maps) or block_hash not in impl._maps[group_id]:
+        held: dict[int, KVCacheBlock] = dict(
+            self._pool.cached_block_hash_to_block._own.get(key, {})
+        )
+        if group_id < len(impl._maps) and block_hash in impl._maps[group_id]:
+            first = impl._maps[group_id][block_hash]
+            for b in (first, *impl._dups[group_id].get(block_hash, ())):
+                held[b] = blocks[b]
+        if not held:
             raise KeyError(key)
-        first = impl._maps[group_id][block_hash]
-        dups = impl._dups[group_id].get(block_hash)
-        if dups:
-            return {b: blocks[b] for b in (first, *dups)}
-        return blocks[first]
+        if len(held) == 1 and key not in self._pool.multi_keys:
+            return next(iter(held.values()))
+        return held
 
     def __setitem__(self, key: BlockHashWithGroupId, value: Any) -> None:
         impl = self._pool.impl
@@ -135,8 +159,15 @@ class _CacheView(MutableMapping[BlockHashWithGroupId, Any]):
         for group_id, cached in enumerate(self._pool.impl._maps):
             for block_hash in list(cached):
                 yield make_block_hash_with_group_id(block_hash, group_id)
+        impl = self._pool.impl
+        for key in list(self._pool.cached_block_hash_to_block._own):
+            group_id = get_group_id(key)
+            if group_id >= len(impl._maps) or get_block_hash(key) not in impl._maps[group_id]:
+                yield key
 
     def __len__(self) -> int:
+        if self._pool.cached_block_hash_to_block._own:
+            return sum(1 for _ in self)
         return sum(len(m) for m in self._pool.impl._maps)
 
     def __copy__(self) -> dict[BlockHashWithGroupId, Any]:
@@ -241,6 +272,7 @@ class BlockPool:
         self.null_block.is_null = True
         self.free_block_queue = FreeBlockQueueView(self)
         self.cached_block_hash_to_block = BlockHashToBlockMap(self)
+        self.multi_keys: set[BlockHashWithGroupId] = set()  # see BlockHashToBlockMap
         # The runtime managers whose tables hold this pool's blocks (set by the manager).
         self.table_owners: Sequence[Any] = ()
 
@@ -273,7 +305,14 @@ class BlockPool:
         self, block_hash: Any, kv_cache_group_ids: Sequence[int]
     ) -> list[KVCacheBlock] | None:
         found = self.impl.get_cached_block(block_hash, list(kv_cache_group_ids))
-        return None if found is None else self.ids_to_blocks(found)
+        if found is not None:
+            return self.ids_to_blocks(found)
+        if not self.cached_block_hash_to_block._own:
+            return None
+        cached = self.cached_block_hash_to_block
+        keys = [make_block_hash_with_group_id(block_hash, gid) for gid in kv_cache_group_ids]
+        blocks = [cached.get_one_block(key) for key in keys]
+        return None if None in blocks else blocks  # type: ignore[return-value]
 
     def cache_full_blocks(
         self,
@@ -288,6 +327,18 @@ class BlockPool:
         keep = None
         if block_mask is not None:
             keep = {num_cached_blocks + i for i, on in enumerate(block_mask) if on}
+        new_full = blocks[num_cached_blocks:num_full_blocks]
+        if any(b.pool is None and not b.is_null for b in new_full):
+            self._cache_standalone_blocks(
+                request,
+                blocks,
+                num_cached_blocks,
+                num_full_blocks,
+                block_size,
+                kv_cache_group_id,
+                keep,
+            )
+            return
         # The pool reads only the blocks it hashes (vLLM's callers may pass anything
         # before them).
         ids = [_pool.NULL_BLOCK] * num_cached_blocks
@@ -295,6 +346,39 @@ class BlockPool:
         self.impl.cache_full_blocks(
             request, ids, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, keep
         )
+
+    def _cache_standalone_blocks(
+        self,
+        request: Any,
+        blocks: Sequence[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        group_id: int,
+        keep: set[int] | None,
+    ) -> None:
+        """Key blocks built outside any pool by the request's (pagedkv-computed) block
+        hashes, in this pool's map of standalone blocks; the pool's own blocks and events
+        are untouched (vLLM's tests hash such blocks, a null block id among them)."""
+        for i in range(num_cached_blocks, num_full_blocks):
+            block = blocks[i]
+            if block.pool is not None:
+                raise ValueError(
+                    f"cache_full_blocks: block {block.block_id} is this pool's while others "
+                    "are standalone KVCacheBlocks; pass one kind"
+                )
+            if block.is_null or (keep is not None and i not in keep):
+                continue
+            scale = block_size // (self.hash_block_size or block_size)
+            key = make_block_hash_with_group_id(request.block_hashes[(i + 1) * scale - 1], group_id)
+            old = block.block_hash
+            if old == key:
+                continue
+            if old is not None:  # a shorter (partial) key gives way to the full one
+                self.cached_block_hash_to_block.pop(old, block.block_id)
+                block.reset_hash()
+            block.set_block_hash(key)
+            self.cached_block_hash_to_block.insert(key, block)
 
     def emit_cached_block_events(
         self,
@@ -386,14 +470,24 @@ class BlockPool:
         self.impl.evict_blocks(ids)
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
-        if block.block_hash is None:
+        key = block.block_hash
+        if key is None:
             return False
+        if block.is_null:  # keyed on this side only (pagedkv never keys its null block)
+            self.cached_block_hash_to_block.pop(key, block.block_id)
+            block.reset_hash()
+            return True
         self.impl.evict_blocks([block.block_id])
+        if key not in _CacheView(self):
+            self.multi_keys.discard(key)
         return True
 
     def reset_prefix_cache(self) -> bool:
         if not self.impl.reset_prefix_cache():
             return False
+        self.cached_block_hash_to_block._own.clear()  # standalone blocks keep their keys
+        self.multi_keys.clear()
+        self.null_block.reset_hash()
         if self.metrics_collector is not None:
             self.metrics_collector.reset()
         return True

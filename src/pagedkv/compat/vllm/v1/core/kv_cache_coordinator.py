@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pagedkv.compat.vllm.v1.core._dcp import dcp_sharded
 from pagedkv.compat.vllm.v1.core.block_pool import BlockPool
@@ -21,6 +21,7 @@ __all__ = [
     "HybridKVCacheCoordinator",
     "KVCacheCoordinator",
     "KVCacheCoordinatorNoPrefixCache",
+    "SpecGroup",
     "UnitaryKVCacheCoordinator",
 ]
 
@@ -172,8 +173,28 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     """The coordinator of a one-group model."""
 
 
+class SpecGroup(NamedTuple):
+    """vLLM's lookup group: groups with equal spec and manager class, searched together
+    (pagedkv's ``SpecGroup`` with vLLM's manager classes and a list of group ids)."""
+
+    spec: Any
+    group_ids: list[int]
+    manager_cls: type[SingleTypeKVCacheManager]
+    use_eagle: bool
+
+
 class HybridKVCacheCoordinator(KVCacheCoordinator):
     """The coordinator of a model with several groups."""
+
+    @property
+    def attention_groups(self) -> list[SpecGroup]:
+        """The prefix-cacheable groups by spec, in lookup order (pagedkv's spec groups;
+        groups that stay out of the cache are in none)."""
+        managers = self.single_type_managers
+        return [
+            SpecGroup(sg.spec, list(sg.group_ids), type(managers[sg.group_ids[0]]), sg.use_eagle)
+            for sg in self.impl.spec_groups
+        ]
 
 
 def coordinator_class(enable_caching: bool, num_groups: int) -> type[KVCacheCoordinator]:

@@ -224,7 +224,7 @@ class KVCacheBlock:
 
     @property
     def block_hash(self) -> BlockHashWithGroupId | None:
-        if self._pool is None:
+        if self._pool is None or self.is_null:
             return self._block_hash
         key = self._pool.key_of(self.block_id)
         return None if key is None else make_block_hash_with_group_id(*key)
@@ -243,14 +243,21 @@ class KVCacheBlock:
     def set_block_hash(
         self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None
     ) -> None:
-        if self._pool is not None:
-            raise ValueError("a pool's block is hashed through its pool (cache_full_blocks)")
-        if self._block_hash is not None:
+        """The block's key, not yet in any map (``BlockHashToBlockMap.insert`` maps it).
+        A pool block takes it in pagedkv's pool; the null block, which pagedkv never
+        keys, and a standalone block carry it themselves."""
+        if self.block_hash is not None:
             raise AssertionError("The block already has a hash. This should not happen.")
-        self._block_hash = block_hash
+        if self._pool is None or self.is_null:
+            self._block_hash = block_hash
+            return
+        group_id = get_group_id(block_hash)
+        self._pool.hash_map(group_id)  # the group's maps exist for a later eviction
+        self._pool.block_hash[self.block_id] = get_block_hash(block_hash)
+        self._pool.block_group[self.block_id] = group_id
 
     def reset_hash(self) -> None:
-        if self._pool is not None:
+        if self._pool is not None and not self.is_null:
             raise ValueError("a pool's block loses its hash through its pool (evict_blocks)")
         self._block_hash = None
 

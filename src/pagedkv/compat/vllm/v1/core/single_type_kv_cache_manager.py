@@ -180,6 +180,9 @@ class SingleTypeKVCacheManager:
         self.max_admission_blocks_per_request = max_admission_blocks_per_request
         self.req_to_blocks = _Tables(self)
         self._null_block = block_pool.null_block
+        # The runtime caches a group through this manager's ``cache_blocks``, so an
+        # override (a subclass, or a test's spy on the instance) sees the call, as in vLLM.
+        impl.cache_blocks = self._cache_blocks_for_runtime  # type: ignore[method-assign]
 
     @property
     def cache_hit_alignment_tokens(self) -> int:
@@ -266,7 +269,10 @@ class SingleTypeKVCacheManager:
         return self.block_pool.ids_to_blocks(new)
 
     def cache_blocks(self, request: Any, num_tokens: int, *args: Any, **kwargs: Any) -> None:
-        self.impl.cache_blocks(request, num_tokens)
+        type(self.impl).cache_blocks(self.impl, request, num_tokens)
+
+    def _cache_blocks_for_runtime(self, request: Any, num_tokens: int) -> None:
+        self.cache_blocks(request, num_tokens)
 
     def free(self, request_id: str) -> None:
         self.impl.free(request_id)

@@ -1,0 +1,141 @@
+"""The router's /metrics on a live feed: it parses, counters are counters, and the
+feed's gap, restart, replay and age series move when a stream misbehaves."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+zmq = pytest.importorskip("zmq")
+pytest.importorskip("starlette")
+pytest.importorskip("prometheus_client")
+pytest.importorskip("httpx")
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from starlette.testclient import TestClient  # noqa: E402
+
+from pagedkv.cluster import KVIndex, PromptHasher, make_router  # noqa: E402
+from pagedkv.cluster.feed import EngineEndpoints, IndexFeed  # noqa: E402
+from pagedkv.cluster.service import RouteService, create_app  # noqa: E402
+from pagedkv.events.publisher import END_MARKER  # noqa: E402
+from pagedkv.events.wire import encode_event_batch  # noqa: E402
+from pagedkv.runtime.events import BlockStored  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+COUNTERS = ("batches", "gaps", "recovered", "replayed", "lost", "restarts", "replay_timeouts")
+Scrape = dict[str, tuple[str, dict[str, float]]]  # family -> (type, engine or "" -> value)
+
+
+def _stored(block_hash: int) -> BlockStored:
+    return BlockStored(
+        block_hashes=[block_hash], parent_block_hash=None, token_ids=[1, 2, 3, 4],
+        block_size=4, lora_id=None, medium="GPU", lora_name=None,
+    )  # fmt: skip
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _scrape(client: TestClient) -> Scrape:
+    """Every family of /metrics, parsed by prometheus-client's own parser."""
+    out: Scrape = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        value_name = f"{family.name}_total" if family.type == "counter" else family.name
+        values = {
+            s.labels.get("engine", ""): s.value for s in family.samples if s.name == value_name
+        }
+        out[family.name] = (family.type, values)
+    return out
+
+
+def _service(feed: IndexFeed) -> TestClient:
+    service = RouteService(
+        feed.index, make_router("prefix"), PromptHasher(4), list(feed.engines), feed
+    )
+    return TestClient(create_app(service))
+
+
+def test_gaps_restarts_replays_and_event_age_on_metrics() -> None:
+    ctx = zmq.Context()
+    pub, replay = ctx.socket(zmq.PUB), ctx.socket(zmq.ROUTER)  # the test answers replays
+    try:
+        for sock in (pub, replay):
+            sock.bind("tcp://127.0.0.1:*")
+        ends = EngineEndpoints(*(s.getsockopt_string(zmq.LAST_ENDPOINT) for s in (pub, replay)))
+        feed = IndexFeed(KVIndex(), {"a": ends}, idle_sync_s=3600.0, replay_timeout_s=600.0)
+        with feed:
+            client = _service(feed)
+            old = encode_event_batch([_stored(1)], 0, ts=time.time() - 1000.0)
+
+            def first_applied() -> bool:
+                pub.send_multipart(old)  # again until the SUB hears it (duplicates are dropped)
+                return feed.stats()["a"].batches == 1
+
+            _wait_for(first_applied, "the first batch")
+            before = _scrape(client)
+            for name in COUNTERS:
+                assert before[f"pagedkv_feed_{name}"][0] == "counter", name
+            assert before["pagedkv_index_evictions"][0] == "counter"
+            for name in ("event_age_seconds", "seconds_since_batch", "replays_open"):
+                assert before[f"pagedkv_feed_{name}"][0] == "gauge", name
+            assert before["pagedkv_feed_batches"][1] == {"a": 1.0}
+            assert before["pagedkv_feed_event_age_seconds"][1]["a"] >= 1000.0
+            assert before["pagedkv_feed_seconds_since_batch"][1]["a"] >= 0.0
+            assert before["pagedkv_feed_replays_open"][1] == {"": 0.0}
+
+            # seq 1 is missed: the gap is asked by replay, which stays open until answered
+            pub.send_multipart(encode_event_batch([_stored(3)], 2, ts=time.time()))
+            identity, _, start = replay.recv_multipart()
+            assert int.from_bytes(start, "big") == 0  # one batch early, to check it
+            during = _scrape(client)
+            assert during["pagedkv_feed_gaps"][1] == {"a": 1.0}
+            assert during["pagedkv_feed_replays_open"][1] == {"": 1.0}
+            # it gives back seq 0 (the batch applied) but no longer has seq 1
+            _, seq0, payload0 = old
+            replay.send_multipart((identity, b"", b"", seq0, payload0))
+            replay.send_multipart((identity, b"", b"", END_MARKER, b""))
+            _wait_for(lambda: feed.stats()["a"].batches == 2, "the batch after the gap")
+            after_gap = _scrape(client)
+            assert after_gap["pagedkv_feed_lost"][1] == {"a": 1.0}
+            assert after_gap["pagedkv_feed_replays_open"][1] == {"": 0.0}
+            assert after_gap["pagedkv_feed_event_age_seconds"][1]["a"] < 500.0
+
+            # another process numbers from 0 again: a restart
+            pub.send_multipart(encode_event_batch([_stored(9)], 0, ts=time.time()))
+            _wait_for(lambda: feed.stats()["a"].restarts == 1, "the restart")
+            restarted = _scrape(client)
+            assert restarted["pagedkv_feed_restarts"][1] == {"a": 1.0}
+            assert restarted["pagedkv_feed_batches"][1] == {"a": 3.0}
+            assert restarted["pagedkv_feed_replay_timeouts"][1] == {"a": 0.0}
+    finally:
+        for sock in (pub, replay):
+            sock.close(linger=0)
+        ctx.term()
+
+
+def test_unanswered_replays_are_counted_on_metrics() -> None:
+    ctx = zmq.Context()
+    pub, silent = ctx.socket(zmq.PUB), ctx.socket(zmq.ROUTER)  # replays never answered
+    try:
+        for sock in (pub, silent):
+            sock.bind("tcp://127.0.0.1:*")
+        ends = EngineEndpoints(*(s.getsockopt_string(zmq.LAST_ENDPOINT) for s in (pub, silent)))
+        feed = IndexFeed(KVIndex(), {"a": ends}, idle_sync_s=0.05, replay_timeout_s=0.05)
+        with feed:
+            client = _service(feed)
+            _wait_for(lambda: feed.stats()["a"].replay_timeouts >= 1, "an unanswered replay")
+            scraped = _scrape(client)
+            assert scraped["pagedkv_feed_replay_timeouts"][0] == "counter"
+            assert scraped["pagedkv_feed_replay_timeouts"][1]["a"] >= 1.0
+            assert scraped["pagedkv_feed_replay_unanswered"][1]["a"] >= 1.0
+    finally:
+        for sock in (pub, silent):
+            sock.close(linger=0)
+        ctx.term()
