@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
-from pagedkv.runtime import KVCacheManager, Request
+from pagedkv.runtime import BlockPool, KVCacheManager, Request
 
 from .helpers import cached_blocks, check_invariants, full, make_manager, mamba, swa
 
@@ -199,3 +200,57 @@ def test_rolled_back_mamba_caching_does_not_hold_back_a_later_hit(
     hit, num_hit = manager.get_computed_blocks(c)
     assert num_hit == 16
     assert manager.allocate_slots(c, 1, num_hit, hit) is not None
+
+
+def test_a_failed_allocation_leaves_dense_retention_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Dense retention keeps the positions a hit needs: they change only once the
+    # allocation commits (BlockPool.on_commit), so a retention needs no undo.
+    manager = make_manager([full(), swa(8)], num_blocks=40, retention="dense")
+    warm(manager)
+    window = manager.managers[1].retention
+    before = copy.deepcopy(window.retained)  # type: ignore[attr-defined]
+    req = Request("b", list(range(30)))
+    hit, num_hit = manager.get_computed_blocks(req)
+    fail_on_call(monkeypatch, manager.block_pool, "cache_full_blocks", 2)  # the window's
+    with pytest.raises(Injected):
+        manager.allocate_slots(req, 30 - num_hit, num_hit, hit)
+    assert window.retained == before  # type: ignore[attr-defined]
+    monkeypatch.undo()
+    assert manager.allocate_slots(req, 30 - num_hit, num_hit, hit) is not None
+    assert "b" in window.retained  # type: ignore[attr-defined]
+
+
+def test_on_commit_waits_for_the_commit_and_a_rollback_drops_it() -> None:
+    pool = BlockPool(4)
+    seen: list[int] = []
+    pool.on_commit(seen.append, 1)  # no transaction: at once
+    assert seen == [1]
+    pool.begin()
+    pool.on_commit(seen.append, 2)
+    assert seen == [1]
+    pool.commit()
+    assert seen == [1, 2]
+    savepoint = pool.begin()
+    pool.on_commit(seen.append, 3)
+    pool.rollback(savepoint)
+    pool.begin()
+    pool.commit()
+    assert seen == [1, 2]
+
+
+def test_a_host_pool_defers_to_its_owners_commit() -> None:
+    from pagedkv.runtime.hisparse.host_pool import HostBlockPool
+
+    owner = BlockPool(4)
+    host = HostBlockPool(4, owner)
+    seen: list[int] = []
+    savepoint = owner.begin()
+    host.on_commit(seen.append, 1)
+    owner.rollback(savepoint)
+    owner.begin()
+    host.on_commit(seen.append, 2)
+    assert seen == []
+    owner.commit()
+    assert seen == [2]

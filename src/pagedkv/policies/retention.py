@@ -43,10 +43,9 @@ class DenseRetention(Retention):
         """
         if not self.dense:
             return super().blocks_to_cache(manager, request, start, end)
-        request_id = request.request_id
-        self.block_pool.record(self._restore, request_id, self.retained.get(request_id))
         boundaries = manager.boundary_blocks(request, 0, end, request.num_cached_tokens)
-        self.retained[request_id] = boundaries
+        # Kept once the allocation commits: a failed one leaves the old positions.
+        self.block_pool.on_commit(self.retained.__setitem__, request.request_id, boundaries)
         return None
 
     def release(
@@ -76,9 +75,3 @@ class DenseRetention(Retention):
 
     def forget(self, request_id: str) -> None:
         self.retained.pop(request_id, None)
-
-    def _restore(self, request_id: str, retained: set[int] | None) -> None:
-        if retained is None:
-            self.retained.pop(request_id, None)
-        else:
-            self.retained[request_id] = retained

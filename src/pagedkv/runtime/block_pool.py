@@ -5,7 +5,8 @@ blocks with the same key wait in ``_dups[group][hash]``. A block has one primary
 (``block_hash``/``block_group``); with partial prefix hits it may hold more keys
 (``_extra_keys``) and a primary key at a hash boundary inside the block (``_key_tokens``:
 the tokens it covers). Between ``begin`` and ``commit`` every change is journaled;
-``rollback`` undoes them newest first.
+``rollback`` undoes them newest first. State kept beside the pool (a retention's) changes
+once the transaction commits instead (``on_commit``), so it needs no undo.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class BlockPool:
         self._key_tokens: dict[int, int] = {}  # block -> tokens of a sub-block primary key
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
         self._journal: list[tuple[Any, ...]] | None = None
+        self._on_commit: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
         self.num_evictions = 0  # hashes dropped to reuse a block or by evict_blocks
 
     @property
@@ -555,6 +557,19 @@ class BlockPool:
 
     def commit(self) -> None:
         self._journal = None
+        if self._on_commit:
+            changes, self._on_commit = self._on_commit, []
+            for change, args in changes:
+                change(*args)
+
+    def on_commit(self, change: Callable[..., object], *args: Any) -> None:
+        """Call ``change(*args)`` once the open transaction commits (a rollback drops it);
+        at once outside a transaction. A plugin that changes its own state this way
+        during an allocation never writes an undo."""
+        if self._journal is None:
+            change(*args)
+        else:
+            self._on_commit.append((change, args))
 
     def record(self, undo: Callable[..., object], *args: Any) -> None:
         """Inside a transaction: call ``undo(*args)`` on rollback."""
@@ -565,6 +580,7 @@ class BlockPool:
         """Undo everything since ``begin``, newest first."""
         journal = self._journal or []
         self._journal = None
+        self._on_commit = []
         for undo, args in reversed(journal):
             undo(*args)
         if self._events is not None:

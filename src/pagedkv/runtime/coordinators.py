@@ -1,10 +1,13 @@
-"""Coordinators: build the shared pool and one manager per group, and combine the groups'
-cache-hit searches into one hit length valid for every group."""
+"""Coordinators: build the shared pool and one manager per group, combine the groups'
+cache-hit searches into one hit length valid for every group, and do every per-group
+step of a request (sizing, allocation, caching, freeing) for the KVCacheManager, with
+vLLM's method names."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar, NamedTuple
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pagedkv.errors import ConfigError, KVCacheRuntimeError, RegistryError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
@@ -12,8 +15,14 @@ from pagedkv.registry import KVCacheSpecRegistry
 from pagedkv.runtime.block_pool import BlockPool
 from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
-from pagedkv.specs.base import KVCacheSpec, cdiv
+from pagedkv.runtime.managers.cross import CrossAttentionManager
+from pagedkv.runtime.managers.full import FullAttentionManager
+from pagedkv.runtime.managers.mamba import MambaManager
+from pagedkv.specs.base import KVCacheSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
+
+if TYPE_CHECKING:
+    from pagedkv.runtime.request import Request
 
 __all__ = [
     "group_behaviour_spec",
@@ -21,6 +30,9 @@ __all__ = [
     "manager_class_for",
     "eagle_groups",
     "SpecGroup",
+    "TableGrowth",
+    "SpeculativeGrowth",
+    "IdleStepCheck",
     "KVCacheCoordinator",
     "NoPrefixCacheCoordinator",
     "UnitaryCoordinator",
@@ -95,10 +107,41 @@ class SpecGroup(NamedTuple):
     use_eagle: bool = False
 
 
-class KVCacheCoordinator:
-    """Owns the block pool and one manager per group, and combines the groups' cache-hit
-    searches (vLLM's fixed point): downward-closed kinds first, once; the others repeat
-    within the current bound until no kind shortens the hit."""
+# One group's tables as the idle-step check reads them: (block_size, block tables by
+# request id, leading blocks already cached by request id, sized by the encoder's tokens
+# (cross attention)). Plain tuples: the interpreter unpacks those fastest.
+TableGrowth = tuple[int, dict[str, list[int]], dict[str, int], bool]
+# A Mamba group holding speculative blocks past its positions: (block_size, block tables,
+# speculative blocks, "align" mode: counted from the main model's tokens, no lookahead).
+SpeculativeGrowth = tuple[int, dict[str, list[int]], int, bool]
+
+
+class IdleStepCheck(NamedTuple):
+    """What tells, without asking any manager, that a running request's step changes
+    nothing (no table grows, no block becomes full to cache): most decode steps. The
+    ``KVCacheManager`` binds its parts once and runs it inline (a call per step would
+    cost a tenth of a decode step).
+
+    ``groups``: every group (each ``tracks_tokens``); ``counts_new_blocks``: every
+    group needs exactly ``cdiv(tokens, block_size) - len(table)`` new blocks, so the
+    check's count is the allocation's; ``cache_step``: cached tokens round down to it
+    (never undercounting: 1 unless every group rounds); ``tail_keyers``: groups that
+    also key the prompt's partial last block, asked when nothing else changes."""
+
+    groups: list[TableGrowth]
+    speculative: list[SpeculativeGrowth]
+    counts_new_blocks: bool
+    cache_step: int
+    tail_keyers: list[FullAttentionManager]
+
+
+class KVCacheCoordinator(ABC):
+    """Owns the block pool and one manager per group, combines the groups' cache-hit
+    searches (vLLM's fixed point: downward-closed kinds first, once; the others repeat
+    within the current bound until no kind shortens the hit) and does every per-group
+    step of a request for the ``KVCacheManager`` (vLLM's coordinator, method for
+    method). The subclasses differ in the search and in how many computed tokens each
+    group caches."""
 
     eagle_margin: ClassVar[bool] = True  # an EAGLE lookup looks one block past the bound
 
@@ -110,7 +153,9 @@ class KVCacheCoordinator:
         free_queue: FreeQueue | None = None,
         use_eagle: bool = False,
         num_prefill_lookahead: int = 0,
+        num_hash_lookahead_tokens: int = 0,
         scheduler_block_size: int | None = None,
+        partial_hash_hits: bool = False,
         **manager_kwargs: Any,
     ) -> None:
         self.enable_caching = manager_kwargs["enable_caching"]
@@ -125,6 +170,7 @@ class KVCacheCoordinator:
             enable_events,
             free_queue=free_queue,
         )
+        pool.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         self.block_pool = pool
         self.managers: list[SingleTypeKVCacheManager] = [
             manager_class_for(group, gid)(
@@ -152,11 +198,76 @@ class KVCacheCoordinator:
         for manager in self.managers:
             manager.eagle_replay = bool(drops)
             manager.scheduler_block_size = self.scheduler_block_size
+            if isinstance(manager, MambaManager):
+                # Checkpoints land where an EAGLE lookup (or a lookahead hash) can resume.
+                manager.drop_eagle_checkpoint_block = use_eagle
+                manager.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         self._searches = [
             (sg.manager_cls, sg.group_ids, (pool, sg.spec, alignment_tokens, self.hash_block_size))
             for sg in self.spec_groups
         ]
         self._one_pass = len(groups) == 2 and self.spec_groups[0].manager_cls.downward_closed_hits
+        self._setup_request_steps(partial_hash_hits, manager_kwargs["retention_interval"])
+
+    def _setup_request_steps(self, partial_hash_hits: bool, retention_interval: int | None) -> None:
+        managers = self.managers
+        # Request id -> the first group's block table: a request runs while it has one.
+        self.block_tables: dict[str, list[int]] = managers[0].req_to_blocks if managers else {}
+        self._encoder = [isinstance(m, CrossAttentionManager) for m in managers]
+        # Runs of skipping managers of one class and spec share one skip count, in order.
+        runs: list[tuple[SingleTypeKVCacheManager, list[SingleTypeKVCacheManager]]] = []
+        for m in (m for m in managers if m.skips_tokens):
+            if runs and _shares_skips(runs[-1][0], m):
+                runs[-1][1].append(m)
+            else:
+                runs.append((m, []))
+        # Each run's first ``remove_skipped_blocks``, bound, and its peers: what
+        # ``remove_skipped_blocks`` calls (the KVCacheManager's decode step, inline).
+        self.skip_steps: list[tuple[Callable[..., None], list[SingleTypeKVCacheManager]]] = [
+            (first.remove_skipped_blocks, peers) for first, peers in runs
+        ]
+        self._caching = [m for m in managers if m.enable_caching]
+        # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule),
+        # or of nothing with partial hits (rounding would re-key a copied partial state).
+        self.cache_step = 1
+        if len(managers) > 1 and not partial_hash_hits:
+            self.cache_step = self.scheduler_block_size
+        self._checkpoints_at_prefill_end = self._last_chunk_checkpoints(retention_interval)
+        self.idle_step_check = self._make_idle_step_check()
+
+    def _last_chunk_checkpoints(self, retention_interval: int | None) -> bool:
+        # vLLM reserves Mamba prefill checkpoints on the prompt's last chunk only under
+        # retention interval 0 (else on every chunk: prefill_end 0).
+        return retention_interval == 0 and any(
+            getattr(m, "has_checkpoint_blocks", False) for m in self.managers
+        )
+
+    def _make_idle_step_check(self) -> IdleStepCheck | None:
+        # None unless every group's table ends at cdiv(tokens, block_size) entries after
+        # a step and a step caches only blocks that became full.
+        managers = self.managers
+        if not managers or not all(m.tracks_tokens for m in managers):
+            return None
+        eagle = len(managers) > 1 and any(m.use_eagle for m in self._caching)
+        return IdleStepCheck(
+            groups=[
+                (m.block_size, m.req_to_blocks, m.num_cached_block, encoder)
+                for m, encoder in zip(managers, self._encoder)
+            ],
+            speculative=[
+                (m.block_size, m.req_to_blocks, m.num_speculative_blocks, m.align)
+                for m in managers
+                if isinstance(m, MambaManager) and m.num_speculative_blocks
+            ],
+            counts_new_blocks=all(m.plain_growth for m in managers),
+            # EAGLE groups of a hybrid cache one of their blocks past the rounding.
+            cache_step=1 if eagle else self.cache_step,
+            tail_keyers=[
+                m
+                for m in self._caching
+                if isinstance(m, FullAttentionManager) and m.keys_partial_tails
+            ],
+        )
 
     def use_pool(self, group_id: int, pool: BlockPool) -> None:
         """Move group ``group_id``, holding no request yet, to a pool of its own (HiSparse's
@@ -189,53 +300,27 @@ class KVCacheCoordinator:
                 f"tokens, got {self.scheduler_block_size}"
             )
 
+    # ------------------------------------------------------------ the cache-hit search
+    @abstractmethod
     def find_longest_cache_hit(
         self, block_hashes: list[Any], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         """Hit blocks per group, the hit length and the longest prefix some group had."""
-        if self.drop_eagle_group_ids:
-            return self._find_with_eagle_drop(block_hashes, max_length)
+
+    def _search_one_kind(
+        self, block_hashes: list[Any], max_length: int
+    ) -> tuple[list[list[int]], int, int]:
+        # One kind (one group, or identical ones): its search is the answer.
         lists: list[list[int]] = [[] for _ in self.managers]
-        if len(self._searches) == 1:  # one kind: its search is the answer
-            cls, group_ids, where = self._searches[0]
-            found, hit = cls.find_longest_cache_hit(
-                HitQuery(block_hashes, max_length, group_ids, *where)
-            )
-            for gid, blocks in zip(group_ids, found):
-                lists[gid] = blocks
-            return lists, hit, hit
         if not self._searches:
             return lists, 0, 0
-        candidate = max_length
-        longest = 0
-        searched_once: dict[int, int] = {}
-        while True:
-            current = candidate
-            for index, (cls, group_ids, where) in enumerate(self._searches):
-                if index in searched_once:
-                    current = min(current, searched_once[index])
-                    continue
-                found, hit = cls.find_longest_cache_hit(
-                    HitQuery(block_hashes, current, group_ids, *where)
-                )
-                for gid, blocks in zip(group_ids, found):
-                    lists[gid] = blocks
-                if cls.downward_closed_hits:
-                    searched_once[index] = hit
-                current = hit
-                if hit > longest:
-                    longest = hit
-            if current >= candidate:
-                break
-            candidate = current
-            if self._one_pass:
-                break
-        for index in searched_once:
-            sg = self.spec_groups[index]
-            keep = cdiv(candidate, sg.spec.block_size)
-            for gid in sg.group_ids:
-                del lists[gid][keep:]
-        return lists, candidate, longest
+        cls, group_ids, where = self._searches[0]
+        found, hit = cls.find_longest_cache_hit(
+            HitQuery(block_hashes, max_length, group_ids, *where)
+        )
+        for gid, blocks in zip(group_ids, found):
+            lists[gid] = blocks
+        return lists, hit, hit
 
     def _eagle_margin(self, sg: SpecGroup) -> int:
         # What an EAGLE lookup drops: a hash block where hits end inside blocks, else a block.
@@ -247,8 +332,9 @@ class KVCacheCoordinator:
     def _find_with_eagle_drop(
         self, block_hashes: list[Any], max_length: int
     ) -> tuple[list[list[int]], int, int]:
-        # The fixed point above, where an EAGLE spec group looks one block past the bound
-        # (several groups only) and drops the block its hit ends on, once per bound.
+        # HybridCoordinator's fixed point, where an EAGLE spec group looks one block past
+        # the bound (several groups only) and drops the block its hit ends on, once per
+        # bound; with one group, the unitary drop.
         lists: list[list[int] | None] = [None] * len(self.managers)
         lengths = [0] * len(self.managers)
         num_hashed = len(block_hashes) * self.hash_block_size
@@ -287,25 +373,295 @@ class KVCacheCoordinator:
         found_lists = [blocks or [] for blocks in lists]
         for sg in self.spec_groups:
             if sg.manager_cls.downward_closed_hits:
-                keep = cdiv(candidate, sg.spec.block_size)
+                keep = -(-candidate // sg.spec.block_size)
                 for gid in sg.group_ids:
                     del found_lists[gid][keep:]
         return found_lists, candidate, longest
 
+    # ----------------------------------------------------------------- a request's steps
+    def journal_tables(self, request_id: str) -> None:
+        """At the start of a pool transaction: a rollback returns every group's table of
+        the request to its length now and its count of cached blocks to its value now (a
+        new request's are dropped), so a kind journals only its other changes."""
+        saved = [
+            (m, len(table), m.num_cached_block.get(request_id))
+            if (table := m.req_to_blocks.get(request_id)) is not None
+            else (m, None, None)
+            for m in self.managers
+        ]
+        self.block_pool.record(_restore_tables, request_id, saved)
+
+    def prefill_end_of(self, request: Request) -> int:
+        """Where the request's prefill ends (a resumed request replays its outputs too);
+        0 when no group takes prefill checkpoints or when every chunk does."""
+        if not self._checkpoints_at_prefill_end:
+            return 0
+        return max(request.num_prompt_tokens, len(request.all_token_ids) - 1)
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[Sequence[int]],
+        num_encoder_tokens: int,
+        total_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
+        prefill_end: int = 0,
+    ) -> int:
+        """Free-queue blocks an allocation up to ``num_tokens`` tokens takes, over every
+        group (cross-attention groups: ``num_encoder_tokens``, once).
+
+        Args:
+            request_id: the request.
+            num_tokens: tokens that need a slot, those already allocated included.
+            new_computed_blocks: the cache hit the request adopts, one list per group.
+            num_encoder_tokens: encoder tokens (cross-attention groups).
+            total_computed_tokens: tokens computed once the hit is adopted.
+            num_tokens_main_model: ``num_tokens`` less the lookahead (draft) tokens.
+            apply_admission_cap: cap each group at the most blocks it holds at once
+                (the whole-sequence admission check; cross attention is left out).
+            prefill_end: where the prefill ends (``prefill_end_of``).
+        """
+        needed = 0
+        for m, encoder, hit in zip(self.managers, self._encoder, new_computed_blocks):
+            if not encoder:
+                needed += m.get_num_blocks_to_allocate(
+                    request_id,
+                    num_tokens,
+                    hit,
+                    total_computed_tokens,
+                    num_tokens_main_model,
+                    apply_admission_cap,
+                    prefill_end,
+                )
+            elif not apply_admission_cap:
+                needed += m.get_num_blocks_to_allocate(
+                    request_id, num_encoder_tokens, hit, 0, num_encoder_tokens
+                )
+        return needed
+
+    def allocate_new_computed_blocks(
+        self,
+        request_id: str,
+        new_computed_blocks: Sequence[Sequence[int]],
+        total_computed_tokens: int,
+        num_external_computed_tokens: int = 0,
+    ) -> None:
+        """Start a new request's tables with its cache hit, then give every group but
+        cross attention blocks for the tokens a KV connector loads after it. Every group
+        adopts its hit before any allocates, so no allocation can evict another group's
+        hit blocks.
+
+        Args:
+            request_id: the request (new: it has no table yet).
+            new_computed_blocks: the cache hit it adopts, one list per group.
+            total_computed_tokens: tokens computed once the hit and the loaded tokens are
+                adopted.
+            num_external_computed_tokens: of those, the tokens a KV connector loads.
+        """
+        if not num_external_computed_tokens:
+            for m, hit in zip(self.managers, new_computed_blocks):
+                m.add_local_computed_blocks(request_id, hit, total_computed_tokens)
+            return
+        local = total_computed_tokens - num_external_computed_tokens
+        for m, hit in zip(self.managers, new_computed_blocks):
+            m.add_local_computed_blocks(request_id, hit, total_computed_tokens, local)
+        for m, encoder in zip(self.managers, self._encoder):
+            if not encoder:
+                m.allocate_external_computed_blocks(request_id, total_computed_tokens)
+
+    def allocate_new_blocks(
+        self,
+        request_id: str,
+        num_tokens: int,
+        num_tokens_main_model: int,
+        num_encoder_tokens: int = 0,
+    ) -> tuple[list[int], ...]:
+        """Grow every group's table to ``num_tokens`` tokens (cross attention: to the
+        encoder's tokens); returns the new block ids per group.
+
+        Args:
+            request_id: the request.
+            num_tokens: tokens that need a slot, those already allocated included.
+            num_tokens_main_model: ``num_tokens`` less the lookahead (draft) tokens.
+            num_encoder_tokens: encoder tokens (cross-attention groups).
+        """
+        return tuple(
+            [
+                m.allocate_new_blocks(
+                    request_id, num_encoder_tokens if encoder else num_tokens, num_tokens_main_model
+                )
+                for m, encoder in zip(self.managers, self._encoder)
+            ]
+        )
+
+    @abstractmethod
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Cache the request's full blocks among its first ``num_computed_tokens`` tokens
+        (the subclasses say how many of them each group caches)."""
+
+    def free(self, request_id: str, priority: int = 0) -> None:
+        """Release every group's blocks of the request, last blocks first."""
+        for m in self.managers:
+            m.free(request_id, priority)
+
+    def remove_skipped_blocks(
+        self, request_id: str, num_computed_tokens: int, num_prompt_tokens: int | None = None
+    ) -> None:
+        """Free the blocks that fell out of the request's window in every group that skips
+        tokens (groups of one class and spec share one skip count)."""
+        for remove, peers in self.skip_steps:
+            remove(request_id, num_computed_tokens, peers, num_prompt_tokens)
+
+    def new_step_starts(self) -> None:
+        """A new engine step begins: every group resets its per-step state."""
+        for m in self.managers:
+            m.new_step_starts()
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """A copy of the request's block table, one list per group."""
+        return tuple(list(m.req_to_blocks.get(request_id, ())) for m in self.managers)
+
+    def take_cow_copies(self) -> list[tuple[int, int]]:
+        """Every group's queued (source, copy) pairs of partial prefix hits."""
+        return [pair for m in self.managers for pair in m.take_cow_copies()]
+
+    def emit_cached_block_events(self, request: Request, hits: Sequence[Sequence[int]]) -> None:
+        """Re-announce a cache hit per group, nulls included (``kv_cache_report_mode="full"``)."""
+        for m, blocks in zip(self.managers, hits):
+            if blocks:
+                self.block_pool.emit_cached_block_events(
+                    request, len(blocks), m.block_size, m.kv_cache_group_id
+                )
+
+    def set_retention_interval(self, interval: int | None) -> None:
+        """Every group keeps states for later hits at ``interval`` from the next step's
+        caching on (``CacheConfig.prefix_cache_retention_interval``)."""
+        for m in self.managers:
+            m.retention_interval = interval
+        self._checkpoints_at_prefill_end = self._last_chunk_checkpoints(interval)
+
+    # ------------------------------------------------ Mamba boundary states (KV connector)
+    def offer_boundary_states(self) -> None:
+        """Every Mamba group records the align states it keys, for a KV connector."""
+        for m in self.managers:
+            if isinstance(m, MambaManager):
+                m.offer_boundary_states()
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        """The boundary states keyed since the last call, per request: ``(group_id,
+        block_id, boundary_tokens)`` in group order."""
+        out: dict[str, list[tuple[int, int, int]]] = {}
+        for m in self.managers:
+            offers = getattr(m, "offers", None)
+            if offers is not None:
+                for request_id, block, tokens in offers.take():
+                    out.setdefault(request_id, []).append((m.kv_cache_group_id, block, tokens))
+        return out
+
+    def finalize_partial_tail_offloads(
+        self, request_id: str, num_computed_tokens: int, num_in_flight_tokens: int = 0
+    ) -> list[tuple[int, int, int]]:
+        """A finishing request's own uncopied partial tails still holding the prompt's
+        boundary state, as ``(group_id, block_id, boundary_tokens)`` (each once)."""
+        out: list[tuple[int, int, int]] = []
+        for m in self.managers:
+            if isinstance(m, MambaManager):
+                tail = m.finalize_partial_tail(
+                    request_id, num_computed_tokens, num_in_flight_tokens
+                )
+                if tail is not None:
+                    out.append((m.kv_cache_group_id, *tail))
+        return out
+
 
 class NoPrefixCacheCoordinator(KVCacheCoordinator):
-    """Prefix caching off: never a hit. Any number of groups, including none."""
+    """Prefix caching off: never a hit, nothing cached. Any number of groups, or none."""
+
+    def find_longest_cache_hit(
+        self, block_hashes: list[Any], max_length: int
+    ) -> tuple[list[list[int]], int, int]:
+        return [[] for _ in self.managers], 0, 0
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        return None
 
 
 class UnitaryCoordinator(KVCacheCoordinator):
     """One group: its manager's search is the answer (under EAGLE it drops its last block
-    without looking past the bound first, as vLLM's unitary coordinator does)."""
+    without looking past the bound first, as vLLM's unitary coordinator does). It caches
+    every computed token but those multi-module MTP may re-prefill."""
 
     eagle_margin = False
 
+    def find_longest_cache_hit(
+        self, block_hashes: list[Any], max_length: int
+    ) -> tuple[list[list[int]], int, int]:
+        if self.drop_eagle_group_ids:
+            return self._find_with_eagle_drop(block_hashes, max_length)
+        return self._search_one_kind(block_hashes, max_length)
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        num_tokens = max(0, num_computed_tokens - self.num_reprefillable_tokens)
+        for m in self._caching:
+            m.cache_blocks(request, num_tokens)
+
 
 class HybridCoordinator(KVCacheCoordinator):
-    """Several kinds, combined by the fixed point."""
+    """Several groups, their hits combined by the fixed point. Each caches up to a
+    multiple of the scheduler block size (``cache_step``; 1 with partial hash hits), its
+    EAGLE groups up to one of their blocks past it."""
+
+    def find_longest_cache_hit(
+        self, block_hashes: list[Any], max_length: int
+    ) -> tuple[list[list[int]], int, int]:
+        if self.drop_eagle_group_ids:
+            return self._find_with_eagle_drop(block_hashes, max_length)
+        if len(self._searches) <= 1:
+            return self._search_one_kind(block_hashes, max_length)
+        lists: list[list[int]] = [[] for _ in self.managers]
+        candidate = max_length
+        longest = 0
+        searched_once: dict[int, int] = {}
+        while True:
+            current = candidate
+            for index, (cls, group_ids, where) in enumerate(self._searches):
+                if index in searched_once:
+                    current = min(current, searched_once[index])
+                    continue
+                found, hit = cls.find_longest_cache_hit(
+                    HitQuery(block_hashes, current, group_ids, *where)
+                )
+                for gid, blocks in zip(group_ids, found):
+                    lists[gid] = blocks
+                if cls.downward_closed_hits:
+                    searched_once[index] = hit
+                current = hit
+                if hit > longest:
+                    longest = hit
+            if current >= candidate:
+                break
+            candidate = current
+            if self._one_pass:
+                break
+        for index in searched_once:
+            sg = self.spec_groups[index]
+            keep = -(-candidate // sg.spec.block_size)
+            for gid in sg.group_ids:
+                del lists[gid][keep:]
+        return lists, candidate, longest
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        step = self.cache_step
+        aligned = num_computed_tokens - num_computed_tokens % step
+        final = max(0, num_computed_tokens - self.num_reprefillable_tokens)
+        for m in self._caching:
+            num_tokens = aligned
+            if m.use_eagle and aligned:
+                # The EAGLE lookup matches one block past an aligned hit before dropping it.
+                num_tokens = min(final, final - final % step + m.block_size)
+            m.cache_blocks(request, num_tokens)
 
 
 def make_coordinator(kv_cache_config: KVCacheConfig, **kwargs: Any) -> KVCacheCoordinator:
@@ -315,3 +671,27 @@ def make_coordinator(kv_cache_config: KVCacheConfig, **kwargs: Any) -> KVCacheCo
     if len(kv_cache_config.kv_cache_groups) == 1:
         return UnitaryCoordinator(kv_cache_config, **kwargs)
     return HybridCoordinator(kv_cache_config, **kwargs)
+
+
+def _restore_tables(
+    request_id: str, saved: list[tuple[SingleTypeKVCacheManager, int | None, int | None]]
+) -> None:
+    # (manager, table length, cached blocks); None: the request had none.
+    for m, length, num_cached in saved:
+        if length is None:
+            m.req_to_blocks.pop(request_id, None)
+        else:
+            del m.req_to_blocks[request_id][length:]
+        if num_cached is None:
+            m.num_cached_block.pop(request_id, None)
+        else:
+            m.num_cached_block[request_id] = num_cached
+
+
+def _shares_skips(first: SingleTypeKVCacheManager, other: SingleTypeKVCacheManager) -> bool:
+    kind = type(first)
+    return (
+        type(other) is kind
+        and kind.remove_skipped_blocks is SingleTypeKVCacheManager.remove_skipped_blocks
+        and other.kv_cache_spec == first.kv_cache_spec
+    )

@@ -11,7 +11,12 @@ from pagedkv.errors import ConfigError, KVCacheRuntimeError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.runtime.block_sizes import resolve_block_sizes
 from pagedkv.runtime.blocks import KVCacheBlocks
-from pagedkv.runtime.coordinators import make_coordinator, resolve_caching
+from pagedkv.runtime.coordinators import (
+    SpeculativeGrowth,
+    TableGrowth,
+    make_coordinator,
+    resolve_caching,
+)
 from pagedkv.runtime.events import (
     BlockStored,
     KVCacheEvent,
@@ -21,20 +26,18 @@ from pagedkv.runtime.events import (
 from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.runtime.hashing import BlockHasher
 from pagedkv.runtime.managers.base import Retention, SingleTypeKVCacheManager
-from pagedkv.runtime.managers.cross import CrossAttentionManager
 from pagedkv.runtime.managers.full import FullAttentionManager
-from pagedkv.runtime.managers.mamba import MambaManager
 from pagedkv.runtime.request import Request
-from pagedkv.runtime.stats import PrefixCacheStats, PrefixCacheStatsCounter
+from pagedkv.runtime.stats import PrefixCacheStats, stats_from_counts
 
 __all__ = [
     "BlockCopy",
     "BlockCopies",
     "FROM_CONFIG",
     "KVCacheManager",
+    "PrefixCacheStatsCounter",
     "retention_class",
     "check_retention_interval",
-    "plain_growth",
 ]
 
 
@@ -55,6 +58,36 @@ class _FromConfig(Enum):
 
 
 FROM_CONFIG = _FromConfig.VALUE  # an option not given: the EngineConfig's value
+
+
+class PrefixCacheStatsCounter:
+    """Lookups and hits since construction and since the previous ``take_step``."""
+
+    def __init__(self) -> None:
+        self._total = [0] * 6  # requests, queries, hits; then the same after preemption
+        self._step = [0] * 6
+        self._reset = [False, False]  # total, step
+        self._evictions_at_step = 0
+
+    def record(self, num_tokens: int, num_hit_tokens: int, preempted: bool) -> None:
+        i = 3 if preempted else 0
+        for counts in (self._total, self._step):
+            counts[i] += 1
+            counts[i + 1] += num_tokens
+            counts[i + 2] += num_hit_tokens
+
+    def mark_reset(self) -> None:
+        self._reset = [True, True]
+
+    def total(self, evictions: int) -> PrefixCacheStats:
+        return stats_from_counts(self._total, self._reset[0], evictions)
+
+    def take_step(self, evictions: int) -> PrefixCacheStats:
+        """The step's counts (``evictions``: the running total), then start afresh."""
+        step = evictions - self._evictions_at_step
+        stats = stats_from_counts(self._step, self._reset[1], step)
+        self._step, self._reset[1], self._evictions_at_step = [0] * 6, False, evictions
+        return stats
 
 
 class KVCacheManager:
@@ -138,7 +171,7 @@ class KVCacheManager:
                 f"CacheConfig.eviction_policy={policy!r} is an extension: build the manager with "
                 "pagedkv.policies.make_kv_cache_manager (or pass free_queue=)"
             )
-        self.coordinator = make_coordinator(
+        self.coordinator = coordinator = make_coordinator(
             kv_cache_config,
             max_model_len=self.max_model_len,
             enable_caching=self.enable_caching,
@@ -151,65 +184,35 @@ class KVCacheManager:
             free_queue=free_queue,
             use_eagle=use_eagle,
             num_prefill_lookahead=num_prefill_lookahead,
+            num_hash_lookahead_tokens=num_hash_lookahead_tokens,
             scheduler_block_size=self.scheduler_block_size,
+            partial_hash_hits=self.enable_partial_hash_hits,
         )
         self.use_eagle = use_eagle
         self.enable_events = enable_events
-        self.block_pool = self.coordinator.block_pool
-        self.block_pool.num_hash_lookahead_tokens = num_hash_lookahead_tokens
-        self.managers = managers = self.coordinator.managers
-        for m in managers:
-            if isinstance(m, MambaManager):
-                # Checkpoints land where an EAGLE lookup (or a lookahead hash) can resume.
-                m.drop_eagle_checkpoint_block = use_eagle
-                m.num_hash_lookahead_tokens = num_hash_lookahead_tokens
+        self.block_pool = coordinator.block_pool
+        self.managers = managers = coordinator.managers
         check_retention_interval(
             config.cache.prefix_cache_retention_interval, self.scheduler_block_size, managers
         )
         self.num_groups = len(managers)
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
-        # Runs of skipping managers of one class and spec share one skip count, in order.
-        self._skipping: list[tuple[SingleTypeKVCacheManager, list[SingleTypeKVCacheManager]]] = []
-        for m in (m for m in managers if m.skips_tokens):
-            if self._skipping and _shares_skips(self._skipping[-1][0], m):
-                self._skipping[-1][1].append(m)
-            else:
-                self._skipping.append((m, []))
-        self._caching = [m for m in managers if m.enable_caching]
-        # Full attention hashed finer than its block keys the prompt's last boundary too.
-        self._tail_keyers = [
-            m for m in self._caching if isinstance(m, FullAttentionManager) and m.keys_partial_tails
-        ]
-        self._cross = [isinstance(m, CrossAttentionManager) for m in managers]
-        # Fast path: every table ends at cdiv(tokens, block_size) entries (plain kinds,
-        # Mamba); only when all grow plainly does it also count the blocks itself.
-        self._fast_alloc = all(plain_growth(m) for m in managers)
-        self._growth = None
-        if all(plain_growth(m) or _plain_mamba(m) for m in managers):
-            self._growth = [
-                (m.block_size, m.req_to_blocks, m.num_cached_block, cross)
-                for m, cross in zip(managers, self._cross)
-            ]
-        # Mamba groups with speculative blocks hold them past their positions ("align"
-        # mode: those of the main model's tokens, lookahead slots excluded).
-        self._speculative_growth = [
-            (m.block_size, m.req_to_blocks, m.num_speculative_blocks, m.align)
-            for m in managers
-            if isinstance(m, MambaManager) and m.num_speculative_blocks
-        ]
-        self._first_tables: dict[str, list[int]] = managers[0].req_to_blocks if managers else {}
-        # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule),
-        # or of nothing with partial hits (rounding would re-key a copied partial state);
-        # their EAGLE groups up to one of their blocks past it. One group: all but the
-        # tokens multi-module MTP may re-prefill.
-        self._cache_step = 1
-        if self.num_groups > 1 and not self.enable_partial_hash_hits:
-            self._cache_step = self.scheduler_block_size
-        self._reprefill = self.coordinator.num_reprefillable_tokens if self.num_groups == 1 else 0
-        self._eagle_cache = self.num_groups > 1 and any(m.use_eagle for m in self._caching)
-        # The fast path's test for blocks to cache must never undercount: it rounds only
-        # when every group rounds.
-        self._fast_cache_step = 1 if self._eagle_cache else self._cache_step
+        # The decode step's look-ups, bound once (most steps use nothing else).
+        self._block_tables = coordinator.block_tables  # a request runs while it has one
+        self._skip_steps = coordinator.skip_steps
+        # The idle-step check's parts, bound as plain attributes (read fastest).
+        check = coordinator.idle_step_check
+        self._idle_groups: list[TableGrowth] | None = None
+        self._idle_speculative: list[SpeculativeGrowth] = []
+        self._idle_cache_step = 1
+        self._idle_tail_keyers: list[FullAttentionManager] = []
+        self._idle_counts_new_blocks = False
+        if check is not None:
+            self._idle_groups = check.groups
+            self._idle_speculative = check.speculative
+            self._idle_cache_step = check.cache_step
+            self._idle_tail_keyers = check.tail_keyers
+            self._idle_counts_new_blocks = check.counts_new_blocks
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
         self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
@@ -217,16 +220,6 @@ class KVCacheManager:
             for g in groups
         ]
         self._stats = PrefixCacheStatsCounter()
-        self._prefill_end = self._last_chunk_checkpoints(
-            config.cache.prefix_cache_retention_interval
-        )
-
-    def _last_chunk_checkpoints(self, retention_interval: int | None) -> bool:
-        # vLLM reserves Mamba prefill checkpoints on the prompt's last chunk only under
-        # retention interval 0 (else on every chunk: prefill_end 0).
-        return retention_interval == 0 and any(
-            getattr(m, "has_checkpoint_blocks", False) for m in self.managers
-        )
 
     @property
     def num_free_blocks(self) -> int:
@@ -253,7 +246,7 @@ class KVCacheManager:
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         """A copy of the request's block table, one list per group (null blocks are 0)."""
-        return tuple(list(m.req_to_blocks.get(request_id, ())) for m in self.managers)
+        return self.coordinator.get_block_ids(request_id)
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
         return KVCacheBlocks(self.get_block_ids(request_id))
@@ -265,25 +258,19 @@ class KVCacheManager:
             return self._empty, 0
         if request.hasher is not self.hasher:
             self._attach_hasher(request)
+        num_tokens = len(request.all_token_ids)
         lists, num_hit, longest = self.coordinator.find_longest_cache_hit(
-            request.block_hashes, request.num_tokens - 1
+            request.block_hashes, num_tokens - 1
         )
         if num_hit and self.enable_events and request.kv_cache_report_mode == "full":
-            self._announce_hits(request, lists)
+            self.coordinator.emit_cached_block_events(request, lists)
         # A longer prefix some group had: the request keeps the blocks a hit there needs.
         request.shared_prefix_boundary = longest if longest > num_hit else 0
-        self._stats.record(request.num_tokens, num_hit, request.num_preemptions > 0)
+        self._stats.record(num_tokens, num_hit, request.num_preemptions > 0)
         request.num_cached_tokens = num_hit
         if not num_hit:
             return self._empty, 0
         return KVCacheBlocks(tuple(lists)), num_hit
-
-    def _announce_hits(self, request: Request, lists: list[list[int]]) -> None:
-        # kv_cache_report_mode="full": the hit is re-announced per group, nulls included.
-        for gid, blocks in enumerate(lists):
-            if blocks:
-                block_size = self.managers[gid].block_size
-                self.block_pool.emit_cached_block_events(request, len(blocks), block_size, gid)
 
     def _attach_hasher(self, request: Request) -> None:
         hasher = request.hasher
@@ -334,7 +321,7 @@ class KVCacheManager:
                     f"request {request_id!r}: num_new_tokens must be > 0 when there are "
                     f"no computed tokens to adopt, got {num_new_tokens}"
                 )
-        running = request_id in self._first_tables
+        running = request_id in self._block_tables
         hits = self._no_hits
         if new_computed_blocks is not None:
             hits = new_computed_blocks.blocks
@@ -348,11 +335,12 @@ class KVCacheManager:
                 )
         total_computed = request.num_computed_tokens + num_new_computed_tokens
         if num_new_computed_tokens and not (
-            0 < total_computed <= request.num_tokens and num_new_computed_tokens > 0
+            0 < total_computed <= len(request.all_token_ids) and num_new_computed_tokens > 0
         ):
             raise KVCacheRuntimeError(
                 f"request {request_id!r} adopts {num_new_computed_tokens} computed tokens "
-                f"after {request.num_computed_tokens}, but it has {request.num_tokens} tokens"
+                f"after {request.num_computed_tokens}, but it has "
+                f"{len(request.all_token_ids)} tokens"
             )
         if num_external_computed_tokens:
             if num_external_computed_tokens < 0:
@@ -372,70 +360,78 @@ class KVCacheManager:
         if num_slots > max_len:
             num_slots = max_len
         if full_sequence_must_fit:
-            num_tokens = min(request.num_tokens, max_len)
-            needed = self._num_blocks_needed(
+            coordinator = self.coordinator
+            whole = min(len(request.all_token_ids), max_len)
+            whole_needed = coordinator.get_num_blocks_to_allocate(
                 request_id,
-                num_tokens,
-                num_tokens,
+                whole,
                 hits,
-                total_computed,
                 num_encoder_tokens,
-                True,
-                self._prefill_end_of(request),
+                total_computed,
+                whole,
+                apply_admission_cap=True,
+                prefill_end=coordinator.prefill_end_of(request),
             )
-            if needed + self._reserve(running, has_scheduled_reqs) > self.num_free_blocks:
+            if whole_needed + self._reserve(running, has_scheduled_reqs) > self.num_free_blocks:
                 return None
         cache = self.enable_caching and not delay_cache_blocks
-        if running and self._skipping:
-            num_prompt = request.num_prompt_tokens
-            for m, peers in self._skipping:
-                m.remove_skipped_blocks(request_id, total_computed, peers, num_prompt)
-        growth = self._growth if running else None
-        if growth is not None:
-            # Fast path (bench_hot_path: most decode steps change nothing).
-            cache_tokens = len(request.all_token_ids) if cache else 0
-            if cache_tokens > num_main:
-                cache_tokens = num_main
-            if self._fast_cache_step > 1:
-                cache_tokens -= cache_tokens % self._fast_cache_step
-            needed = 0
-            work = False
-            for block_size, tables, num_cached, cross in growth:
-                tokens = num_encoder_tokens if cross else num_slots
-                num_new = -(-tokens // block_size) - len(tables[request_id])
-                if num_new > 0:
-                    needed += num_new
-                    work = True
-                elif cache_tokens // block_size > num_cached[request_id]:
-                    work = True
-            for block_size, tables, spec_blocks, align in self._speculative_growth:
-                tokens = num_main if align else num_slots
-                if -(-tokens // block_size) + spec_blocks > len(tables[request_id]):
-                    work = True
-            if not work and self._tail_keyers:
-                work = any(m.tail_key_pending(request, cache_tokens) for m in self._tail_keyers)
-            if not work:
-                if reserved_blocks and reserved_blocks > self.num_free_blocks:
-                    return None  # vLLM's: nothing to allocate still needs the reserve
-                return self._empty
-        if growth is None or not self._fast_alloc:
-            needed = self._reserve(running, has_scheduled_reqs) + self._num_blocks_needed(
-                request_id,
-                num_slots,
-                num_main,
-                hits,
-                total_computed,
-                num_encoder_tokens,
-                False,
-                self._prefill_end_of(request),
+        needed: int | None = None  # free blocks the step takes, once counted
+        if running:
+            if self._skip_steps:  # the coordinator's remove_skipped_blocks, inline
+                num_prompt = request.num_prompt_tokens
+                for remove, peers in self._skip_steps:
+                    remove(request_id, total_computed, peers, num_prompt)
+            idle_groups = self._idle_groups
+            if idle_groups is not None:
+                # The coordinator's IdleStepCheck, inline: most decode steps end here.
+                cache_tokens = len(request.all_token_ids) if cache else 0
+                if cache_tokens > num_main:
+                    cache_tokens = num_main
+                if self._idle_cache_step > 1:
+                    cache_tokens -= cache_tokens % self._idle_cache_step
+                num_new_blocks = 0
+                idle = True
+                for block_size, tables, num_cached, encoder in idle_groups:
+                    tokens = num_encoder_tokens if encoder else num_slots
+                    num_new = -(-tokens // block_size) - len(tables[request_id])
+                    if num_new > 0:
+                        num_new_blocks += num_new
+                        idle = False
+                    elif cache_tokens // block_size > num_cached[request_id]:
+                        idle = False
+                for block_size, tables, spec_blocks, align in self._idle_speculative:
+                    tokens = num_main if align else num_slots
+                    if -(-tokens // block_size) + spec_blocks > len(tables[request_id]):
+                        idle = False
+                if idle and self._idle_tail_keyers:
+                    idle = not any(
+                        m.tail_key_pending(request, cache_tokens) for m in self._idle_tail_keyers
+                    )
+                if idle:
+                    if reserved_blocks and reserved_blocks > self.num_free_blocks:
+                        return None  # vLLM's: nothing to allocate still needs the reserve
+                    return self._empty
+                if self._idle_counts_new_blocks:
+                    needed = num_new_blocks
+        if needed is None:
+            coordinator = self.coordinator
+            needed = self._reserve(running, has_scheduled_reqs) + (
+                coordinator.get_num_blocks_to_allocate(
+                    request_id,
+                    num_slots,
+                    hits,
+                    num_encoder_tokens,
+                    total_computed,
+                    num_main,
+                    prefill_end=coordinator.prefill_end_of(request),
+                )
             )
-        pool = self.block_pool
-        if needed + reserved_blocks > pool.num_free_blocks:
+        if needed + reserved_blocks > self.block_pool.num_free_blocks:
             return None
         if self.enable_caching and request.hasher is not self.hasher:
             self._attach_hasher(request)
         external = 0 if running else num_external_computed_tokens
-        return self._transaction(
+        return self._allocate(
             request,
             running,
             hits,
@@ -447,7 +443,7 @@ class KVCacheManager:
             external,
         )
 
-    def _transaction(
+    def _allocate(
         self,
         request: Request,
         running: bool,
@@ -457,92 +453,47 @@ class KVCacheManager:
         num_main: int,
         num_encoder_tokens: int,
         cache: bool,
-        external: int = 0,
+        external: int,
     ) -> KVCacheBlocks:
+        # One transaction of the block pool: anything raising midway is undone.
         request_id = request.request_id
+        coordinator = self.coordinator
         pool = self.block_pool
         savepoint = pool.begin()
         try:
+            coordinator.journal_tables(request_id)
             if not running:
-                # Every group adopts its hits before any allocates, so an allocation can
-                # never evict another group's hit blocks.
-                if external:
-                    local = total_computed - external
-                    for m, hit in zip(self.managers, hits):
-                        m.add_local_computed_blocks(request_id, hit, total_computed, local)
-                    # After every group adopted its hits, as above.
-                    for m, cross in zip(self.managers, self._cross):
-                        if not cross:
-                            m.allocate_external_computed_blocks(request_id, total_computed)
-                else:
-                    for m, hit in zip(self.managers, hits):
-                        m.add_local_computed_blocks(request_id, hit, total_computed)
-            new_blocks = tuple(
-                [
-                    m.allocate_new_blocks(
-                        request_id, num_encoder_tokens if cross else num_slots, num_main
-                    )
-                    for m, cross in zip(self.managers, self._cross)
-                ]
+                coordinator.allocate_new_computed_blocks(request_id, hits, total_computed, external)
+            new_blocks = coordinator.allocate_new_blocks(
+                request_id, num_slots, num_main, num_encoder_tokens
             )
             if cache:
-                self.cache_blocks(request, min(num_main, request.num_tokens))
+                coordinator.cache_blocks(request, min(num_main, len(request.all_token_ids)))
         except BaseException:
             pool.rollback(savepoint)
             raise
         pool.commit()
         return KVCacheBlocks(new_blocks) if any(new_blocks) else self._empty
 
-    def _prefill_end_of(self, request: Request) -> int:
-        # Where the prefill ends (a resumed request replays its outputs too); 0 when no
-        # group takes prefill checkpoints or when every chunk does.
-        if not self._prefill_end:
-            return 0
-        return max(request.num_prompt_tokens, request.num_tokens - 1)
-
     def _reserve(self, running: bool, has_scheduled_reqs: bool) -> int:
         return self.watermark_blocks if has_scheduled_reqs and not running else 0
-
-    def _num_blocks_needed(
-        self,
-        request_id: str,
-        num_tokens: int,
-        num_main: int,
-        hits: tuple[list[int], ...],
-        total_computed: int,
-        num_encoder_tokens: int,
-        cap: bool,
-        prefill_end: int,
-    ) -> int:
-        needed = 0
-        for m, cross, hit in zip(self.managers, self._cross, hits):
-            if not cross:
-                needed += m.get_num_blocks_to_allocate(
-                    request_id, num_tokens, hit, total_computed, num_main, cap, prefill_end
-                )
-            elif not cap:
-                needed += m.get_num_blocks_to_allocate(
-                    request_id, num_encoder_tokens, hit, 0, num_encoder_tokens
-                )
-        return needed
 
     def free(self, request: Request | str) -> None:
         """Release every block of the request, last blocks first (evicted first)."""
         if isinstance(request, str):
-            request_id, priority = request, 0
+            self.coordinator.free(request)
         else:
-            request_id, priority = request.request_id, request.priority
-        for m in self.managers:
-            m.free(request_id, priority)
+            self.coordinator.free(request.request_id, request.priority)
 
     def remove_skipped_blocks(
         self, request_id: str, num_computed_tokens: int, num_prompt_tokens: int | None = None
     ) -> None:
         """Free blocks that fell out of the request's window (nulls in its table); R-SWA
         groups free their decode gap only when given the prompt length."""
-        if request_id in self._first_tables:
-            for m, peers in self._skipping:
-                m.remove_skipped_blocks(request_id, num_computed_tokens, peers, num_prompt_tokens)
+        if request_id in self._block_tables:
+            self.coordinator.remove_skipped_blocks(
+                request_id, num_computed_tokens, num_prompt_tokens
+            )
 
     def evict_blocks(self, block_ids: list[int]) -> None:
         """Drop the cached hashes of the given blocks (they stay allocated if in use)."""
@@ -557,8 +508,7 @@ class KVCacheManager:
 
     def new_step_starts(self) -> None:
         """Call once per engine step: checkpoints cached in earlier steps become usable."""
-        for m in self.managers:
-            m.new_step_starts()
+        self.coordinator.new_step_starts()
 
     def take_events(self) -> list[KVCacheEvent]:
         """KV cache events since the last call, BlockStored annotated with its group's spec
@@ -576,7 +526,7 @@ class KVCacheManager:
         """The copy-on-write copies queued since the last call (partial prefix hits) and
         the blocks they keep referenced: run the copies, then release those blocks with
         ``block_pool.free_blocks(retained_blocks)`` (or ``release_cow_copies``)."""
-        pairs = [pair for m in self.managers for pair in m.take_cow_copies()]
+        pairs = self.coordinator.take_cow_copies()
         copies = [BlockCopy(source, copy) for source, copy in pairs]
         return BlockCopies(copies, [block for pair in pairs for block in pair])
 
@@ -592,69 +542,34 @@ class KVCacheManager:
         to a multiple of the scheduler block size; their EAGLE groups up to one of their
         blocks past it). Speculative decoding calls it after verification, with the
         computed tokens rolled back by the rejected drafts."""
-        if not self.enable_caching:
-            return
-        if self._eagle_cache:
-            self._cache_hybrid_eagle(request, num_computed_tokens)
-            return
-        num_tokens = num_computed_tokens - num_computed_tokens % self._cache_step
-        if self._reprefill:
-            num_tokens = max(0, num_tokens - self._reprefill)
-        for m in self._caching:
-            m.cache_blocks(request, num_tokens)
-
-    def _cache_hybrid_eagle(self, request: Request, num_computed_tokens: int) -> None:
-        step = self._cache_step
-        aligned = num_computed_tokens - num_computed_tokens % step
-        final = max(0, num_computed_tokens - self.coordinator.num_reprefillable_tokens)
-        for m in self._caching:
-            num_tokens = aligned
-            if m.use_eagle and aligned:
-                # The EAGLE lookup matches one block past an aligned hit before dropping it.
-                num_tokens = min(final, final - final % step + m.block_size)
-            m.cache_blocks(request, num_tokens)
+        if self.enable_caching:
+            self.coordinator.cache_blocks(request, num_computed_tokens)
 
     def set_prefix_cache_retention_interval(self, interval: int | None) -> None:
         """Change how densely sliding-window and Mamba groups keep states for later hits
         (``CacheConfig.prefix_cache_retention_interval``'s rules); applies from the next
         step's caching on."""
         check_retention_interval(interval, self.scheduler_block_size, self.managers)
-        for m in self.managers:
-            m.retention_interval = interval
-        self._prefill_end = self._last_chunk_checkpoints(interval)
+        self.coordinator.set_retention_interval(interval)
 
     def offer_boundary_states(self) -> None:
         """Start recording the Mamba align states this manager keys, for a KV connector
         to drain with ``take_boundary_state_offloads`` (docs/runtime.md)."""
-        for m in self.managers:
-            if isinstance(m, MambaManager):
-                m.offer_boundary_states()
+        self.coordinator.offer_boundary_states()
 
     def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
         """The boundary states keyed since the last call, per request: ``(group_id,
         block_id, boundary_tokens)`` in group order ({} unless ``offer_boundary_states``)."""
-        out: dict[str, list[tuple[int, int, int]]] = {}
-        for m in self.managers:
-            offers = getattr(m, "offers", None)
-            if offers is not None:
-                for request_id, block, tokens in offers.take():
-                    out.setdefault(request_id, []).append((m.kv_cache_group_id, block, tokens))
-        return out
+        return self.coordinator.take_boundary_state_offloads()
 
     def finalize_partial_tail_offloads(
         self, request_id: str, num_computed_tokens: int, num_in_flight_tokens: int = 0
     ) -> list[tuple[int, int, int]]:
         """For a finishing request: its own uncopied partial tails still holding the
         prompt's boundary state, as ``(group_id, block_id, boundary_tokens)`` (each once)."""
-        out: list[tuple[int, int, int]] = []
-        for m in self.managers:
-            if isinstance(m, MambaManager):
-                tail = m.finalize_partial_tail(
-                    request_id, num_computed_tokens, num_in_flight_tokens
-                )
-                if tail is not None:
-                    out.append((m.kv_cache_group_id, *tail))
-        return out
+        return self.coordinator.finalize_partial_tail_offloads(
+            request_id, num_computed_tokens, num_in_flight_tokens
+        )
 
     def __repr__(self) -> str:
         kinds = ", ".join(kind for kind, _ in self._group_meta)
@@ -696,27 +611,3 @@ def check_retention_interval(
             f"{name}={interval} must be a non-negative multiple of the scheduler block size "
             f"({scheduler_block_size} tokens)"
         )
-
-
-def plain_growth(manager: SingleTypeKVCacheManager) -> bool:
-    """Whether the kind grows a table by cdiv(tokens, block_size) - len(table) new blocks."""
-    base = SingleTypeKVCacheManager
-    kind = type(manager)
-    return (
-        kind.allocate_new_blocks is base.allocate_new_blocks
-        and kind.get_num_blocks_to_allocate is base.get_num_blocks_to_allocate
-    )
-
-
-def _plain_mamba(manager: SingleTypeKVCacheManager) -> bool:
-    # A Mamba kind whose steps key only whole blocks (no checkpoints or partial tails).
-    return isinstance(manager, MambaManager) and not manager.exports_tail_states
-
-
-def _shares_skips(first: SingleTypeKVCacheManager, other: SingleTypeKVCacheManager) -> bool:
-    kind = type(first)
-    return (
-        type(other) is kind
-        and kind.remove_skipped_blocks is SingleTypeKVCacheManager.remove_skipped_blocks
-        and other.kv_cache_spec == first.kv_cache_spec
-    )

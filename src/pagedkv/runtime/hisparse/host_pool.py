@@ -4,6 +4,7 @@ stream covers both tiers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pagedkv.runtime.block_pool import BlockPool
@@ -41,3 +42,6 @@ class HostBlockPool(BlockPool):
     @_journal.setter
     def _journal(self, journal: list[tuple[Any, ...]] | None) -> None:
         return  # the owner's journal: the owner's transactions begin and end it
+
+    def on_commit(self, change: Callable[..., object], *args: Any) -> None:
+        self._owner.on_commit(change, *args)  # the owner's transactions commit it

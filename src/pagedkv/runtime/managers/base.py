@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pagedkv.runtime.block_pool import NULL_BLOCK, BlockPool
-from pagedkv.specs.base import AttentionSpec, cdiv
+from pagedkv.specs.base import AttentionSpec
 from pagedkv.specs.ring import CircularBufferSpec
 
 __all__ = [
@@ -55,6 +55,17 @@ class SingleTypeKVCacheManager(ABC):
     # Under EAGLE the coordinator looks one block past the hit for kinds that drop it.
     looks_past_eagle_block: ClassVar[bool] = True
     supports_eagle_block_drop: ClassVar[bool] = True
+    # A running request's step up to n tokens needs cdiv(n, block_size) - len(table) new
+    # blocks and leaves the table that long. A kind that overrides allocate_new_blocks
+    # or get_num_blocks_to_allocate is taken not to, unless its class says so.
+    plain_growth: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        growth = "allocate_new_blocks" in own or "get_num_blocks_to_allocate" in own
+        if growth and "plain_growth" not in own:
+            cls.plain_growth = False
 
     def __init__(
         self,
@@ -97,6 +108,10 @@ class SingleTypeKVCacheManager(ABC):
         # blocks this kind hands out before use; ``take_new_block_ids`` drains them.
         self.records_new_block_ids = record_new_block_ids and zeroed_on_allocation(kv_cache_spec)
         self.new_block_ids: list[int] = []
+        # After a step up to n tokens the table holds cdiv(n, block_size) entries and the
+        # step cached only blocks that became full: the coordinator's idle-step check can
+        # read this group's tables instead of asking it.
+        self.tracks_tokens = self.plain_growth
 
     @classmethod
     @abstractmethod
@@ -137,7 +152,7 @@ class SingleTypeKVCacheManager(ABC):
     ) -> int:
         """Free-queue blocks an allocation up to ``num_tokens`` would consume. ``prefill_end``:
         the token the request's prefill ends at (0: take checkpoints on every chunk)."""
-        required = cdiv(num_tokens, self.block_size)
+        required = -(-num_tokens // self.block_size)
         if apply_admission_cap:
             cap = self.max_admission_blocks()
             if cap is not None and cap < required:
@@ -173,7 +188,6 @@ class SingleTypeKVCacheManager(ABC):
         table = [NULL_BLOCK] * skipped + kept if skipped else kept
         self.req_to_blocks[request_id] = table
         self.num_cached_block[request_id] = len(table)
-        self.block_pool.record(self._forget, request_id)
         local = num_local_computed_tokens
         if local is None:
             local = total_computed_tokens
@@ -188,16 +202,8 @@ class SingleTypeKVCacheManager(ABC):
     ) -> None:
         """Blocks for the tokens a KV connector loads, up to ``total_computed_tokens``
         (after the adopted hits); none where they fall outside the window."""
-        table = self.req_to_blocks[request_id]
-        skipped = self.get_num_skipped_tokens(total_computed_tokens)
-        if skipped >= total_computed_tokens:
-            return
-        num_new = cdiv(total_computed_tokens, self.block_size) - len(table)
-        if num_new <= 0:
-            return
-        new = self.block_pool.get_new_blocks(num_new)
-        self.block_pool.record(self._truncate, table, len(table))
-        table.extend(new)
+        if self.get_num_skipped_tokens(total_computed_tokens) < total_computed_tokens:
+            self._grow_table(self.req_to_blocks[request_id], total_computed_tokens)
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
@@ -206,15 +212,19 @@ class SingleTypeKVCacheManager(ABC):
         if self._partial_hits and request_id in self._partial_hits:
             copy = self._copy_partial_hit(request_id)
             return [copy, *self.allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)]
-        table = self.req_to_blocks[request_id]
-        num_new = cdiv(num_tokens, self.block_size) - len(table)
+        new = self._grow_table(self.req_to_blocks[request_id], num_tokens)
+        if new and self.records_new_block_ids:
+            self.record_new_block_ids(new)
+        return new
+
+    def _grow_table(self, table: list[int], num_tokens: int) -> list[int]:
+        """Append the new blocks ``table`` needs to cover ``num_tokens`` tokens; returns
+        them (a rollback truncates the table: ``KVCacheCoordinator.journal_tables``)."""
+        num_new = -(-num_tokens // self.block_size) - len(table)
         if num_new <= 0:
             return []
         new = self.block_pool.get_new_blocks(num_new)
-        self.block_pool.record(self._truncate, table, len(table))
         table.extend(new)
-        if self.records_new_block_ids:
-            self.record_new_block_ids(new)
         return new
 
     def record_new_block_ids(self, blocks: Sequence[int]) -> None:
@@ -296,7 +306,6 @@ class SingleTypeKVCacheManager(ABC):
             self.kv_cache_group_id,
             keep,
         )
-        pool.record(self.num_cached_block.__setitem__, request_id, num_cached)
         self.num_cached_block[request_id] = num_full
 
     def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
@@ -387,10 +396,6 @@ class SingleTypeKVCacheManager(ABC):
     def new_step_starts(self) -> None:  # noqa: B027 - optional hook
         """A new engine step begins (kinds that track per-step state reset it)."""
 
-    def _forget(self, request_id: str) -> None:
-        self.req_to_blocks.pop(request_id, None)
-        self.num_cached_block.pop(request_id, None)
-
     @staticmethod
     def _truncate(table: list[int], length: int) -> None:
         del table[length:]
@@ -426,7 +431,7 @@ class Retention:
         self, manager: SingleTypeKVCacheManager, request: Request, start: int, end: int
     ) -> set[int] | None:
         """Table positions in ``[start, end)`` to cache now (None: every one). Runs inside
-        an allocation: journal any state change with ``block_pool.record``."""
+        an allocation: change any state of its own through ``block_pool.on_commit``."""
         return manager.reachable_blocks(request, start, end)
 
     def release(

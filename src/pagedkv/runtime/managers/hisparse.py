@@ -191,7 +191,6 @@ class HiSparseHotManager(_HiSparseGPUManager):
         if request_id not in self.hot_required or num_new <= 0:
             return []
         new = self.block_pool.get_new_blocks(num_new)
-        self.block_pool.record(self._truncate, table, len(table))
         table.extend(new)
         return new
 

@@ -53,7 +53,6 @@ class CircularBufferManager(SingleTypeKVCacheManager):
         if table:
             return []
         new = self.block_pool.get_new_blocks(1)
-        self.block_pool.record(self._truncate, table, 0)
         table.extend(new)
         return new
 

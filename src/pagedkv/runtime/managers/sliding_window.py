@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from pagedkv.runtime.block_pool import NULL_BLOCK
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
-from pagedkv.specs.base import cdiv
 
 __all__ = [
     "SlidingWindowManager",
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 
 def _window_blocks(spec: KVCacheSpec) -> int:
     window = int(spec.sliding_window)  # type: ignore[attr-defined]
-    return max(cdiv(window - 1, spec.block_size), 1)
+    return max(-(-(window - 1) // spec.block_size), 1)
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
@@ -82,6 +81,7 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._retained_tokens: int = self.kv_cache_spec.num_retained_tokens  # type: ignore[attr-defined]
+        self._window_blocks = _window_blocks(self.kv_cache_spec)  # a hit's run of blocks
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         skipped = num_computed_tokens - self._retained_tokens
@@ -89,12 +89,12 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
 
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         end = num_tokens // self.block_size
-        return max(end - _window_blocks(self.kv_cache_spec), 0), end
+        return max(end - self._window_blocks, 0), end
 
     def eagle_hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         # The run an EAGLE lookup matches ends one block past the hit.
         end = num_tokens // self.block_size
-        return max(end - _window_blocks(self.kv_cache_spec), 0), end + 1
+        return max(end - self._window_blocks, 0), end + 1
 
     def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
         """``reachable_positions`` for this manager and the request's replay boundaries."""
