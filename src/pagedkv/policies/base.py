@@ -80,10 +80,8 @@ class EvictionPolicy(ABC):
         """Undo the ``remove`` that returned ``token``."""
 
     def hit(self, block: int) -> None:  # noqa: B027 - optional hook
-        """A cache hit reused ``block`` (it may be free or in use)."""
-
-    def unhit(self, block: int) -> None:  # noqa: B027 - optional hook
-        """Undo one ``hit``."""
+        """A cache hit reused ``block`` (it may be free or in use); reported once the
+        allocation commits, so a hit is never undone."""
 
     def forget(self, block: int) -> None:  # noqa: B027 - optional hook
         """``block`` lost its content (evicted or its hash dropped): reset its history."""
@@ -100,15 +98,7 @@ class EvictionPolicy(ABC):
 
 
 class HitCounts(dict[int, int]):
-    """Cache hits per block (absent: none), for policies that weigh reuse; ``unhit``
-    undoes one ``hit`` exactly."""
+    """Cache hits per block (absent: none), for policies that weigh reuse."""
 
     def hit(self, block: int) -> None:
         self[block] = self.get(block, 0) + 1
-
-    def unhit(self, block: int) -> None:
-        count = self[block] - 1
-        if count:
-            self[block] = count
-        else:
-            del self[block]

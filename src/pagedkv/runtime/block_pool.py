@@ -141,8 +141,7 @@ class BlockPool:
         for block in touched:
             ref[block] += 1
         if self._queue_hits:
-            for block in touched:
-                self.queue.hit(block)
+            self.on_commit(self._report_hits, touched)
         if self._journal is not None:
             self._journal.append((self._undo_touch, (touched, freed, tokens)))
 
@@ -597,11 +596,14 @@ class BlockPool:
             self.ref_cnt[block] = 0
         self.queue.unpop(blocks, token)
 
+    def _report_hits(self, blocks: list[int]) -> None:
+        hit = self.queue.hit
+        for block in blocks:
+            hit(block)
+
     def _undo_touch(self, touched: list[int], freed: list[int], tokens: list[Any]) -> None:
         for block in reversed(touched):
             self.ref_cnt[block] -= 1
-            if self._queue_hits:
-                self.queue.unhit(block)
         for block, token in zip(reversed(freed), reversed(tokens)):
             self.queue.reinsert(block, token)
 

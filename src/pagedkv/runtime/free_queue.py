@@ -59,10 +59,8 @@ class FreeQueue(ABC):
         """Undo of ``remove``: ``block`` back at the position ``token`` records."""
 
     def hit(self, block: int) -> None:  # noqa: B027 - optional hook
-        """A cache hit on ``block`` (free or in use); called only if ``wants_hits``."""
-
-    def unhit(self, block: int) -> None:  # noqa: B027 - optional hook
-        """Undo of ``hit`` (a rolled-back allocation); called only if ``wants_hits``."""
+        """A cache hit on ``block`` (free or in use); called only if ``wants_hits``, once
+        the allocation that took the hit commits (a rolled-back one makes none)."""
 
     @abstractmethod
     def order(self) -> list[int]:
