@@ -5,8 +5,9 @@ blocks with the same key wait in ``_dups[group][hash]``. A block has one primary
 (``block_hash``/``block_group``); with partial prefix hits it may hold more keys
 (``_extra_keys``) and a primary key at a hash boundary inside the block (``_key_tokens``:
 the tokens it covers). Between ``begin`` and ``commit`` every change is journaled;
-``rollback`` undoes them newest first. State kept beside the pool (a retention's) changes
-once the transaction commits instead (``on_commit``), so it needs no undo.
+``rollback`` undoes them newest first. State kept beside the pool (a retention's, the free
+queue's hit counts) changes once the transaction commits instead (``on_commit``), so it
+needs no undo; the free queue undoes only its ``pop`` and ``remove``.
 """
 
 from __future__ import annotations

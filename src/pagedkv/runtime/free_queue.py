@@ -1,7 +1,8 @@
 """The free queue: the order in which the block pool hands out (and evicts) free blocks.
 
 A rolled-back allocation calls ``unpop`` / ``reinsert`` newest first, so each undo sees the
-queue as it was right after the call it undoes; frees never happen inside an allocation.
+queue as it was right after the call it undoes. Those are the only undos a queue writes:
+frees never happen inside an allocation and hits are reported once it commits.
 """
 
 from __future__ import annotations
