@@ -106,6 +106,31 @@ def test_transfers_pair_the_evicted_and_loaded_blocks() -> None:
     assert [d for _, d in loads] == manager.get_block_ids("a2")[0][:3]
 
 
+def test_a_rolled_back_eviction_is_not_stored_to_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    manager = tiered(device_blocks=6, host_blocks=8)
+    a = Request("a", list(range(13)))
+    manager.allocate_slots(a, 13, 0, manager.get_computed_blocks(a).blocks)
+    a.num_computed_tokens = 13
+    manager.free(a)
+    pool = manager.manager.block_pool
+    original = pool.cache_full_blocks
+
+    def failing(*args: object, **kwargs: object) -> None:
+        original(*args, **kwargs)  # type: ignore[arg-type]
+        raise KVCacheRuntimeError("injected")
+
+    monkeypatch.setattr(pool, "cache_full_blocks", failing)
+    b = Request("b", list(range(50, 70)))
+    with pytest.raises(KVCacheRuntimeError, match="injected"):
+        manager.allocate_slots(b, 20, 0, None)  # popped a's cached blocks, then failed
+    assert manager.queue.evicted == []
+    monkeypatch.undo()
+    manager.allocate_slots(b, 20, 0, None)
+    assert len(manager.take_transfers().stores[0]) == 3
+
+
 def test_allocate_slots_forwards_the_options_it_does_not_read() -> None:
     manager = tiered(10, 4, watermark=0.2)  # 2 of 10 blocks reserved for running requests
     req = Request("a", list(range(32)))

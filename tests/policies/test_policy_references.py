@@ -75,10 +75,6 @@ class OpRecorder(FreeQueue):
         self.ops.append(("hit", block))
         self.inner.hit(block)
 
-    def unhit(self, block: int) -> None:
-        assert self.ops.pop() == ("hit", block)
-        self.inner.unhit(block)
-
     def order(self) -> list[int]:
         return self.inner.order()
 

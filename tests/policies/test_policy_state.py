@@ -69,11 +69,12 @@ class PolicyMachine(RuleBasedStateMachine):
     def revive(self, index: int) -> None:
         block = sorted(self.free)[index % len(self.free)]
         token = self.policy.remove(block)
-        self.policy.hit(block)
         self.free.remove(block)
         self.used.add(block)
         if self.undo is not None:
-            self.undo.append(("remove", block, token))
+            self.undo.append(("remove", block, token))  # its hit waits for the commit
+        else:
+            self.policy.hit(block)
 
     @rule(index=st.integers(0, 99))
     def hit_in_use(self, index: int) -> None:
@@ -94,12 +95,13 @@ class PolicyMachine(RuleBasedStateMachine):
             for kind, block, _ in undo:
                 if kind == "pop":
                     self.policy.forget(block)
+                else:
+                    self.policy.hit(block)
             return
         for kind, block, token in reversed(undo):
             if kind == "pop":
                 self.policy.unpop(block, token)
             else:
-                self.policy.unhit(block)
                 self.policy.restore(block, token)
             self.used.remove(block)
             self.free.add(block)

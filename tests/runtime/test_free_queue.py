@@ -151,11 +151,8 @@ class CountingQueue(FIFOQueue):
     def hit(self, block: int) -> None:
         self.hits[block] = self.hits.get(block, 0) + 1
 
-    def unhit(self, block: int) -> None:
-        self.hits[block] -= 1
 
-
-def test_hits_reach_a_queue_that_wants_them_and_are_undone_by_a_rollback() -> None:
+def test_hits_reach_a_queue_that_wants_them_once_the_allocation_commits() -> None:
     queue = CountingQueue(8)
     pool = BlockPool(8, hash_block_size=4, free_queue=queue)
     blocks = pool.get_new_blocks(2)
@@ -166,9 +163,14 @@ def test_hits_reach_a_queue_that_wants_them_and_are_undone_by_a_rollback() -> No
     assert queue.hits == {blocks[0]: 1}
     savepoint = pool.begin()
     pool.touch(blocks)
-    assert queue.hits == {blocks[0]: 2, blocks[1]: 1}
+    assert queue.hits == {blocks[0]: 1}  # reported at the commit
     pool.rollback(savepoint)
-    assert queue.hits == {blocks[0]: 1, blocks[1]: 0}
+    assert queue.hits == {blocks[0]: 1}
+    pool.free_blocks(blocks[:1])
+    pool.begin()
+    pool.touch(blocks)
+    pool.commit()
+    assert queue.hits == {blocks[0]: 2, blocks[1]: 1}
 
 
 class ListModel:

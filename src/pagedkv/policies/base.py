@@ -1,9 +1,12 @@
 """EvictionPolicy: which free cached block of a pool is evicted next.
 
 A policy orders only the *cached* free blocks (the pool keeps uncached free blocks and
-never-used ones itself). Every change a policy makes can be undone exactly: ``pop`` and
-``remove`` return a token, and ``unpop`` / ``restore`` given that token put the policy
-back in the state it was in, provided undos run newest first (as the pool's journal does).
+never-used ones itself). The pool tells a policy of hits (``hit``) only once an
+allocation commits and frees blocks only outside one, so the only calls a failed
+allocation takes back are ``pop`` and ``remove``: each returns a token, and ``unpop`` /
+``restore`` given that token put the policy back in the state it was in, provided undos
+run newest first (as the pool's journal does). A policy that is a sort key subclasses
+``HeapPolicy`` and defines ``level``; the heap carries the undo, so it writes none.
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ class EvictionPolicy(ABC):
 
     @abstractmethod
     def pop(self) -> tuple[int, Any]:
-        """Remove and return the victim and an undo token; IndexError if empty."""
+        """Remove and return the victim and a token that lets ``unpop`` undo everything
+        this call changed (other blocks moved, ghost entries, counters); IndexError if
+        empty."""
 
     def pop_blocks(self, count: int) -> tuple[list[int], list[Any]]:
         """``count`` pops: the victims in order and their undo tokens."""
@@ -73,17 +78,16 @@ class EvictionPolicy(ABC):
 
     @abstractmethod
     def remove(self, block: int) -> Any:
-        """``block`` was revived (a cache hit took a reference); returns an undo token."""
+        """``block`` was revived (a cache hit took a reference); returns a token recording
+        where it was, for ``restore``."""
 
     @abstractmethod
     def restore(self, block: int, token: Any) -> None:
         """Undo the ``remove`` that returned ``token``."""
 
     def hit(self, block: int) -> None:  # noqa: B027 - optional hook
-        """A cache hit reused ``block`` (it may be free or in use)."""
-
-    def unhit(self, block: int) -> None:  # noqa: B027 - optional hook
-        """Undo one ``hit``."""
+        """A cache hit reused ``block`` (it may be free or in use); reported once the
+        allocation commits, so a hit is never undone."""
 
     def forget(self, block: int) -> None:  # noqa: B027 - optional hook
         """``block`` lost its content (evicted or its hash dropped): reset its history."""
@@ -100,15 +104,7 @@ class EvictionPolicy(ABC):
 
 
 class HitCounts(dict[int, int]):
-    """Cache hits per block (absent: none), for policies that weigh reuse; ``unhit``
-    undoes one ``hit`` exactly."""
+    """Cache hits per block (absent: none), for policies that weigh reuse."""
 
     def hit(self, block: int) -> None:
         self[block] = self.get(block, 0) + 1
-
-    def unhit(self, block: int) -> None:
-        count = self[block] - 1
-        if count:
-            self[block] = count
-        else:
-            del self[block]

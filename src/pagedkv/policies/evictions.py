@@ -1,6 +1,7 @@
 """``RecordingFreeQueue``: wraps any free queue and records the cached blocks it hands
 out (the device pool's evictions), so the host tier can store them before they are
-overwritten. A rolled-back pop takes its records back."""
+overwritten. A pop's records are kept once its allocation commits (``defer``: the pool's
+``on_commit``), so a rolled-back pop leaves none and ``unpop`` only forwards."""
 
 from __future__ import annotations
 
@@ -15,12 +16,19 @@ __all__ = [
 
 
 class RecordingFreeQueue(FreeQueue):
-    """``key_of(block)``: the block's key, None when it holds nothing cached (bound to the
-    pool once it exists)."""
+    """``key_of(block)``: the block's key, None when it holds nothing cached; ``defer``:
+    the pool's ``on_commit`` (both bound to the pool once it exists; no ``defer``: records
+    are kept at once)."""
 
-    def __init__(self, inner: FreeQueue, key_of: Callable[[int], Any] | None = None) -> None:
+    def __init__(
+        self,
+        inner: FreeQueue,
+        key_of: Callable[[int], Any] | None = None,
+        defer: Callable[..., None] | None = None,
+    ) -> None:
         self.inner = inner
         self.key_of = key_of
+        self.defer = defer
         self.wants_hits = inner.wants_hits  # type: ignore[misc]
         self.evicted: list[tuple[int, Any]] = []  # (device block, key), oldest first
 
@@ -33,20 +41,19 @@ class RecordingFreeQueue(FreeQueue):
 
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
         blocks, token = self.inner.pop(num_blocks)
-        before = len(self.evicted)
         key_of = self.key_of
         if key_of is not None:
-            for block in blocks:
-                key = key_of(block)
-                if key is not None:
-                    self.evicted.append((block, key))
-        return blocks, (token, len(self.evicted) - before)
+            keys = [(block, key_of(block)) for block in blocks]
+            records = [(block, key) for block, key in keys if key is not None]
+            if records:
+                if self.defer is None:
+                    self.evicted += records
+                else:
+                    self.defer(self.evicted.extend, records)
+        return blocks, token
 
     def unpop(self, blocks: list[int], token: Any) -> None:
-        inner_token, recorded = token
-        if recorded:
-            del self.evicted[-recorded:]
-        self.inner.unpop(blocks, inner_token)
+        self.inner.unpop(blocks, token)
 
     def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
         self.inner.push_uncached(blocks, priority)
@@ -65,9 +72,6 @@ class RecordingFreeQueue(FreeQueue):
 
     def hit(self, block: int) -> None:
         self.inner.hit(block)
-
-    def unhit(self, block: int) -> None:
-        self.inner.unhit(block)
 
     def order(self) -> list[int]:
         return self.inner.order()

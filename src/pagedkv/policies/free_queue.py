@@ -101,9 +101,6 @@ class PolicyFreeQueue(FreeQueue):
     def hit(self, block: int) -> None:
         self.policy.hit(block)
 
-    def unhit(self, block: int) -> None:
-        self.policy.unhit(block)
-
     def order(self) -> list[int]:
         return [*self._head.order(), *self.policy.order()]
 

@@ -54,8 +54,5 @@ class LFUPolicy(HeapPolicy):
     def hit(self, block: int) -> None:
         self._hits.hit(block)
 
-    def unhit(self, block: int) -> None:
-        self._hits.unhit(block)
-
     def forget(self, block: int) -> None:
         self._hits.pop(block, None)

@@ -158,9 +158,6 @@ class S3FIFOPolicy(EvictionPolicy):
     def hit(self, block: int) -> None:
         self.freq.hit(block)
 
-    def unhit(self, block: int) -> None:
-        self.freq.unhit(block)
-
     def forget(self, block: int) -> None:
         self.freq.pop(block, None)
         self.in_main.discard(block)

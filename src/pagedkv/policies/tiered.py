@@ -249,6 +249,7 @@ def make_kv_cache_manager(
     if recorder is None:
         return manager
     recorder.key_of = key_of
+    recorder.defer = manager.block_pool.on_commit
     host = HostTier(
         host_num_blocks,
         host_policy,

@@ -5,8 +5,9 @@ blocks with the same key wait in ``_dups[group][hash]``. A block has one primary
 (``block_hash``/``block_group``); with partial prefix hits it may hold more keys
 (``_extra_keys``) and a primary key at a hash boundary inside the block (``_key_tokens``:
 the tokens it covers). Between ``begin`` and ``commit`` every change is journaled;
-``rollback`` undoes them newest first. State kept beside the pool (a retention's) changes
-once the transaction commits instead (``on_commit``), so it needs no undo.
+``rollback`` undoes them newest first. State kept beside the pool (a retention's, the free
+queue's hit counts) changes once the transaction commits instead (``on_commit``), so it
+needs no undo; the free queue undoes only its ``pop`` and ``remove``.
 """
 
 from __future__ import annotations
@@ -141,8 +142,7 @@ class BlockPool:
         for block in touched:
             ref[block] += 1
         if self._queue_hits:
-            for block in touched:
-                self.queue.hit(block)
+            self.on_commit(self._report_hits, touched)
         if self._journal is not None:
             self._journal.append((self._undo_touch, (touched, freed, tokens)))
 
@@ -597,11 +597,14 @@ class BlockPool:
             self.ref_cnt[block] = 0
         self.queue.unpop(blocks, token)
 
+    def _report_hits(self, blocks: list[int]) -> None:
+        hit = self.queue.hit
+        for block in blocks:
+            hit(block)
+
     def _undo_touch(self, touched: list[int], freed: list[int], tokens: list[Any]) -> None:
         for block in reversed(touched):
             self.ref_cnt[block] -= 1
-            if self._queue_hits:
-                self.queue.unhit(block)
         for block, token in zip(reversed(freed), reversed(tokens)):
             self.queue.reinsert(block, token)
 

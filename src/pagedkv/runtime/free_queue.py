@@ -1,7 +1,8 @@
 """The free queue: the order in which the block pool hands out (and evicts) free blocks.
 
 A rolled-back allocation calls ``unpop`` / ``reinsert`` newest first, so each undo sees the
-queue as it was right after the call it undoes; frees never happen inside an allocation.
+queue as it was right after the call it undoes. Those are the only undos a queue writes:
+frees never happen inside an allocation and hits are reported once it commits.
 """
 
 from __future__ import annotations
@@ -59,10 +60,8 @@ class FreeQueue(ABC):
         """Undo of ``remove``: ``block`` back at the position ``token`` records."""
 
     def hit(self, block: int) -> None:  # noqa: B027 - optional hook
-        """A cache hit on ``block`` (free or in use); called only if ``wants_hits``."""
-
-    def unhit(self, block: int) -> None:  # noqa: B027 - optional hook
-        """Undo of ``hit`` (a rolled-back allocation); called only if ``wants_hits``."""
+        """A cache hit on ``block`` (free or in use); called only if ``wants_hits``, once
+        the allocation that took the hit commits (a rolled-back one makes none)."""
 
     @abstractmethod
     def order(self) -> list[int]:
