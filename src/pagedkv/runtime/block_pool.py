@@ -31,7 +31,19 @@ NULL_BLOCK = 0
 
 
 class BlockPool:
-    """Fixed set of KV cache blocks shared by every group of a model."""
+    """Fixed set of KV cache blocks shared by every group of a model.
+
+    Args:
+        num_blocks: blocks in the pool, the null block (block 0) included.
+        enable_caching: whether freed blocks that carry a hash stay findable (pushed as
+            cached) until they are reused.
+        hash_block_size: tokens per entry of ``request.block_hashes``; a group whose
+            block size is a multiple of it keys each block by the hash of its last hash
+            block. None: every group's block size is the hash block size.
+        enable_events: record KV cache events (``take_events`` drains them).
+        free_queue: the free-block order (eviction policy); None: vLLM's LRU queue. It
+            must hold every block but the null block.
+    """
 
     def __init__(
         self,
@@ -179,7 +191,17 @@ class BlockPool:
         group_id: int,
         keep: set[int] | None = None,
     ) -> None:
-        """Hash ``blocks[num_cached_blocks:num_full_blocks]`` (but nulls, indices not in keep)."""
+        """Hash ``blocks[num_cached_blocks:num_full_blocks]`` (but nulls, indices not in keep).
+
+        Args:
+            request: the request whose ``block_hashes`` key the blocks.
+            blocks: the group's block table for the request.
+            num_cached_blocks: leading table positions already cached (skipped).
+            num_full_blocks: table positions that are full; caching stops before it.
+            block_size: the group's tokens per block.
+            group_id: the KV cache group the keys belong to.
+            keep: table positions to cache; None: every one in the range.
+        """
         if num_cached_blocks >= num_full_blocks:
             return
         hashes = request.block_hashes
@@ -230,7 +252,14 @@ class BlockPool:
         self, request: Request, num_blocks: int, block_size: int, group_id: int
     ) -> None:
         """A BlockStored event re-announcing the request's first ``num_blocks`` blocks, a
-        prefix-cache hit (``kv_cache_report_mode="full"``); no block changes."""
+        prefix-cache hit (``kv_cache_report_mode="full"``); no block changes.
+
+        Args:
+            request: the request whose hit is announced.
+            num_blocks: leading blocks of its table the hit covers.
+            block_size: the group's tokens per block.
+            group_id: the KV cache group the event names.
+        """
         if self._events is None or num_blocks <= 0:
             return
         scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
@@ -333,7 +362,18 @@ class BlockPool:
         has none, else one more key. A primary key covering fewer tokens, or with
         ``replace`` every key, is dropped first. ``off_position``: the block does not end
         at ``num_tokens`` even when it is a block multiple (a checkpoint exported into a
-        later block), so the key records its tokens. Journaled."""
+        later block), so the key records its tokens. Journaled.
+
+        Args:
+            request: the request whose ``block_hashes`` give the key.
+            block: the block id to key.
+            num_tokens: tokens of the request the key covers (a multiple of the hash
+                block size).
+            group_id: the KV cache group the key belongs to.
+            block_size: the group's tokens per block.
+            replace: drop every key the block has before keying it.
+            off_position: the block does not end at ``num_tokens`` tokens.
+        """
         hash_block_size = self.hash_block_size or block_size
         num_hashes = num_tokens // hash_block_size
         h = request.block_hashes[num_hashes - 1]

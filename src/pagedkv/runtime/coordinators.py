@@ -141,7 +141,25 @@ class KVCacheCoordinator(ABC):
     within the current bound until no kind shortens the hit) and does every per-group
     step of a request for the ``KVCacheManager`` (vLLM's coordinator, method for
     method). The subclasses differ in the search and in how many computed tokens each
-    group caches."""
+    group caches.
+
+    Args:
+        kv_cache_config: the model's groups and the pool's block count.
+        enable_events: the block pool records KV cache events.
+        free_queue: the pool's free-block order (None: vLLM's LRU queue).
+        use_eagle: EAGLE speculative decoding: the groups whose hits drop the last
+            matched block are chosen as vLLM does.
+        num_prefill_lookahead: tokens past the computed ones the drafter reads; all but
+            one are computed again later, so they are not written back as final.
+        num_hash_lookahead_tokens: tokens past each block that its hash covers.
+        scheduler_block_size: tokens hybrid models cache and chunk in multiples of
+            (None: the cache-hit alignment).
+        partial_hash_hits: hits may end inside a block; hybrid models then cache every
+            full block instead of rounding to the scheduler block size.
+        **manager_kwargs: every group manager's constructor keywords
+            (``SingleTypeKVCacheManager``); ``enable_caching``, ``hash_block_size``,
+            ``alignment_tokens`` and ``retention_interval`` are required.
+    """
 
     eagle_margin: ClassVar[bool] = True  # an EAGLE lookup looks one block past the bound
 

@@ -158,8 +158,17 @@ def block_extra_keys(
 ) -> tuple[tuple[Any, ...] | None, int]:
     """Extra keys of the block ``[start, end)`` and the multimodal item index the next
     block starts looking at (past every item that ends inside this block; ``mm_index``
-    unchanged when every item ends before it, as vLLM returns it). ``embeds_digest``:
-    a prompt-embedding slice's key bytes."""
+    unchanged when every item ends before it, as vLLM returns it).
+
+    Args:
+        request: the request whose LoRA, multimodal items, cache salt and prompt
+            embeddings give the keys.
+        start: the block's first token position.
+        end: the token position the block ends before.
+        mm_index: the first multimodal item (index into ``request.mm_features``) that
+            may overlap the block: the previous block's returned index, 0 for the first.
+        embeds_digest: the key bytes of a prompt-embedding slice.
+    """
     keys, _, next_index = _extra_keys(request, start, end, mm_index, embeds_digest)
     return keys, next_index
 
@@ -204,7 +213,14 @@ def event_extra_keys(
     """The block's extra keys as KV events publish them (vLLM's untagged form): the LoRA
     name, ``(mm identifier, offset)`` pairs, the cache salt and prompt-embedding digests.
     With lookahead hashes they cover the block and its lookahead tokens, as the hash does;
-    the lookahead tokens themselves go out in ``lookahead_token_ids``."""
+    the lookahead tokens themselves go out in ``lookahead_token_ids``.
+
+    Args:
+        request: the request whose hash keys are published.
+        start: the block's first token position.
+        end: the token position the block ends before.
+        num_lookahead_tokens: tokens past the block that its hash covers.
+    """
     if request.plain:
         return None
     keys, _ = block_extra_keys(request, start, end + num_lookahead_tokens, 0)
@@ -218,7 +234,15 @@ class BlockHasher:
 
     ``num_lookahead_tokens`` (L > 0, vLLM's lookahead block hashes for EAGLE): block
     ``i`` is hashed only once the L tokens after it exist, and its extra keys become
-    ``(E, *those tokens)`` (``E`` the plain extra keys, over the block and those tokens)."""
+    ``(E, *those tokens)`` (``E`` the plain extra keys, over the block and those tokens).
+
+    Args:
+        block_size: tokens per hashed block.
+        hash_algo: a name in ``HASH_FUNCTIONS``.
+        seed: what the parent of the first block hashes from (vLLM's NONE_HASH seed);
+            None: ``none_hash_seed(hash_algo)``.
+        num_lookahead_tokens: tokens after each block its hash covers (0: none).
+    """
 
     __slots__ = ("block_size", "hash_algo", "hash_fn", "none_hash", "num_lookahead_tokens")
 
