@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import msgspec
 
@@ -24,6 +23,7 @@ from pagedkv.runtime.events import (
     ExternalBlockHash,
     KVCacheEvent,
 )
+from pagedkv.runtime.hashing import BlockHash
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -53,7 +53,7 @@ class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     data_parallel_rank: int | None = None
 
 
-def external_block_hash(block_hash: Any, int_block_hashes: bool = True) -> ExternalBlockHash:
+def external_block_hash(block_hash: BlockHash, int_block_hashes: bool = True) -> ExternalBlockHash:
     """The hash as published: low 64 bits as an unsigned int (default) or the raw bytes.
 
     Byte hashes are read big-endian (as vLLM does); int hashes (the ``builtin`` algorithm)

@@ -22,6 +22,7 @@ from pagedkv.specs.base import KVCacheSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
 if TYPE_CHECKING:
+    from pagedkv.runtime.hashing import BlockHash
     from pagedkv.runtime.request import Request
 
 __all__ = [
@@ -321,12 +322,12 @@ class KVCacheCoordinator(ABC):
     # ------------------------------------------------------------ the cache-hit search
     @abstractmethod
     def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         """Hit blocks per group, the hit length and the longest prefix some group had."""
 
     def _search_one_kind(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         # One kind (one group, or identical ones): its search is the answer.
         lists: list[list[int]] = [[] for _ in self.managers]
@@ -348,7 +349,7 @@ class KVCacheCoordinator(ABC):
         return block_size
 
     def _find_with_eagle_drop(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         # HybridCoordinator's fixed point, where an EAGLE spec group looks one block past
         # the bound (several groups only) and drops the block its hit ends on, once per
@@ -598,7 +599,7 @@ class NoPrefixCacheCoordinator(KVCacheCoordinator):
     """Prefix caching off: never a hit, nothing cached. Any number of groups, or none."""
 
     def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         return [[] for _ in self.managers], 0, 0
 
@@ -614,7 +615,7 @@ class UnitaryCoordinator(KVCacheCoordinator):
     eagle_margin = False
 
     def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         if self.drop_eagle_group_ids:
             return self._find_with_eagle_drop(block_hashes, max_length)
@@ -632,7 +633,7 @@ class HybridCoordinator(KVCacheCoordinator):
     EAGLE groups up to one of their blocks past it."""
 
     def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         if self.drop_eagle_group_ids:
             return self._find_with_eagle_drop(block_hashes, max_length)

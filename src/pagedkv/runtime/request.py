@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pagedkv.errors import KVCacheRuntimeError
-from pagedkv.runtime.hashing import BlockHasher, LoRA, MultiModalFeature
+from pagedkv.runtime.hashing import BlockHash, BlockHasher, LoRA, MultiModalFeature
 
 __all__ = [
     "KV_CACHE_REPORT_MODES",
@@ -112,7 +112,7 @@ class Request:
         self.num_cached_tokens = -1  # the latest admission's hit (-1: no lookup yet)
         self.num_preemptions = 0
         self.shared_prefix_boundary = 0  # a longer prefix some group had cached (0: none)
-        self.block_hashes: list[Any] = []
+        self.block_hashes: list[BlockHash] = []
         self.hasher: BlockHasher | None = None
         if hasher is not None:
             self.set_hasher(hasher)

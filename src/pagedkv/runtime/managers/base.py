@@ -20,6 +20,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from pagedkv.runtime.hashing import BlockHash
     from pagedkv.runtime.request import Request
     from pagedkv.specs.base import KVCacheSpec
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 class HitQuery(NamedTuple):
     """One cache-hit search over the groups ``group_ids`` (which must all hit)."""
 
-    block_hashes: list[Any]
+    block_hashes: list[BlockHash]
     max_length: int
     group_ids: tuple[int, ...]
     block_pool: BlockPool
@@ -38,7 +39,7 @@ class HitQuery(NamedTuple):
     # after it); kinds that can, drop it (vLLM's ``drop_eagle_block``).
     drop_eagle_block: bool = False
 
-    def hashes(self) -> list[Any]:
+    def hashes(self) -> list[BlockHash]:
         scale = self.spec.block_size // self.hash_block_size
         return self.block_hashes if scale == 1 else self.block_hashes[scale - 1 :: scale]
 

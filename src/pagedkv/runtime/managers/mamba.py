@@ -23,6 +23,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from pagedkv.runtime.hashing import BlockHash
     from pagedkv.runtime.request import Request
 
 
@@ -54,7 +55,7 @@ class MambaManager(SingleTypeKVCacheManager):
             or self.alignment_tokens != self.hash_block_size
         )
         self.tracks_tokens = not self.exports_tail_states
-        self._cached_this_step: set[Any] = set()  # hashes
+        self._cached_this_step: set[BlockHash] = set()
         self._last_state: dict[str, int] = {}  # index of the block the current step reads
         self._retired: dict[str, int] = {}  # positions below this are all null
         self._allocated: set[str] = set()  # requests that allocated a step (not only hits)
@@ -388,7 +389,8 @@ class MambaManager(SingleTypeKVCacheManager):
         super().cache_blocks(request, num_tokens)
         last = self.num_cached_block[request_id]
         hashes = self.block_pool.block_hash
-        added = {hashes[b] for b in self.req_to_blocks[request_id][first:last] if b}
+        table = self.req_to_blocks[request_id]
+        added = {h for b in table[first:last] if b and (h := hashes[b]) is not None}
         if self.align:
             # Also a plain step ending on the prompt's boundary: vLLM keys that state
             # again if it has no key (``evict_blocks`` dropped it, or two or more
@@ -398,7 +400,6 @@ class MambaManager(SingleTypeKVCacheManager):
                 added.add(tail)
         if self.offers is not None and self.align:
             self._offer_keyed(request_id, first, last)
-        added.discard(None)
         this_step = self._cached_this_step
         added -= this_step
         if added:
@@ -435,7 +436,7 @@ class MambaManager(SingleTypeKVCacheManager):
             return None
         return tail
 
-    def _cache_tail_state(self, request: Request, num_tokens: int) -> Any:
+    def _cache_tail_state(self, request: Request, num_tokens: int) -> BlockHash | None:
         """Key the state a step leaves inside its last block: the reserved checkpoint,
         or the prompt's last hash boundary. Returns the hash keyed now, if any."""
         request_id = request.request_id
@@ -476,7 +477,7 @@ class MambaManager(SingleTypeKVCacheManager):
             self.num_cached_block[request_id] = index
         return h
 
-    def _cache_checkpoint(self, request: Request, position: int, index: int) -> Any:
+    def _cache_checkpoint(self, request: Request, position: int, index: int) -> BlockHash | None:
         block = self.req_to_blocks[request.request_id][index]
         prompt_checkpoint = position == prefill_checkpoint_position(
             request.num_prompt_tokens,
