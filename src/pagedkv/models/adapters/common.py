@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from pagedkv.dtypes import canonical_dtype_name, dtype_size
 from pagedkv.errors import ModelConfigError, UnknownDtypeError
@@ -12,6 +12,7 @@ from pagedkv.models.source import ConfigView, ModelSource
 from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
 
 __all__ = [
+    "MLPParams",
     "normalize_layer_types",
     "model_dtype",
     "build_layout",
@@ -217,14 +218,21 @@ def attention_params(hidden: int, heads: int, kv_heads: int, head: int, head_v: 
     return hidden * heads * head + hidden * kv_heads * (head + head_v) + heads * head_v * hidden
 
 
+class MLPParams(NamedTuple):
+    """A layer's feed-forward parameters, split by how the checkpoint may store them."""
+
+    dense_params: int  # a dense MLP, or a MoE layer's router and shared expert
+    expert_params: int  # the routed experts (0: not a MoE layer)
+
+
 def gated_mlp_params(hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate
 
 
 def moe_params(
     hidden: int, num_experts: int, expert_intermediate: int, shared_intermediate: int = 0
-) -> tuple[int, int]:
-    """(dense params: router + shared expert, expert params).
+) -> MLPParams:
+    """A MoE layer's parameters: router and shared expert (dense), and the experts.
 
     Args:
         hidden: the model's hidden size, in elements.
@@ -233,7 +241,7 @@ def moe_params(
         shared_intermediate: the shared expert's intermediate size, in elements (0: none).
     """
     dense = hidden * num_experts + gated_mlp_params(hidden, shared_intermediate)
-    return dense, num_experts * gated_mlp_params(hidden, expert_intermediate)
+    return MLPParams(dense, num_experts * gated_mlp_params(hidden, expert_intermediate))
 
 
 def embedding_params(
