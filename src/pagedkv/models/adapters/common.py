@@ -13,6 +13,7 @@ from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
 
 __all__ = [
     "MLPParams",
+    "EmbeddingParams",
     "normalize_layer_types",
     "model_dtype",
     "build_layout",
@@ -225,6 +226,13 @@ class MLPParams(NamedTuple):
     expert_params: int  # the routed experts (0: not a MoE layer)
 
 
+class EmbeddingParams(NamedTuple):
+    """A model's embedding parameters."""
+
+    input_params: int  # the input embedding
+    head_params: int  # the output head (0: tied to the input embedding)
+
+
 def gated_mlp_params(hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate
 
@@ -246,8 +254,8 @@ def moe_params(
 
 def embedding_params(
     view: ConfigView, source: ModelSource, hidden: int, tied_default: bool = False
-) -> tuple[int, int]:
-    """(input embedding, output head) parameters; the head is 0 when tied.
+) -> EmbeddingParams:
+    """Input embedding and output head parameters; the head is 0 when tied.
 
     Args:
         view: the config as its config class reads it (``vocab_size``, ``tie_word_embeddings``).
@@ -259,7 +267,7 @@ def embedding_params(
     tied = view.published.get("tie_word_embeddings")
     if tied is None:
         tied = source.raw.get("tie_word_embeddings", tied_default)
-    return vocab * hidden, 0 if tied else vocab * hidden
+    return EmbeddingParams(vocab * hidden, 0 if tied else vocab * hidden)
 
 
 def max_positions(view: ConfigView) -> int | None:
