@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pagedkv.cli.plan import PlanRequest, make_plan
+from pagedkv.cli.plan import PlanOptions, make_plan
 from pagedkv.cli.plan_render import vllm_kv_cache_tokens
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "vllm_startup_logs.jsonl"
@@ -32,8 +32,8 @@ def load_rows(path: Path = DATA) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def request_for(row: dict[str, Any], **extra: Any) -> PlanRequest:
-    """The row's command line as a PlanRequest (flags the log names, vLLM defaults else)."""
+def request_for(row: dict[str, Any], **extra: Any) -> PlanOptions:
+    """The row's command line as a PlanOptions (flags the log names, vLLM defaults else)."""
     engine = row["engine"]
     fields = {
         "tensor_parallel_size": engine.get("tensor_parallel_size", 1),
@@ -46,7 +46,7 @@ def request_for(row: dict[str, Any], **extra: Any) -> PlanRequest:
         "enforce_eager": engine.get("enforce_eager", False),
         "flashinfer_sampler": engine.get("flashinfer_sampler", True),
     }
-    return PlanRequest(model=row["pagedkv_model"], **{**fields, **extra})
+    return PlanOptions(model=row["pagedkv_model"], **{**fields, **extra})
 
 
 def release(row: dict[str, Any]) -> str:

@@ -42,6 +42,7 @@ def config(tmp_path: Path, name: str, **changes: object) -> str:
 # --- model configs ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("field", ["num_hidden_layers", "vocab_size"])
 @pytest.mark.parametrize("transformers", ["0", "1"])
 def test_missing_fields_take_the_class_defaults(

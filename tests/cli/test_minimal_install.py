@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 BLOCKED = ("click", "torch", "transformers", "numpy", "zmq", "starlette", "uvicorn", "ray")
 
 
@@ -52,6 +54,7 @@ def test_blocking_works() -> None:
     assert probe.returncode != 0
 
 
+@pytest.mark.slow
 def test_fleet_simulation_runs_without_the_events_and_route_extras() -> None:
     result = _run_blocked(["simulate", "--limit", "20", "--replicas", "2", "--router", "prefix"])
     assert result.returncode == 0, result.stderr

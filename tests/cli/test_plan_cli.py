@@ -269,10 +269,10 @@ def test_max_groups_must_be_positive() -> None:
 def test_plot_curve_agrees_with_the_plan_it_draws() -> None:
     from itertools import pairwise
 
-    from pagedkv.cli.plan import PlanRequest, make_plan
+    from pagedkv.cli.plan import PlanOptions, make_plan
     from pagedkv.cli.plan_render import PLOT_POINTS, concurrency_curve
 
-    result = make_plan(PlanRequest(model="gpt-oss-20b", gpu="H100-80GB", max_model_len=32768))
+    result = make_plan(PlanOptions(model="gpt-oss-20b", gpu="H100-80GB", max_model_len=32768))
     curve = dict(concurrency_curve(result))
     assert 8 <= len(curve) <= PLOT_POINTS
     assert max(curve) == result.kv_cache.max_model_len == 32768

@@ -57,6 +57,7 @@ def test_malformed_trace_line_is_an_error_or_skipped(tmp_path):
     assert data["hit_tokens"] == 32
 
 
+@pytest.mark.slow
 def test_sweep_json_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "sweep.png"
@@ -68,6 +69,7 @@ def test_sweep_json_and_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_bad_options_are_one_line_errors():
     proc = _run(*BASE, "--arrivals", "never")
     assert proc.returncode != 0 and "--arrivals" in proc.stderr
@@ -101,6 +103,7 @@ def test_a_retention_a_plugin_adds_is_selectable():
     assert json.loads(proc.stdout)["retention"] == "dense-again"
 
 
+@pytest.mark.slow
 def test_human_summary_and_sweep_tables():
     args = ("simulate", "Llama-3.1-8B", "--num-blocks", "300", "--trace", "synthetic:20:1")
     proc = _run(*args, "--bound")
@@ -112,6 +115,7 @@ def test_human_summary_and_sweep_tables():
     assert "LRU hit rate" in proc.stdout and "2,400" in proc.stdout  # 150 blocks x 16 tokens
 
 
+@pytest.mark.slow
 def test_defaults_with_bound_and_a_planned_sweep():
     # no model, trace or size: Llama-3.1-8B, Mooncake, the H100-80GB plan
     # (vllm serve's 1024 seqs and 8192 tokens in the activation reserve, as `pagedkv plan`:
@@ -135,6 +139,7 @@ def test_num_blocks_too_small_for_an_explicit_max_model_len_is_a_one_line_error(
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_gpu_sizes_the_cache_as_plan_does():
     shared = ("Llama-3.1-8B", "--gpu", "A100-40GB", "--tp", "2", "--block-size", "32", "--json")
     # The same scheduler limits: they size the activation reserve in both.

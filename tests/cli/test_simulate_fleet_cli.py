@@ -21,6 +21,7 @@ def test_fleet_json_per_replica_and_overall(capsys: pytest.CaptureFixture[str]) 
     assert data["bound_hit_rate"] >= data["single_cache_hit_rate"]
 
 
+@pytest.mark.slow
 def test_fleet_sweep_writes_a_plot(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("matplotlib")
     png = tmp_path / "fleet.png"

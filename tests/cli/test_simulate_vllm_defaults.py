@@ -19,6 +19,7 @@ def _json(capsys: pytest.CaptureFixture[str], args: list[str]) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_the_whole_trace_is_replayed_with_arrival_times_by_default(capsys):
     data = _json(capsys, [*SIM, "--trace", "synthetic:1100:3"])
     assert data["requests"] == 1100 and data["trace_requests"] == 1100  # no 1,000 cut

@@ -106,14 +106,14 @@ def test_simulate_announces_the_bound_phase() -> None:
 
 
 def test_notebook_reprs_and_dataframes() -> None:
-    from pagedkv.cli.plan import PlanRequest, make_plan
+    from pagedkv.cli.plan import PlanOptions, make_plan
     from pagedkv.sim.engine import engine_from_model
     from pagedkv.sim.reports.metrics import STEP_COLUMNS
     from pagedkv.sim.run import simulate, sweep_dataframe
     from pagedkv.sim.traces.bundled import load_trace
 
     plan = make_plan(
-        PlanRequest(model="Llama-3.1-8B", kv_cache_memory="4GiB", max_model_len=8192)
+        PlanOptions(model="Llama-3.1-8B", kv_cache_memory="4GiB", max_model_len=8192)
     ).kv_cache
     html = plan._repr_html_()
     assert "<table>" in html and f"{plan.num_blocks:,}" in html
@@ -153,14 +153,14 @@ def test_plot_library_calls_return_figures_without_a_global_backend() -> None:
     pytest.importorskip("matplotlib")
     import matplotlib
 
-    from pagedkv.cli.plan import PlanRequest, make_plan
+    from pagedkv.cli.plan import PlanOptions, make_plan
     from pagedkv.cli.plan_render import concurrency_figure
     from pagedkv.sim.reports.plot import sweep_figure
     from pagedkv.sim.run import SweepPoint
 
     backend = matplotlib.get_backend()
     result = make_plan(
-        PlanRequest(model="Llama-3.1-8B", kv_cache_memory="4GiB", max_model_len=8192)
+        PlanOptions(model="Llama-3.1-8B", kv_cache_memory="4GiB", max_model_len=8192)
     )
     fig = concurrency_figure(result)
     points = [SweepPoint(100, 0.1, 0.2, 0), SweepPoint(200, 0.2, 0.3, 0)]

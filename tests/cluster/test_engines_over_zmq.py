@@ -95,6 +95,7 @@ def _run_fleet(drop_every: int, hwm: int) -> tuple[KVIndex, IndexFeed, dict[str,
             time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("drop_every", "hwm"), [(0, 100_000), (3, 2)])
 def test_index_equals_the_union_of_engine_caches(drop_every: int, hwm: int) -> None:
     index, feed, out = _run_fleet(drop_every, hwm)

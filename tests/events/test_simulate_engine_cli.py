@@ -22,6 +22,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_checker_passes_strict_with_drops_against_the_cli_engine() -> None:
     pub, replay = _free_port(), _free_port()
     sub = checker.Subscriber(

@@ -208,6 +208,7 @@ print(theirs == ours)
 """
 
 
+@pytest.mark.slow
 def test_payload_bytes_equal_vllms_own_structs() -> None:
     """Against vLLM 0.33 itself (its peer venv, where present): the same events encode to
     the same msgpack bytes, every BlockStored and BlockRemoved field set."""

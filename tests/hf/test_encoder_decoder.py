@@ -12,6 +12,7 @@ from pagedkv.hf.attention import HFIntegrationError
 from pagedkv.hf.load import load_tiny_model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_blocks", [8, 40, None])
 def test_cross_attention_model_is_refused_before_planning(num_blocks: int | None) -> None:
     # BartForCausalLM keeps the decoder's cross-attention layers. Since the engine config

@@ -56,6 +56,7 @@ GRANITE_LONG_CHUNKS = dataclasses.replace(GRANITE, num_blocks=60, max_num_batche
     [GRANITE, GRANITE_LONG_CHUNKS, QWEN3_NEXT, NEMOTRON_H, JAMBA_CACHED],
     ids=["granite-4.0-h", "granite-4.0-h-128-token-chunks", "qwen3-next", "nemotron-h", "jamba"],
 )
+@pytest.mark.slow
 def test_token_identical_with_state_checkpoint_hits_and_preemption(case: Case) -> None:
     assert_continuous_batching(case, run(case), min_hit_tokens=48)  # one checkpoint
 
@@ -104,6 +105,7 @@ def test_states_live_in_their_blocks() -> None:
     assert {s.block_size for s in state_specs} == {48}
 
 
+@pytest.mark.slow
 def test_a_lost_state_changes_the_output(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reading a zero state instead of the block's (as if the block were not written)
     must change what the model generates."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pagedkv.cli.plan import PlanRequest, make_plan
+from pagedkv.cli.plan import PlanOptions, make_plan
 from pagedkv.cli.plan_render import vllm_kv_cache_tokens
 from pagedkv.models import get_gpu, list_bundled_models
 
@@ -33,9 +33,9 @@ def _no_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PAGEDKV_TRANSFORMERS", "0")
 
 
-def _request(row: dict[str, Any], **extra: Any) -> PlanRequest:
+def _request(row: dict[str, Any], **extra: Any) -> PlanOptions:
     engine = row["engine"]
-    return PlanRequest(
+    return PlanOptions(
         model=row["pagedkv_model"],
         tensor_parallel_size=engine.get("tensor_parallel_size", 1),
         gpu_memory_utilization=engine.get("gpu_memory_utilization", 0.9),

@@ -52,6 +52,7 @@ def test_host_tier_serves_hits_the_device_lost(engine, trace) -> None:  # type: 
     assert (tiered.tiered_bound_hit_tokens or 0) >= (tiered.bound_hit_tokens or 0)
 
 
+@pytest.mark.slow
 def test_sweep_crosses_policies_and_sizes(engine, trace) -> None:  # type: ignore[no-untyped-def]
     points = tier_sweep(
         engine, trace, SchedulerSettings(max_num_seqs=8), ["lru", "s3fifo"], [150, 300], [0, 500]
@@ -91,6 +92,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_reports_tiers_and_sweeps(tmp_path) -> None:  # type: ignore[no-untyped-def]
     proc = _cli("--policy", "lfu", "--host-cache-gib", "0.25", "--bound", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -144,6 +146,7 @@ def test_the_bound_is_the_same_whatever_the_policy(engine) -> None:  # type: ign
     assert len(bounds) == 1
 
 
+@pytest.mark.slow
 def test_tier_plot_puts_every_host_size_on_the_device_axis(engine, trace) -> None:  # type: ignore[no-untyped-def]
     points = tier_sweep(
         engine, trace, SchedulerSettings(max_num_seqs=8), ["lru"], [75, 150, 300], [0, 20_000]

@@ -139,6 +139,7 @@ def test_hand_built_layer_outer_plan() -> None:
     num_blocks=st.integers(40, 96),
     model=st.sampled_from(sorted(WINDOWED)),
 )
+@pytest.mark.slow
 def test_random_workloads_and_pool_sizes(seed: int, num_blocks: int, model: str) -> None:
     report = run(plan(model, num_blocks), seed=seed)
     assert report.max_abs_error <= 1e-9

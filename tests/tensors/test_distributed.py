@@ -77,6 +77,7 @@ def rank_results() -> dict[int, dict]:
     return run_ranks(WORLD, "gloo")
 
 
+@pytest.mark.slow
 def test_every_rank_gets_the_same_block_count_and_its_own_layers(rank_results) -> None:
     specs = dist_worker.rank_specs()
     oks = [rank_results[r]["ok"] for r in range(WORLD)]

@@ -43,7 +43,7 @@ DEFAULT_MODEL = "gemma-3-27b-it"
 
 
 @dataclass(frozen=True)
-class PlanRequest:
+class PlanOptions:
     """The command line as given (sizes as text); ``to_library`` reads it into the
     library's ``pagedkv.deployment.PlanRequest``."""
 
@@ -224,7 +224,7 @@ def plan_command(
     if plot is not None:
         require_matplotlib()
         check_output_dir("--plot", plot)
-    request = PlanRequest(
+    request = PlanOptions(
         model=model,
         gpu=gpu,
         memory=memory,
@@ -279,7 +279,7 @@ def warn_above_limit(layout: ModelLayout, max_model_len: int | None) -> None:
     )
 
 
-def make_plan(request: PlanRequest) -> PlanResult:
+def make_plan(request: PlanOptions) -> PlanResult:
     """The library's plan for the command line (``pagedkv.plan`` with the same inputs)."""
     result = deployment.plan_model(request.to_library())
     if result.above_model_limit:
@@ -290,7 +290,7 @@ def make_plan(request: PlanRequest) -> PlanResult:
 __all__ = [
     "DEFAULT_GPU",
     "DEFAULT_MODEL",
-    "PlanRequest",
+    "PlanOptions",
     "PlanResult",
     "PlanningError",
     "make_plan",

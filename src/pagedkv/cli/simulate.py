@@ -74,7 +74,7 @@ def _engine(
     """The engine to replay on; ``model`` is a loaded ModelSource (Hub revision applied).
     With a GPU the cache is ``pagedkv plan``'s for the same flags (``plan_flags``: the
     scheduler flags as given, None where the line left them to vLLM's defaults)."""
-    from pagedkv.cli.plan import PlanRequest, make_plan
+    from pagedkv.cli.plan import PlanOptions, make_plan
     from pagedkv.sim.engine import engine_from_deployment, engine_from_model
 
     if gpu is not None and num_blocks is not None:
@@ -91,7 +91,7 @@ def _engine(
             )
         return engine_from_model(model, num_blocks=num_blocks, **opts)
     result = make_plan(
-        PlanRequest(
+        PlanOptions(
             model=model,
             gpu=gpu,
             tensor_parallel_size=opts["tensor_parallel_size"],
