@@ -25,48 +25,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "pagedkv"
 SKIPPED_DIRS = frozenset({"compat"})
 MAX_UNDOCUMENTED_PARAMS = 3
 
-# runtime/ is being reworked in parallel; its offenders are listed here until that work
-# lands and they are documented. Entries are (path under src/pagedkv, qualified name).
-# Empty this list as they are filled in; test_allow_list_is_current flags stale entries.
-RUNTIME_ALLOW_LIST: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("runtime/block_pool.py", "BlockPool.__init__"),
-        ("runtime/block_pool.py", "BlockPool.cache_full_blocks"),
-        ("runtime/block_pool.py", "BlockPool.emit_cached_block_events"),
-        ("runtime/block_pool.py", "BlockPool.cache_partial_block"),
-        ("runtime/block_sizes.py", "resolve_block_sizes"),
-        ("runtime/boundary_states.py", "BoundaryStateOffers.offer"),
-        ("runtime/boundary_states.py", "BoundaryStateOffers.note_producer_tail"),
-        ("runtime/coordinators.py", "KVCacheCoordinator.__init__"),
-        ("runtime/hashing.py", "block_extra_keys"),
-        ("runtime/hashing.py", "event_extra_keys"),
-        ("runtime/hashing.py", "BlockHasher.__init__"),
-        ("runtime/hisparse/tier.py", "HiSparseTier.__init__"),
-        ("runtime/hisparse/tier.py", "mirror_window"),
-        ("runtime/kv_cache_manager.py", "KVCacheManager.__init__"),
-        ("runtime/kv_cache_manager.py", "KVCacheManager.allocate_slots"),
-        ("runtime/managers/base.py", "SingleTypeKVCacheManager.__init__"),
-        ("runtime/managers/base.py", "SingleTypeKVCacheManager.get_num_blocks_to_allocate"),
-        ("runtime/managers/base.py", "SingleTypeKVCacheManager.add_local_computed_blocks"),
-        ("runtime/managers/base.py", "SingleTypeKVCacheManager.remove_skipped_blocks"),
-        ("runtime/managers/base.py", "Retention.blocks_to_cache"),
-        ("runtime/managers/base.py", "Retention.release"),
-        ("runtime/managers/hisparse.py", "HiSparseSourceManager.get_num_blocks_to_allocate"),
-        ("runtime/managers/hisparse.py", "HiSparseSourceManager.get_num_host_blocks_to_allocate"),
-        ("runtime/managers/hisparse.py", "HiSparseHotManager.get_num_blocks_to_allocate"),
-        ("runtime/managers/hisparse.py", "HiSparseHotManager.add_local_computed_blocks"),
-        ("runtime/managers/hisparse.py", "HiSparseResidentManager.get_num_blocks_to_allocate"),
-        ("runtime/managers/hisparse.py", "HiSparseResidentManager.add_local_computed_blocks"),
-        ("runtime/managers/mamba.py", "MambaManager.reachable_positions"),
-        ("runtime/managers/mamba.py", "MambaManager.get_num_blocks_to_allocate"),
-        ("runtime/managers/mamba.py", "MambaManager.remove_skipped_blocks"),
-        ("runtime/managers/ring.py", "CircularBufferManager.get_num_blocks_to_allocate"),
-        ("runtime/managers/rswa.py", "RSWAManager.remove_skipped_blocks"),
-        ("runtime/managers/sliding_window.py", "SlidingWindowManager.reachable_positions"),
-        ("runtime/request.py", "Request.__init__"),
-    }
-)
-
 _ARGS_HEADER = re.compile(r"^(\s*)Args:\s*$", re.MULTILINE)
 _SECTION_HEADER = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
 
@@ -172,27 +130,10 @@ def all_offenders() -> list[Offender]:
 
 
 def test_public_functions_document_their_parameters() -> None:
-    offenders = [
-        offender
-        for offender in all_offenders()
-        if (offender.path, offender.qualname) not in RUNTIME_ALLOW_LIST
-    ]
+    offenders = all_offenders()
     assert not offenders, "public functions lacking Args entries:\n" + "\n".join(
         offender.describe() for offender in offenders
     )
-
-
-def test_allow_list_is_current() -> None:
-    current = {(offender.path, offender.qualname) for offender in all_offenders()}
-    stale = sorted(RUNTIME_ALLOW_LIST - current)
-    assert not stale, "documented or gone, drop from RUNTIME_ALLOW_LIST:\n" + "\n".join(
-        f"{path} {qualname}" for path, qualname in stale
-    )
-
-
-def test_allow_list_covers_only_runtime() -> None:
-    outside = sorted(entry for entry in RUNTIME_ALLOW_LIST if not entry[0].startswith("runtime/"))
-    assert not outside, f"RUNTIME_ALLOW_LIST entries outside runtime/: {outside}"
 
 
 def test_checker_reads_args_sections() -> None:

@@ -65,6 +65,7 @@ from pagedkv.planning import (
 from pagedkv.runtime import (
     NULL_BLOCK,
     AllBlocksCleared,
+    BlockHash,
     BlockHasher,
     BlockPool,
     BlockRemoved,
@@ -181,6 +182,7 @@ __all__ = [
     "get_kv_cache_configs",
     "NULL_BLOCK",
     "AllBlocksCleared",
+    "BlockHash",
     "BlockHasher",
     "BlockPool",
     "BlockRemoved",

@@ -49,6 +49,8 @@ def test_vllm_serve_scheduler_defaults() -> None:
     assert vllm_scheduler_defaults(80 * 2**30, "A100-80GB") == (256, 2048)
     assert vllm_scheduler_defaults(24 * 10**9, "L4") == (256, 2048)
     assert vllm_scheduler_defaults(None, "") == (256, 2048)
+    h100 = vllm_scheduler_defaults(80 * 10**9, "H100-80GB")
+    assert (h100.max_num_seqs, h100.max_num_batched_tokens) == (1024, 8192)
 
 
 def test_vllm_spellings_equal_the_short_ones(capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,6 +56,9 @@ def test_batch_is_an_array_of_tagged_maps_with_required_fields_always_sent() -> 
     ]
     topic, seq, payload = encode_event_batch(events, 5, ts=1.5)
     assert topic == b"" and seq == (5).to_bytes(8, "big")
+    decoded = decode_event_batch(encode_event_batch(events, 5, topic=b"kv", ts=1.5))
+    assert decoded.topic == b"kv" and decoded.sequence_number == 5
+    assert len(decoded.batch.events) == 3
     raw = msgspec.msgpack.decode(payload)
     assert raw[0] == 1.5 and raw[2] == 0 and len(raw) == 3
     stored, removed, cleared = raw[1]

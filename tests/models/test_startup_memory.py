@@ -105,7 +105,10 @@ def test_capture_sizes_match_vllms_logged_counts() -> None:
     assert capture_sizes(256, 8192, blackwell=False) == (51, 35, 512)
     # "PIECEWISE=35 (largest=256), FULL=19 (largest=128)" at max_num_seqs 128.
     assert capture_sizes(128, 8192, blackwell=False) == (35, 19, 256)
-    assert capture_sizes(1024, 8192, blackwell=True)[2] == 1024
+    sizes = capture_sizes(1024, 8192, blackwell=True)
+    assert sizes.max_capture_tokens == 1024
+    # max_num_seqs reaches the largest size: as many full graphs as piecewise ones.
+    assert sizes.num_piecewise_graphs == sizes.num_full_graphs == 83
 
 
 def test_cuda_graphs_per_release_and_flag() -> None:

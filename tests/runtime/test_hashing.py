@@ -9,7 +9,13 @@ import pytest
 
 from pagedkv.errors import ConfigError
 from pagedkv.runtime import BlockHasher, MultiModalFeature, Request, get_hash_fn, hash_token_blocks
-from pagedkv.runtime.hashing import block_extra_keys, prompt_embeds_digest, sha256_cbor
+from pagedkv.runtime.hashing import (
+    HASH_FUNCTIONS,
+    BlockHash,
+    block_extra_keys,
+    prompt_embeds_digest,
+    sha256_cbor,
+)
 
 
 def hashes(tokens: list[int], block_size: int = 4, algo: str = "sha256_cbor", **kw: object) -> list:
@@ -223,3 +229,21 @@ def test_prompt_embeddings_and_an_empty_salt_follow_vllms_keys() -> None:
     digest = hashlib.sha256(embeds[4:8].tobytes()).digest()
     assert block_extra_keys(req, 4, 8, 0)[0] == (("prompt_embeds", digest),)
     assert block_extra_keys(Request("s", [1], cache_salt=""), 0, 4, 0)[0] is None
+
+
+@pytest.mark.parametrize("algo", sorted(HASH_FUNCTIONS))
+def test_every_algorithm_gives_block_hashes(algo: str) -> None:
+    # BlockHash (bytes | int) is what the pool keys by: every algorithm's hashes are one.
+    chained = hash_token_blocks(list(range(8)), 4, algo)
+    assert len(chained) == 2
+    assert all(isinstance(h, BlockHash) for h in chained)
+    expected = int if algo == "builtin" else bytes
+    assert all(type(h) is expected for h in chained)
+
+
+def test_block_hash_is_exported_where_users_look() -> None:
+    import pagedkv
+    import pagedkv.runtime
+
+    assert pagedkv.BlockHash is pagedkv.runtime.BlockHash is BlockHash
+    assert "BlockHash" in pagedkv.__all__ and "BlockHash" in pagedkv.runtime.__all__

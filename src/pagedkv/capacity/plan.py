@@ -5,6 +5,7 @@ grouping rule scored and the largest ``max_model_len`` the blocks hold)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from pagedkv.capacity.report import ConcurrencyPoint, GroupReport, KVCachePlan, WorkerReport
 from pagedkv.config import EngineConfig, check_int
@@ -25,6 +26,7 @@ __all__ = [
     "is_full_attention",
     "scheduler_block_size",
     "group_reports",
+    "RequestWaste",
     "request_waste",
     "concurrency_point",
     "full_attention_token_capacity",
@@ -180,12 +182,19 @@ def group_reports(
     return reports
 
 
-def request_waste(reports: Sequence[GroupReport]) -> tuple[int, float]:
+class RequestWaste(NamedTuple):
+    """The padding a max-length request holds on the device."""
+
+    waste_bytes: int  # per worker slot
+    waste_fraction: float  # of the bytes the request holds
+
+
+def request_waste(reports: Sequence[GroupReport]) -> RequestWaste:
     """Padding bytes a max-length request holds (per worker slot) and their share."""
     device = [r for r in reports if not r.host_resident]
     waste = sum(r.blocks_per_request * r.waste_bytes for r in device)
     total = sum(r.blocks_per_request * (r.waste_bytes + r.real_page_size_bytes) for r in device)
-    return waste, (waste / total if total else 0.0)
+    return RequestWaste(waste, waste / total if total else 0.0)
 
 
 def concurrency_point(

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pagedkv.config import CacheConfig
 from pagedkv.events.wire import external_block_hash
 from pagedkv.runtime.events import ExternalBlockHash
-from pagedkv.runtime.hashing import BlockHasher, LoRA
+from pagedkv.runtime.hashing import BlockHash, BlockHasher, LoRA
 from pagedkv.runtime.request import Request
 
 __all__ = [
@@ -55,7 +55,7 @@ class PromptHasher:
         request = Request("route", token_ids, lora=lora, cache_salt=cache_salt, hasher=self.hasher)
         return self.external(request.block_hashes)
 
-    def external(self, block_hashes: Sequence[object]) -> list[ExternalBlockHash]:
+    def external(self, block_hashes: Sequence[BlockHash]) -> list[ExternalBlockHash]:
         """Runtime hashes -> the published form."""
         ext = self.int_block_hashes
         return [external_block_hash(h, ext) for h in block_hashes]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
 
 from pagedkv.errors import ConfigError
 from pagedkv.events.wire import EventBatch
@@ -24,6 +23,7 @@ from pagedkv.runtime.events import (
     ExternalBlockHash,
     KVCacheEvent,
 )
+from pagedkv.runtime.hashing import BlockHash
 
 __all__ = [
     "Scope",
@@ -120,7 +120,7 @@ class KVIndex:
         self,
         engine: str,
         events: Iterable[KVCacheEvent],
-        to_external: Callable[[Any], ExternalBlockHash] | None = None,
+        to_external: Callable[[BlockHash], ExternalBlockHash] | None = None,
     ) -> None:
         """Apply ``engine``'s events, in order. Their hashes are in external form, or
         ``to_external`` converts them (events taken straight from a manager in process)."""

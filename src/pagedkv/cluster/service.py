@@ -61,6 +61,7 @@ from pagedkv.cluster.http import (
 from pagedkv.cluster.index import KVIndex
 from pagedkv.cluster.routing import Router
 from pagedkv.errors import PagedKVError
+from pagedkv.runtime.events import ExternalBlockHash
 
 __all__ = [
     "Choice",
@@ -187,7 +188,9 @@ class RouteService:
         skip = set(exclude)
         return [n for n, s in self.table.items() if s.healthy and n not in skip]
 
-    def choose(self, hashes: Sequence[Any], exclude: Iterable[str] = ()) -> Choice | None:
+    def choose(
+        self, hashes: Sequence[ExternalBlockHash], exclude: Iterable[str] = ()
+    ) -> Choice | None:
         """The engine for a prompt with these block hashes (None: no engine is up)."""
         t0 = time.perf_counter()
         names = self.healthy_engines(exclude)
@@ -223,7 +226,7 @@ class RouteService:
             answer["loads"] = {n: s.load()._asdict() for n, s in self.table.items()}
         return answer
 
-    def _hashes(self, body: dict[str, Any]) -> list[Any]:
+    def _hashes(self, body: dict[str, Any]) -> list[ExternalBlockHash]:
         if "block_hashes" in body:
             hashes = body["block_hashes"]
             if not isinstance(hashes, list) or not all(
@@ -236,7 +239,9 @@ class RouteService:
             raise ValueError("give token_ids (a non-empty list of integers) or block_hashes")
         return self.hash_tokens(tokens, body)
 
-    def hash_tokens(self, tokens: Sequence[Any], body: Mapping[str, Any]) -> list[Any]:
+    def hash_tokens(
+        self, tokens: Sequence[Any], body: Mapping[str, Any]
+    ) -> list[ExternalBlockHash]:
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
             raise ValueError("token_ids must be integers")
         for key in ("lora_name", "lora_path", "cache_salt"):
@@ -249,7 +254,7 @@ class RouteService:
             cache_salt=body.get("cache_salt"),
         )
 
-    def openai_hashes(self, body: dict[str, Any], chat: bool) -> list[Any]:
+    def openai_hashes(self, body: dict[str, Any], chat: bool) -> list[ExternalBlockHash]:
         """Block hashes of an OpenAI request's prompt (tokenized as the engines do)."""
         if self.tokenizer is None:
             return []

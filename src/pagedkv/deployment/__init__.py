@@ -8,6 +8,7 @@ and ``simulate``, the simulator and notebooks all go through it.
 from pagedkv.deployment.options import (
     DEFAULT_GPU,
     PlanRequest,
+    SchedulerDefaults,
     VLLMFlagArgs,
     VLLMFlags,
     vllm_scheduler_defaults,
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_GPU",
     "DeploymentPlan",
     "PlanRequest",
+    "SchedulerDefaults",
     "SummaryRow",
     "VLLMFlagArgs",
     "VLLMFlags",

@@ -4,7 +4,7 @@ options, with the defaults ``vllm serve`` would use."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from pagedkv.errors import ConfigError
 from pagedkv.models import GPU, ModelLayout
@@ -13,6 +13,7 @@ from pagedkv.models.source import ModelLike
 __all__ = [
     "DEFAULT_GPU",
     "PlanRequest",
+    "SchedulerDefaults",
     "VLLMFlagArgs",
     "VLLMFlags",
     "vllm_flags_from",
@@ -135,7 +136,14 @@ class PlanRequest:
     vllm_version: str | None = None
 
 
-def vllm_scheduler_defaults(device_bytes: int | None, device_name: str) -> tuple[int, int]:
+class SchedulerDefaults(NamedTuple):
+    """``vllm serve``'s scheduler limits for a device."""
+
+    max_num_seqs: int  # requests per step
+    max_num_batched_tokens: int  # tokens per step
+
+
+def vllm_scheduler_defaults(device_bytes: int | None, device_name: str) -> SchedulerDefaults:
     """``vllm serve``'s (max_num_seqs, max_num_batched_tokens) for a device.
 
     vLLM 0.33 reads the total memory CUDA reports: 160 GiB and more (B200, B300)
@@ -146,7 +154,7 @@ def vllm_scheduler_defaults(device_bytes: int | None, device_name: str) -> tuple
     total = device_bytes or 0
     name = device_name.lower()
     if total >= 160 * 2**30:
-        return 1024, 16384
+        return SchedulerDefaults(1024, 16384)
     if total >= 70 * 2**30 and "a100" not in name and "gb10" not in name:
-        return 1024, 8192
-    return 256, 2048
+        return SchedulerDefaults(1024, 8192)
+    return SchedulerDefaults(256, 2048)

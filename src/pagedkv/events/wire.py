@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import NamedTuple
 
 import msgspec
 
@@ -24,12 +24,15 @@ from pagedkv.runtime.events import (
     ExternalBlockHash,
     KVCacheEvent,
 )
+from pagedkv.runtime.hashing import BlockHash
 
 __all__ = [
     "DEFAULT_TOPIC",
     "END_OF_REPLAY_SEQ",
     "AnyKVCacheEvent",
     "EventBatch",
+    "EventFrames",
+    "DecodedEventBatch",
     "external_block_hash",
     "to_external",
     "encode_payload",
@@ -53,7 +56,7 @@ class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     data_parallel_rank: int | None = None
 
 
-def external_block_hash(block_hash: Any, int_block_hashes: bool = True) -> ExternalBlockHash:
+def external_block_hash(block_hash: BlockHash, int_block_hashes: bool = True) -> ExternalBlockHash:
     """The hash as published: low 64 bits as an unsigned int (default) or the raw bytes.
 
     Byte hashes are read big-endian (as vLLM does); int hashes (the ``builtin`` algorithm)
@@ -116,6 +119,22 @@ def encode_payload(
     return _encoder.encode(batch)
 
 
+class EventFrames(NamedTuple):
+    """The three ZeroMQ frames of one published batch."""
+
+    topic: bytes
+    sequence_number: bytes  # 8 big-endian bytes
+    payload: bytes  # the msgpack-encoded EventBatch
+
+
+class DecodedEventBatch(NamedTuple):
+    """One received batch: its topic, sequence number and events."""
+
+    topic: bytes
+    sequence_number: int
+    batch: EventBatch
+
+
 def encode_event_batch(
     events: Sequence[KVCacheEvent],
     sequence_number: int,
@@ -124,7 +143,7 @@ def encode_event_batch(
     ts: float | None = None,
     data_parallel_rank: int | None = 0,
     int_block_hashes: bool = True,
-) -> tuple[bytes, bytes, bytes]:
+) -> EventFrames:
     """The three frames (topic, sequence number, payload) of one published batch.
 
     Args:
@@ -138,7 +157,7 @@ def encode_event_batch(
     payload = encode_payload(
         events, ts=ts, data_parallel_rank=data_parallel_rank, int_block_hashes=int_block_hashes
     )
-    return topic, sequence_number.to_bytes(8, "big"), payload
+    return EventFrames(topic, sequence_number.to_bytes(8, "big"), payload)
 
 
 def decode_payload(payload: bytes) -> EventBatch:
@@ -149,11 +168,11 @@ def decode_payload(payload: bytes) -> EventBatch:
         raise KVCacheRuntimeError(f"malformed KV event payload: {exc}") from exc
 
 
-def decode_event_batch(frames: Sequence[bytes]) -> tuple[bytes, int, EventBatch]:
+def decode_event_batch(frames: Sequence[bytes]) -> DecodedEventBatch:
     """Inverse of ``encode_event_batch``; KVCacheRuntimeError if the frames are malformed."""
     if len(frames) != 3 or len(frames[1]) != 8:
         raise KVCacheRuntimeError(
             "a KV event message has three frames (topic, 8-byte sequence number, payload), "
             f"got {len(frames)} frames"
         )
-    return frames[0], int.from_bytes(frames[1], "big"), decode_payload(frames[2])
+    return DecodedEventBatch(frames[0], int.from_bytes(frames[1], "big"), decode_payload(frames[2]))

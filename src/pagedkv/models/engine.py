@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pagedkv.config import CacheConfig, EngineConfig
 from pagedkv.dtypes import canonical_dtype_name, dtype_size
@@ -14,6 +14,7 @@ from pagedkv.errors import ConfigError, ModelConfigError
 from pagedkv.models.adapters import describe_model
 from pagedkv.models.layers import ModelLayout, Unit, layer_spec
 from pagedkv.models.profile_shape import (
+    BytesPerParam,
     ProfileShape,
     WeightFormat,
     online_weight_format,
@@ -75,8 +76,8 @@ def _stored_format(layout: ModelLayout, shape: ProfileShape | None) -> WeightFor
     return WeightFormat("model dtype")
 
 
-def bytes_per_param(layout: ModelLayout, fmt: WeightFormat | None = None) -> tuple[float, float]:
-    """(dense linear, expert) bytes per parameter as the checkpoint stores them."""
+def bytes_per_param(layout: ModelLayout, fmt: WeightFormat | None = None) -> BytesPerParam:
+    """Bytes per dense linear and per expert parameter as the checkpoint stores them."""
     return (fmt or _stored_format(layout, None)).bytes_per_param(layout.dtype)
 
 
@@ -307,11 +308,21 @@ def pipeline_stages(layout: ModelLayout, pp: int) -> list[tuple[Unit, ...]]:
     return stages
 
 
+class _SpecOptions(NamedTuple):
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    kv_cache_dtype: str
+    block_size: int  # tokens
+    mamba_cache_mode: MambaCacheMode
+
+
 def _resolve_options(
     config: EngineConfig | None, tp: int, pp: int, kv_cache_dtype: str, block_size: int
-) -> tuple[int, int, str, int, MambaCacheMode]:
+) -> _SpecOptions:
     if config is None:
-        return tp, pp, kv_cache_dtype, block_size, CacheConfig().resolved_mamba_cache_mode
+        return _SpecOptions(
+            tp, pp, kv_cache_dtype, block_size, CacheConfig().resolved_mamba_cache_mode
+        )
     given: dict[str, tuple[Any, Any]] = {
         "tensor_parallel_size": (tp, 1),
         "pipeline_parallel_size": (pp, 1),
@@ -329,7 +340,7 @@ def _resolve_options(
                 f"get_kv_cache_specs: {name}={value!r} conflicts with the config's "
                 f"{from_config[name]!r}; pass one or the other"
             )
-    return (
+    return _SpecOptions(
         config.parallel.tensor_parallel_size,
         config.parallel.pipeline_parallel_size,
         config.cache.cache_dtype,

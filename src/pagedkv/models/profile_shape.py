@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pagedkv.dtypes import dtype_size
 from pagedkv.errors import ModelConfigError
@@ -22,6 +22,13 @@ from pagedkv.models.source import ModelSource
 _FP8_BITS = 8.0
 _MXFP4_BITS = 4.25  # 4-bit values plus one 8-bit scale per 32
 _NVFP4_BITS = 4.5  # 4-bit values plus one fp8 scale per 16
+
+
+class BytesPerParam(NamedTuple):
+    """Bytes a stored weight takes, scales and zero points included."""
+
+    dense_bytes: float  # per dense linear-layer parameter
+    expert_bytes: float  # per MoE expert parameter
 
 
 @dataclass(frozen=True)
@@ -35,12 +42,12 @@ class WeightFormat:
     # MoE kernels that pad each expert matrix: (hidden multiple, intermediate multiple).
     expert_padding: tuple[int, int] | None = None
 
-    def bytes_per_param(self, dtype: str) -> tuple[float, float]:
-        """(dense linear, expert) bytes per parameter."""
+    def bytes_per_param(self, dtype: str) -> BytesPerParam:
+        """Bytes per dense linear and per expert parameter."""
         base = float(dtype_size(dtype))
         dense = base if self.dense_bits is None else self.dense_bits / 8
         expert = base if self.expert_bits is None else self.expert_bits / 8
-        return dense, expert
+        return BytesPerParam(dense, expert)
 
     def expert_scale(self, hidden_size: int, intermediate_per_rank: int) -> float:
         """How much the kernel's padding grows each expert matrix."""
@@ -221,6 +228,7 @@ def profile_shape(layout: ModelLayout, source: ModelSource | None = None) -> Pro
 
 
 __all__ = [
+    "BytesPerParam",
     "EncoderShape",
     "ProfileShape",
     "WeightFormat",

@@ -200,8 +200,16 @@ def encoder_bytes(encoder: EncoderShape, layout: ModelLayout, budget_tokens: int
     return tokens * width * _activation_bytes(layout)
 
 
-def capture_sizes(max_num_seqs: int, max_tokens: int, blackwell: bool) -> tuple[int, int, int]:
-    """(piecewise graphs, full graphs, largest size) vLLM captures by default."""
+class CaptureSizes(NamedTuple):
+    """The CUDA graphs vLLM captures by default."""
+
+    num_piecewise_graphs: int
+    num_full_graphs: int
+    max_capture_tokens: int  # the largest captured batch
+
+
+def capture_sizes(max_num_seqs: int, max_tokens: int, blackwell: bool) -> CaptureSizes:
+    """The CUDA graphs vLLM captures by default."""
     ceiling = 2 * CUDAGRAPH_MAX_TOKENS if blackwell else CUDAGRAPH_MAX_TOKENS
     largest = max(1, min(2 * max_num_seqs, ceiling, max_tokens))
 
@@ -210,7 +218,7 @@ def capture_sizes(max_num_seqs: int, max_tokens: int, blackwell: bool) -> tuple[
         sizes += list(range(8, min(limit + 1, 256), 8)) + list(range(256, limit + 1, 16))
         return len(sizes)
 
-    return count(largest), count(min(max_num_seqs, largest)), largest
+    return CaptureSizes(count(largest), count(min(max_num_seqs, largest)), largest)
 
 
 def profile_terms(
@@ -321,6 +329,7 @@ __all__ = [
     "NON_TORCH_BYTES",
     "NON_TORCH_BYTES_WITH_PEERS",
     "SAMPLER_BYTES_PER_LOGIT",
+    "CaptureSizes",
     "MemoryTerm",
     "StartupOptions",
     "capture_sizes",

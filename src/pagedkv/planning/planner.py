@@ -181,6 +181,17 @@ class PlannedKVCache(NamedTuple):
     kv_tp_replicas: int
 
 
+class _Sized(NamedTuple):
+    """One sizing pass over a grouping."""
+
+    worker_groups: list[list[KVCacheGroupSpec]]  # each worker's groups
+    bytes_per_block: list[int]  # per worker
+    num_blocks: int
+    cost: sizing.RequestCost
+    max_model_len: int  # tokens
+    max_model_len_auto_fitted: bool
+
+
 def _size(
     builder: KVCacheConfigBuilder,
     config: EngineConfig,
@@ -188,7 +199,7 @@ def _size(
     specs_per_worker: Sequence[Mapping[str, KVCacheSpec]],
     available: Sequence[int],
     limit: int,
-) -> tuple[list[list[KVCacheGroupSpec]], list[int], int, sizing.RequestCost, int, bool]:
+) -> _Sized:
     """Per-worker groups and bytes per block, the block count, the request cost and the
     planned ``max_model_len`` with whether it was auto-fitted."""
     worker_groups = [sizing.project_groups(groups, specs.keys()) for specs in specs_per_worker]
@@ -196,7 +207,7 @@ def _size(
     num_blocks = sizing.blocks_from_memory(config, bpb, available)
     cost = sizing.RequestCost(groups, config)
     length, fitted = sizing.fit_max_model_len(config, cost, num_blocks, bpb, available, limit)
-    return worker_groups, bpb, num_blocks, cost, length, fitted
+    return _Sized(worker_groups, bpb, num_blocks, cost, length, fitted)
 
 
 def plan_kv_cache_configs(
@@ -232,10 +243,11 @@ def plan_kv_cache_configs(
     builder = get_kv_cache_config_builder(config)
     groups, alternatives = _group(builder, config, merged)
     sized = _size(builder, config, groups, specs_per_worker, available, limit)
-    if sized[-1] and alternatives:
+    if sized.max_model_len_auto_fitted and alternatives:
         # Auto-fitted: a rule that scored groupings scores them again at the length that fits.
         # The alternatives are always reported at that length, even when the groups stay.
-        regrouped, alternatives = _group(builder, config.replace(max_model_len=sized[-2]), merged)
+        refit = config.replace(max_model_len=sized.max_model_len)
+        regrouped, alternatives = _group(builder, refit, merged)
         if regrouped != groups:
             groups = regrouped
             sized = _size(builder, config, groups, specs_per_worker, available, limit)

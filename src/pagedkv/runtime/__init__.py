@@ -12,6 +12,7 @@ from pagedkv.runtime.coordinators import (
 )
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from pagedkv.runtime.hashing import (
+    BlockHash,
     BlockHasher,
     LoRA,
     MultiModalFeature,
@@ -50,6 +51,7 @@ __all__ = [
     "BlockRemoved",
     "BlockStored",
     "KVCacheEvent",
+    "BlockHash",
     "BlockHasher",
     "LoRA",
     "MultiModalFeature",

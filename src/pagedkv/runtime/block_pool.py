@@ -13,12 +13,12 @@ needs no undo; the free queue undoes only its ``pop`` and ``remove``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
-from pagedkv.runtime.hashing import event_extra_keys
+from pagedkv.runtime.hashing import BlockHash, event_extra_keys
 
 __all__ = [
     "NULL_BLOCK",
@@ -32,7 +32,19 @@ NULL_BLOCK = 0
 
 
 class BlockPool:
-    """Fixed set of KV cache blocks shared by every group of a model."""
+    """Fixed set of KV cache blocks shared by every group of a model.
+
+    Args:
+        num_blocks: blocks in the pool, the null block (block 0) included.
+        enable_caching: whether freed blocks that carry a hash stay findable (pushed as
+            cached) until they are reused.
+        hash_block_size: tokens per entry of ``request.block_hashes``; a group whose
+            block size is a multiple of it keys each block by the hash of its last hash
+            block. None: every group's block size is the hash block size.
+        enable_events: record KV cache events (``take_events`` drains them).
+        free_queue: the free-block order (eviction policy); None: vLLM's LRU queue. It
+            must hold every block but the null block.
+    """
 
     def __init__(
         self,
@@ -52,7 +64,7 @@ class BlockPool:
         self.medium = "GPU"  # of the events
         self.num_hash_lookahead_tokens = 0  # tokens past each block its hash covers
         self.ref_cnt: list[int] = [0] * num_blocks
-        self.block_hash: list[Any] = [None] * num_blocks  # None: not cached
+        self.block_hash: list[BlockHash | None] = [None] * num_blocks  # None: not cached
         self.block_group: list[int] = [0] * num_blocks
         self.key_num_tokens: list[int] = [0] * num_blocks  # tokens the primary key covers
         self.queue = LRUFreeQueue(num_blocks) if free_queue is None else free_queue
@@ -62,9 +74,9 @@ class BlockPool:
                 f"{num_blocks - 1} (every block but the null block)"
             )
         self._queue_hits = self.queue.wants_hits
-        self._maps: list[dict[Any, int]] = []
-        self._dups: list[dict[Any, list[int]]] = []
-        self._extra_keys: dict[int, list[tuple[Any, int]]] = {}  # block -> (hash, group)
+        self._maps: list[dict[BlockHash, int]] = []
+        self._dups: list[dict[BlockHash, list[int]]] = []
+        self._extra_keys: dict[int, list[tuple[BlockHash, int]]] = {}  # block -> (hash, group)
         self._key_tokens: dict[int, int] = {}  # block -> tokens of a sub-block primary key
         self._events: list[KVCacheEvent] | None = [] if enable_events else None
         self._journal: list[tuple[Any, ...]] | None = None
@@ -84,19 +96,19 @@ class BlockPool:
         usable = self.num_blocks - 1
         return 0.0 if usable == 0 else 1.0 - len(self.queue) / usable
 
-    def hash_map(self, group_id: int) -> dict[Any, int]:
+    def hash_map(self, group_id: int) -> dict[BlockHash, int]:
         """The ``block hash -> first cached block id`` map of one group."""
         while len(self._maps) <= group_id:
             self._maps.append({})
             self._dups.append({})
         return self._maps[group_id]
 
-    def get_cached_block(self, block_hash: Any, group_ids: Sequence[int]) -> list[int] | None:
+    def get_cached_block(self, block_hash: BlockHash, group_ids: Sequence[int]) -> list[int] | None:
         """One cached block per group id, or None if any group misses."""
         out = [self.hash_map(gid).get(block_hash) for gid in group_ids]
         return None if None in out else out  # type: ignore[return-value]
 
-    def key_of(self, block: int) -> tuple[Any, int] | None:
+    def key_of(self, block: int) -> tuple[BlockHash, int] | None:
         """``(block hash, group id)`` of a cached block, None if it is not cached."""
         h = self.block_hash[block]
         return None if h is None else (h, self.block_group[block])
@@ -179,7 +191,17 @@ class BlockPool:
         group_id: int,
         keep: set[int] | None = None,
     ) -> None:
-        """Hash ``blocks[num_cached_blocks:num_full_blocks]`` (but nulls, indices not in keep)."""
+        """Hash ``blocks[num_cached_blocks:num_full_blocks]`` (but nulls, indices not in keep).
+
+        Args:
+            request: the request whose ``block_hashes`` key the blocks.
+            blocks: the group's block table for the request.
+            num_cached_blocks: leading table positions already cached (skipped).
+            num_full_blocks: table positions that are full; caching stops before it.
+            block_size: the group's tokens per block.
+            group_id: the KV cache group the keys belong to.
+            keep: table positions to cache; None: every one in the range.
+        """
         if num_cached_blocks >= num_full_blocks:
             return
         hashes = request.block_hashes
@@ -217,7 +239,7 @@ class BlockPool:
             self._events.append(
                 self._stored_event(
                     request,
-                    [block_hash[b] for b in stored],
+                    cast("list[BlockHash]", [block_hash[b] for b in stored]),
                     parent,
                     positions,
                     (num_cached_blocks, num_full_blocks),
@@ -230,7 +252,14 @@ class BlockPool:
         self, request: Request, num_blocks: int, block_size: int, group_id: int
     ) -> None:
         """A BlockStored event re-announcing the request's first ``num_blocks`` blocks, a
-        prefix-cache hit (``kv_cache_report_mode="full"``); no block changes."""
+        prefix-cache hit (``kv_cache_report_mode="full"``); no block changes.
+
+        Args:
+            request: the request whose hit is announced.
+            num_blocks: leading blocks of its table the hit covers.
+            block_size: the group's tokens per block.
+            group_id: the KV cache group the event names.
+        """
         if self._events is None or num_blocks <= 0:
             return
         scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
@@ -244,8 +273,8 @@ class BlockPool:
     def _stored_event(
         self,
         request: Request,
-        block_hashes: list[Any],
-        parent: Any,
+        block_hashes: list[BlockHash],
+        parent: BlockHash | None,
         positions: list[int],
         span: tuple[int, int],
         block_size: int,
@@ -300,7 +329,7 @@ class BlockPool:
         if self._journal is not None:
             self._journal.append(undo if callable(undo[0]) else (self._restore_key, undo))
 
-    def has_key(self, block: int, block_hash: Any, group_id: int) -> bool:
+    def has_key(self, block: int, block_hash: BlockHash, group_id: int) -> bool:
         """Whether ``(block_hash, group_id)`` is one of the block's keys."""
         key = (block_hash, group_id)
         return key in self._keys_of(block)
@@ -327,13 +356,24 @@ class BlockPool:
         block_size: int,
         replace: bool = False,
         off_position: bool = False,
-    ) -> Any:
+    ) -> BlockHash:
         """Key ``block`` by the hash of the request's first ``num_tokens`` tokens (a hash
         boundary, maybe inside the block) and return that hash: a primary key if the block
         has none, else one more key. A primary key covering fewer tokens, or with
         ``replace`` every key, is dropped first. ``off_position``: the block does not end
         at ``num_tokens`` even when it is a block multiple (a checkpoint exported into a
-        later block), so the key records its tokens. Journaled."""
+        later block), so the key records its tokens. Journaled.
+
+        Args:
+            request: the request whose ``block_hashes`` give the key.
+            block: the block id to key.
+            num_tokens: tokens of the request the key covers (a multiple of the hash
+                block size).
+            group_id: the KV cache group the key belongs to.
+            block_size: the group's tokens per block.
+            replace: drop every key the block has before keying it.
+            off_position: the block does not end at ``num_tokens`` tokens.
+        """
         hash_block_size = self.hash_block_size or block_size
         num_hashes = num_tokens // hash_block_size
         h = request.block_hashes[num_hashes - 1]
@@ -368,14 +408,14 @@ class BlockPool:
         tokens = self._key_tokens.get(block)
         return (1 << 62) if tokens is None else tokens  # a full-block key: the whole block
 
-    def _keys_of(self, block: int) -> list[tuple[Any, int]]:
+    def _keys_of(self, block: int) -> list[tuple[BlockHash, int]]:
         h = self.block_hash[block]
         if h is None:
             return []
         return [(h, self.block_group[block]), *self._extra_keys.get(block, ())]
 
     def _add_key(
-        self, block: int, h: Any, group_id: int, tokens: int | None, num_tokens: int
+        self, block: int, h: BlockHash, group_id: int, tokens: int | None, num_tokens: int
     ) -> None:
         # tokens: a sub-block primary key's (None: whole block); num_tokens: the key's.
         m = self.hash_map(group_id)
@@ -392,7 +432,7 @@ class BlockPool:
         else:
             m[h] = block
 
-    def _unmap(self, block: int, h: Any, group_id: int) -> bool:
+    def _unmap(self, block: int, h: BlockHash, group_id: int) -> bool:
         m, dups = self._maps[group_id], self._dups[group_id]
         others = dups.get(h)
         if m.get(h) == block:
@@ -509,8 +549,9 @@ class BlockPool:
             self._events.append(AllBlocksCleared())
         return True
 
-    def _drop_key(self, block: int) -> tuple[Any, int, int, int]:
-        h, gid = self.block_hash[block], self.block_group[block]
+    def _drop_key(self, block: int) -> tuple[BlockHash, int, int, int]:
+        # Only a keyed block's key is dropped.
+        h, gid = cast(BlockHash, self.block_hash[block]), self.block_group[block]
         self.block_hash[block] = None
         m, dups = self._maps[gid], self._dups[gid]
         others = dups.get(h)
@@ -529,7 +570,7 @@ class BlockPool:
             self._events.append(BlockRemoved(block_hashes=[h], medium=self.medium, group_idx=gid))
         return h, gid, index, self.key_num_tokens[block]
 
-    def _restore_key(self, block: int, h: Any, gid: int, index: int, num_tokens: int) -> None:
+    def _restore_key(self, block: int, h: BlockHash, gid: int, index: int, num_tokens: int) -> None:
         self.block_hash[block] = h
         self.block_group[block] = gid
         self.key_num_tokens[block] = num_tokens

@@ -35,7 +35,20 @@ def resolve_block_sizes(
     """vLLM's rule: one group hashes and hits per block; several hash every
     ``prefix_match_unit`` tokens (default: the gcd of the prefix-cacheable block sizes).
     Under decode context parallelism (``dcp_world_size`` > 1) a Mamba block equal to the
-    hash block takes partial hits too (the attention blocks are the larger ones then)."""
+    hash block takes partial hits too (the attention blocks are the larger ones then).
+
+    Args:
+        groups: the model's KV cache groups.
+        enable_caching: whether prefix caching is on; off, every size is the scheduler's.
+        prefix_match_unit: tokens per block hash with several groups (None: the gcd of
+            the prefix-cacheable groups' block sizes); with one group it must be None or
+            that group's block size.
+        dcp_world_size: decode context parallel ranks (1: none).
+
+    Raises:
+        ConfigError: ``prefix_match_unit`` does not divide every prefix-cacheable block
+            size, or does not suit a single group or a compressed-state layer.
+    """
     if not groups:
         return BlockSizes(1, 1, 1, False)
     specs = [group_behaviour_spec(g) for g in groups]

@@ -32,14 +32,28 @@ class BoundaryStateOffers:
 
     def offer(self, pool: BlockPool, request_id: str, block: int, num_tokens: int) -> None:
         """Record that ``block`` holds the request's state after ``num_tokens`` tokens
-        (undone with the pool's transaction)."""
+        (undone with the pool's transaction).
+
+        Args:
+            pool: the block pool whose open transaction undoes the offer.
+            request_id: the request whose state it is.
+            block: the block id holding the state.
+            num_tokens: the token boundary the state ends at.
+        """
         self._pending.append((request_id, block, num_tokens))
         pool.record(self._unoffer)
 
     def note_producer_tail(
         self, pool: BlockPool, request_id: str, block: int, num_tokens: int
     ) -> None:
-        """The request keyed its own partial tail in ``block`` at ``num_tokens``."""
+        """The request keyed its own partial tail in ``block`` at ``num_tokens``.
+
+        Args:
+            pool: the block pool whose open transaction undoes the note.
+            request_id: the request that keyed the tail.
+            block: the block id holding the tail state.
+            num_tokens: the token boundary (inside the block) the state ends at.
+        """
         old = self._producer_tails.get(request_id)
         self._producer_tails[request_id] = (block, num_tokens)
         pool.record(self._restore_tail, request_id, old)

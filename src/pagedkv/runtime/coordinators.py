@@ -22,6 +22,7 @@ from pagedkv.specs.base import KVCacheSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
 if TYPE_CHECKING:
+    from pagedkv.runtime.hashing import BlockHash
     from pagedkv.runtime.request import Request
 
 __all__ = [
@@ -141,7 +142,25 @@ class KVCacheCoordinator(ABC):
     within the current bound until no kind shortens the hit) and does every per-group
     step of a request for the ``KVCacheManager`` (vLLM's coordinator, method for
     method). The subclasses differ in the search and in how many computed tokens each
-    group caches."""
+    group caches.
+
+    Args:
+        kv_cache_config: the model's groups and the pool's block count.
+        enable_events: the block pool records KV cache events.
+        free_queue: the pool's free-block order (None: vLLM's LRU queue).
+        use_eagle: EAGLE speculative decoding: the groups whose hits drop the last
+            matched block are chosen as vLLM does.
+        num_prefill_lookahead: tokens past the computed ones the drafter reads; all but
+            one are computed again later, so they are not written back as final.
+        num_hash_lookahead_tokens: tokens past each block that its hash covers.
+        scheduler_block_size: tokens hybrid models cache and chunk in multiples of
+            (None: the cache-hit alignment).
+        partial_hash_hits: hits may end inside a block; hybrid models then cache every
+            full block instead of rounding to the scheduler block size.
+        **manager_kwargs: every group manager's constructor keywords
+            (``SingleTypeKVCacheManager``); ``enable_caching``, ``hash_block_size``,
+            ``alignment_tokens`` and ``retention_interval`` are required.
+    """
 
     eagle_margin: ClassVar[bool] = True  # an EAGLE lookup looks one block past the bound
 
@@ -303,12 +322,12 @@ class KVCacheCoordinator(ABC):
     # ------------------------------------------------------------ the cache-hit search
     @abstractmethod
     def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         """Hit blocks per group, the hit length and the longest prefix some group had."""
 
     def _search_one_kind(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         # One kind (one group, or identical ones): its search is the answer.
         lists: list[list[int]] = [[] for _ in self.managers]
@@ -330,7 +349,7 @@ class KVCacheCoordinator(ABC):
         return block_size
 
     def _find_with_eagle_drop(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         # HybridCoordinator's fixed point, where an EAGLE spec group looks one block past
         # the bound (several groups only) and drops the block its hit ends on, once per
@@ -580,7 +599,7 @@ class NoPrefixCacheCoordinator(KVCacheCoordinator):
     """Prefix caching off: never a hit, nothing cached. Any number of groups, or none."""
 
     def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         return [[] for _ in self.managers], 0, 0
 
@@ -596,7 +615,7 @@ class UnitaryCoordinator(KVCacheCoordinator):
     eagle_margin = False
 
     def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         if self.drop_eagle_group_ids:
             return self._find_with_eagle_drop(block_hashes, max_length)
@@ -614,7 +633,7 @@ class HybridCoordinator(KVCacheCoordinator):
     EAGLE groups up to one of their blocks past it."""
 
     def find_longest_cache_hit(
-        self, block_hashes: list[Any], max_length: int
+        self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         if self.drop_eagle_group_ids:
             return self._find_with_eagle_drop(block_hashes, max_length)

@@ -8,13 +8,14 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 import cbor2
 
 from pagedkv.errors import ConfigError
 
 __all__ = [
+    "BlockHash",
     "HashFn",
     "DEFAULT_NONE_HASH_SEED",
     "MultiModalFeature",
@@ -36,7 +37,11 @@ __all__ = [
     "hash_token_blocks",
 ]
 
-HashFn = Callable[[Any], Any]
+# A block's hash, the prefix cache's key: the digest bytes of every algorithm but
+# ``builtin``, whose hashes are Python ints. An alias, not a NewType: hashes flow from the
+# hash function into the cache on the hot path with nothing to wrap them.
+BlockHash: TypeAlias = bytes | int
+HashFn = Callable[[Any], BlockHash]
 DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
 
 
@@ -65,7 +70,7 @@ class HashedRequest(Protocol):
     prompt_embeds: Any
     num_prompt_tokens: int
     plain: bool
-    block_hashes: list[Any]
+    block_hashes: list[BlockHash]
     all_token_ids: list[int]
 
 
@@ -158,8 +163,17 @@ def block_extra_keys(
 ) -> tuple[tuple[Any, ...] | None, int]:
     """Extra keys of the block ``[start, end)`` and the multimodal item index the next
     block starts looking at (past every item that ends inside this block; ``mm_index``
-    unchanged when every item ends before it, as vLLM returns it). ``embeds_digest``:
-    a prompt-embedding slice's key bytes."""
+    unchanged when every item ends before it, as vLLM returns it).
+
+    Args:
+        request: the request whose LoRA, multimodal items, cache salt and prompt
+            embeddings give the keys.
+        start: the block's first token position.
+        end: the token position the block ends before.
+        mm_index: the first multimodal item (index into ``request.mm_features``) that
+            may overlap the block: the previous block's returned index, 0 for the first.
+        embeds_digest: the key bytes of a prompt-embedding slice.
+    """
     keys, _, next_index = _extra_keys(request, start, end, mm_index, embeds_digest)
     return keys, next_index
 
@@ -204,7 +218,14 @@ def event_extra_keys(
     """The block's extra keys as KV events publish them (vLLM's untagged form): the LoRA
     name, ``(mm identifier, offset)`` pairs, the cache salt and prompt-embedding digests.
     With lookahead hashes they cover the block and its lookahead tokens, as the hash does;
-    the lookahead tokens themselves go out in ``lookahead_token_ids``."""
+    the lookahead tokens themselves go out in ``lookahead_token_ids``.
+
+    Args:
+        request: the request whose hash keys are published.
+        start: the block's first token position.
+        end: the token position the block ends before.
+        num_lookahead_tokens: tokens past the block that its hash covers.
+    """
     if request.plain:
         return None
     keys, _ = block_extra_keys(request, start, end + num_lookahead_tokens, 0)
@@ -218,7 +239,15 @@ class BlockHasher:
 
     ``num_lookahead_tokens`` (L > 0, vLLM's lookahead block hashes for EAGLE): block
     ``i`` is hashed only once the L tokens after it exist, and its extra keys become
-    ``(E, *those tokens)`` (``E`` the plain extra keys, over the block and those tokens)."""
+    ``(E, *those tokens)`` (``E`` the plain extra keys, over the block and those tokens).
+
+    Args:
+        block_size: tokens per hashed block.
+        hash_algo: a name in ``HASH_FUNCTIONS``.
+        seed: what the parent of the first block hashes from (vLLM's NONE_HASH seed);
+            None: ``none_hash_seed(hash_algo)``.
+        num_lookahead_tokens: tokens after each block its hash covers (0: none).
+    """
 
     __slots__ = ("block_size", "hash_algo", "hash_fn", "none_hash", "num_lookahead_tokens")
 
@@ -246,7 +275,7 @@ class BlockHasher:
         self.none_hash = self.hash_fn(none_hash_seed(hash_algo) if seed is None else seed)
         self.num_lookahead_tokens = num_lookahead_tokens
 
-    def __call__(self, request: HashedRequest) -> list[Any]:
+    def __call__(self, request: HashedRequest) -> list[BlockHash]:
         """Hashes of the full blocks after ``len(request.block_hashes)``."""
         hashes = request.block_hashes
         start = len(hashes) * self.block_size
@@ -259,12 +288,12 @@ class BlockHasher:
         return self._chain(tokens, start, parent, None if request.plain else request)
 
     def _chain(
-        self, tokens: Sequence[int], start: int, parent: Any, request: HashedRequest | None
-    ) -> list[Any]:
+        self, tokens: Sequence[int], start: int, parent: BlockHash, request: HashedRequest | None
+    ) -> list[BlockHash]:
         fn, bs, end = self.hash_fn, self.block_size, len(tokens)
         extra = None
         mm_index = 0
-        new: list[Any] = []
+        new: list[BlockHash] = []
         while start + bs <= end:
             if request is not None:
                 extra, _, mm_index = _extra_keys(request, start, start + bs, mm_index)
@@ -274,14 +303,14 @@ class BlockHasher:
         return new
 
     def _chain_lookahead(
-        self, tokens: Sequence[int], start: int, parent: Any, request: HashedRequest
-    ) -> list[Any]:
+        self, tokens: Sequence[int], start: int, parent: BlockHash, request: HashedRequest
+    ) -> list[BlockHash]:
         fn, bs, ahead = self.hash_fn, self.block_size, self.num_lookahead_tokens
         last = len(tokens) - ahead  # a block must end by here to be hashed
         plain = request.plain
         extra = None
         mm_index = 0
-        new: list[Any] = []
+        new: list[BlockHash] = []
         while start + bs <= last:
             end = start + bs
             if not plain:  # the window overlaps the next block: resume at the live item
@@ -295,7 +324,7 @@ class BlockHasher:
 
 def hash_token_blocks(
     token_ids: Sequence[int], block_size: int, hash_algo: str = "sha256"
-) -> list[Any]:
+) -> list[BlockHash]:
     """Chained hashes of the full blocks of a plain token sequence (no extra keys)."""
     hasher = BlockHasher(block_size, hash_algo)
     return hasher._chain(token_ids, 0, hasher.none_hash, None)

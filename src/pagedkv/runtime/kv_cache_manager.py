@@ -92,18 +92,39 @@ class PrefixCacheStatsCounter:
 
 class KVCacheManager:
     """Allocates, caches and frees KV cache blocks for requests, for every group at once.
-    ``retention``: a name in ``config.PREFIX_CACHE_RETENTIONS``; ``free_queue``: default LRU.
-    ``hash_block_size`` and ``prefix_cache_retention_interval`` (vLLM's names) override
-    ``CacheConfig.prefix_match_unit`` and ``CacheConfig.prefix_cache_retention_interval``.
 
-    Speculative decoding (vLLM's scheduler passes these): ``use_eagle`` drops the last
-    matched block of the EAGLE groups' hits; ``num_hash_lookahead_tokens`` makes each
-    block hash cover that many tokens after the block instead; ``num_prefill_lookahead``
-    tokens past the computed ones are read by the drafter (all but one are not final).
+    The speculative-decoding options are the ones vLLM's scheduler passes.
 
-    ``dcp_world_size`` > 1 (decode context parallelism; the config's attention blocks
-    already span every rank) lets a Mamba "align" block as small as the hash block still
-    take partial hash hits, as vLLM does."""
+    Args:
+        kv_cache_config: the planned groups, pool size and ``max_model_len``.
+        config: the engine configuration the other options default from.
+        enable_caching: prefix caching on or off (None: ``CacheConfig``'s, where the
+            groups allow it).
+        hash_algo: a name in ``hashing.HASH_FUNCTIONS`` (None: ``CacheConfig.hash_algo``).
+        enable_events: record KV cache events (``take_events`` drains them).
+        watermark: fraction of the pool, in [0, 1), a new request must leave free
+            while others are scheduled.
+        hash_seed: the seed of the first block's parent hash (None: vLLM's rule).
+        retention: a name in ``config.PREFIX_CACHE_RETENTIONS`` (None:
+            ``CacheConfig.prefix_cache_retention``).
+        free_queue: the pool's free-block order (None: vLLM's LRU queue).
+        hash_block_size: tokens per block hash (vLLM's name); overrides
+            ``CacheConfig.prefix_match_unit``.
+        prefix_cache_retention_interval: tokens between the states a sparse kind caches
+            (vLLM's name); overrides ``CacheConfig.prefix_cache_retention_interval``
+            unless left at ``FROM_CONFIG``.
+        use_eagle: EAGLE: drop the last matched block of the EAGLE groups' hits.
+        num_hash_lookahead_tokens: tokens after each block that its hash covers too.
+        num_prefill_lookahead: tokens past the computed ones the drafter reads (all but
+            one are not final).
+        dcp_world_size: decode context parallel ranks; above 1 (the config's attention
+            blocks already span every rank) a Mamba "align" block as small as the hash
+            block still takes partial hash hits, as vLLM does.
+
+    Raises:
+        ConfigError: an option is out of range, or the config needs an extension the
+            manager was not given (a non-LRU eviction policy without ``free_queue``).
+    """
 
     def __init__(
         self,
@@ -308,7 +329,33 @@ class KVCacheManager:
         against the full sequence). A new request adopts ``new_computed_blocks``, then
         gets blocks for ``num_external_computed_tokens`` a KV connector loads after them;
         full blocks are cached unless ``delay_cache_blocks``. If anything raises midway,
-        the allocation is undone."""
+        the allocation is undone.
+
+        Args:
+            request: the request to allocate for.
+            num_new_tokens: tokens the step computes, after the computed ones.
+            num_new_computed_tokens: cached tokens ``new_computed_blocks`` holds (the
+                prefix-cache hit ``get_computed_blocks`` returned).
+            new_computed_blocks: the hit's blocks per group (a new request only).
+            num_lookahead_tokens: speculative tokens past the step that need slots too
+                (capped at ``max_model_len``).
+            delay_cache_blocks: do not cache the blocks that become full (a KV
+                connector fills them later).
+            num_encoder_tokens: encoder tokens the cross-attention groups need slots for.
+            full_sequence_must_fit: admit only if the request's whole current sequence
+                (capped at ``max_model_len``) fits in the free blocks.
+            has_scheduled_reqs: other requests are scheduled this step, so a new request
+                must leave the watermark free.
+            reserved_blocks: free blocks to keep for other sequences.
+            num_external_computed_tokens: tokens a KV connector loads after the hit.
+
+        Returns:
+            The newly allocated blocks per group, or None when they do not fit.
+
+        Raises:
+            KVCacheRuntimeError: a token count is negative or exceeds ``max_model_len``,
+                or a running request is given cached blocks.
+        """
         request_id = request.request_id
         if num_new_tokens <= 0 or num_lookahead_tokens < 0:
             if num_lookahead_tokens < 0:

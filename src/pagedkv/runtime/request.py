@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pagedkv.errors import KVCacheRuntimeError
-from pagedkv.runtime.hashing import BlockHasher, LoRA, MultiModalFeature
+from pagedkv.runtime.hashing import BlockHash, BlockHasher, LoRA, MultiModalFeature
 
 __all__ = [
     "KV_CACHE_REPORT_MODES",
@@ -19,10 +19,30 @@ KV_CACHE_REPORT_MODES = ("incremental", "full")
 class Request:
     """Token ids (prompt then outputs), hash keys (LoRA, cache salt, multimodal items,
     prompt embeddings) and the chained block hashes, extended as tokens are appended.
-    ``lora``: a ``LoRA`` or any object with vLLM's ``LoRARequest`` fields;
-    ``kv_cache_report_mode`` and ``session_id``: what its KV events report;
-    ``allow_empty_prompt``: accept a request with no prompt tokens (vLLM does: its tokens
-    then come only from what the engine appends)."""
+
+    Args:
+        request_id: the request's id, unique among live requests.
+        prompt_token_ids: the prompt's token ids.
+        lora: a ``LoRA`` or any object with vLLM's ``LoRARequest`` fields (None: none).
+        lora_name: the LoRA adapter's name, when ``lora`` is None (an id-0 ``LoRA``).
+        cache_salt: a salt keying the first block, so that only requests with the same
+            salt share its prefix.
+        mm_features: the prompt's multimodal items (``MultiModalFeature`` or
+            ``(identifier, offset, length)``, positions in tokens), in any order.
+        prompt_embeds: prompt embeddings (a tensor or any buffer, one row per prompt
+            token); each block's slice keys its hash.
+        hasher: hash the blocks now with it (None: the manager attaches its own).
+        priority: the scheduling priority (vLLM's: lower is more important).
+        kv_cache_report_mode: what its KV events report: ``"incremental"`` or ``"full"``
+            (prefix-cache hits re-announced as BlockStored).
+        session_id: reported in its BlockStored events.
+        allow_empty_prompt: accept a request with no prompt tokens (vLLM does: its
+            tokens then come only from what the engine appends).
+
+    Raises:
+        KVCacheRuntimeError: an empty prompt (unless allowed) or an unknown
+            ``kv_cache_report_mode``.
+    """
 
     __slots__ = (
         "all_token_ids",
@@ -92,7 +112,7 @@ class Request:
         self.num_cached_tokens = -1  # the latest admission's hit (-1: no lookup yet)
         self.num_preemptions = 0
         self.shared_prefix_boundary = 0  # a longer prefix some group had cached (0: none)
-        self.block_hashes: list[Any] = []
+        self.block_hashes: list[BlockHash] = []
         self.hasher: BlockHasher | None = None
         if hasher is not None:
             self.set_hasher(hasher)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pagedkv.capacity.plan import full_attention_token_capacity, inner_specs, is_full_attention
 from pagedkv.capacity.report import KVCachePlan
@@ -18,6 +18,7 @@ from pagedkv.sim.scheduling.simulator import Simulator
 from pagedkv.specs import MambaSpec
 
 __all__ = [
+    "BoundGeometry",
     "bound_geometry",
     "host_block_tokens",
     "SimEngine",
@@ -32,8 +33,15 @@ def _group_label(group: Any) -> str:
     return f"{type(spec).__name__}x{len(group.layer_names)}"
 
 
-def bound_geometry(kv_cache_config: KVCacheConfig) -> tuple[int, int] | None:
-    """(block size, capacity in blocks) for the clairvoyant bound, or None without a
+class BoundGeometry(NamedTuple):
+    """The cache the clairvoyant bound replays against."""
+
+    block_size: int  # tokens
+    capacity_blocks: int
+
+
+def bound_geometry(kv_cache_config: KVCacheConfig) -> BoundGeometry | None:
+    """Block size and capacity in blocks for the clairvoyant bound, or None without a
     full-attention group (a window hit does not need the whole prefix, so no chain bound).
 
     The capacity is the planner's ``full_attention_token_capacity`` (every full-attention
@@ -50,7 +58,7 @@ def bound_geometry(kv_cache_config: KVCacheConfig) -> tuple[int, int] | None:
         for g in groups
         if g.layer_names and not g.host_resident and is_full_attention(g.kv_cache_spec)
     )
-    return block_size, num_tokens // block_size
+    return BoundGeometry(block_size, num_tokens // block_size)
 
 
 def host_block_tokens(engine: SimEngine) -> int:
@@ -149,7 +157,7 @@ class SimEngine:
             manager,
             make_request=make_request,
             max_model_len=manager.max_model_len,
-            block_size=geometry[0] if geometry else manager.hash_block_size,
+            block_size=geometry.block_size if geometry else manager.hash_block_size,
             num_blocks=self.num_blocks,
             settings=settings,
             model_name=self.model_name,

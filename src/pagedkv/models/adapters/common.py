@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from pagedkv.dtypes import canonical_dtype_name, dtype_size
 from pagedkv.errors import ModelConfigError, UnknownDtypeError
@@ -12,6 +12,8 @@ from pagedkv.models.source import ConfigView, ModelSource
 from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
 
 __all__ = [
+    "MLPParams",
+    "EmbeddingParams",
     "normalize_layer_types",
     "model_dtype",
     "build_layout",
@@ -217,14 +219,28 @@ def attention_params(hidden: int, heads: int, kv_heads: int, head: int, head_v: 
     return hidden * heads * head + hidden * kv_heads * (head + head_v) + heads * head_v * hidden
 
 
+class MLPParams(NamedTuple):
+    """A layer's feed-forward parameters, split by how the checkpoint may store them."""
+
+    dense_params: int  # a dense MLP, or a MoE layer's router and shared expert
+    expert_params: int  # the routed experts (0: not a MoE layer)
+
+
+class EmbeddingParams(NamedTuple):
+    """A model's embedding parameters."""
+
+    input_params: int  # the input embedding
+    head_params: int  # the output head (0: tied to the input embedding)
+
+
 def gated_mlp_params(hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate
 
 
 def moe_params(
     hidden: int, num_experts: int, expert_intermediate: int, shared_intermediate: int = 0
-) -> tuple[int, int]:
-    """(dense params: router + shared expert, expert params).
+) -> MLPParams:
+    """A MoE layer's parameters: router and shared expert (dense), and the experts.
 
     Args:
         hidden: the model's hidden size, in elements.
@@ -233,13 +249,13 @@ def moe_params(
         shared_intermediate: the shared expert's intermediate size, in elements (0: none).
     """
     dense = hidden * num_experts + gated_mlp_params(hidden, shared_intermediate)
-    return dense, num_experts * gated_mlp_params(hidden, expert_intermediate)
+    return MLPParams(dense, num_experts * gated_mlp_params(hidden, expert_intermediate))
 
 
 def embedding_params(
     view: ConfigView, source: ModelSource, hidden: int, tied_default: bool = False
-) -> tuple[int, int]:
-    """(input embedding, output head) parameters; the head is 0 when tied.
+) -> EmbeddingParams:
+    """Input embedding and output head parameters; the head is 0 when tied.
 
     Args:
         view: the config as its config class reads it (``vocab_size``, ``tie_word_embeddings``).
@@ -251,7 +267,7 @@ def embedding_params(
     tied = view.published.get("tie_word_embeddings")
     if tied is None:
         tied = source.raw.get("tie_word_embeddings", tied_default)
-    return vocab * hidden, 0 if tied else vocab * hidden
+    return EmbeddingParams(vocab * hidden, 0 if tied else vocab * hidden)
 
 
 def max_positions(view: ConfigView) -> int | None:

@@ -9,6 +9,7 @@ from pagedkv.models.adapters.common import (
     CHUNKED,
     FULL,
     SLIDING,
+    MLPParams,
     attention_params,
     decoder_layout,
     gated_mlp_params,
@@ -85,12 +86,12 @@ class DecoderAdapter(ModelAdapter):
         step = optional_int(view, "decoder_sparse_step", "moe_layer_freq") or 1
         return (index + 1) % step == 0 if view.has("decoder_sparse_step") else index % step == 0
 
-    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
+    def mlp_params(self, view: ConfigView, index: int) -> MLPParams:
         """(dense, expert) MLP parameters of layer ``index``."""
         hidden = view.int("hidden_size")
         experts = optional_int(view, "num_local_experts", "num_experts", "n_routed_experts")
         if not experts or not self.is_moe_layer(view, index):
-            return gated_mlp_params(hidden, view.int("intermediate_size")), 0
+            return MLPParams(gated_mlp_params(hidden, view.int("intermediate_size")), 0)
         expert_size = view.first_int("moe_intermediate_size", "intermediate_size")
         shared = optional_int(view, "shared_expert_intermediate_size")
         shared = shared or optional_int(view, "n_shared_experts") * expert_size
@@ -115,8 +116,10 @@ class Gemma2Adapter(DecoderAdapter):
     def default_layer_kinds(self, view: ConfigView, num_layers: int) -> list[str]:
         return [SLIDING if i % 2 == 0 else FULL for i in range(num_layers)]
 
-    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
-        return gated_mlp_params(view.int("hidden_size"), view.int("intermediate_size")), 0
+    def mlp_params(self, view: ConfigView, index: int) -> MLPParams:
+        return MLPParams(
+            gated_mlp_params(view.int("hidden_size"), view.int("intermediate_size")), 0
+        )
 
 
 class Gemma3Adapter(Gemma2Adapter):
@@ -134,7 +137,7 @@ class Cohere2Adapter(Gemma3Adapter):
 
     default_pattern = 4
 
-    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
+    def mlp_params(self, view: ConfigView, index: int) -> MLPParams:
         return DecoderAdapter.mlp_params(self, view, index)
 
 
@@ -163,11 +166,13 @@ class Llama4Adapter(DecoderAdapter):
         step = view.int("interleave_moe_layer_step", 1)
         return (index + 1) % step == 0
 
-    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
+    def mlp_params(self, view: ConfigView, index: int) -> MLPParams:
         hidden = view.int("hidden_size")
         expert_size = view.int("intermediate_size")
         if not self.is_moe_layer(view, index):
-            return gated_mlp_params(hidden, view.int("intermediate_size_mlp", expert_size)), 0
+            return MLPParams(
+                gated_mlp_params(hidden, view.int("intermediate_size_mlp", expert_size)), 0
+            )
         return moe_params(hidden, view.int("num_local_experts"), expert_size, expert_size)
 
 
@@ -206,12 +211,12 @@ class Gemma4Adapter(DecoderAdapter):
             head_size=view.int("global_head_dim", 512),
         )
 
-    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
+    def mlp_params(self, view: ConfigView, index: int) -> MLPParams:
         hidden = view.int("hidden_size")
         dense = gated_mlp_params(hidden, view.int("intermediate_size"))
         if not view.get("enable_moe_block", False):
-            return dense, 0
+            return MLPParams(dense, 0)
         router, experts = moe_params(
             hidden, view.int("num_experts"), view.int("moe_intermediate_size")
         )
-        return dense + router, experts
+        return MLPParams(dense + router, experts)

@@ -6,6 +6,7 @@ Encoder self-attention keeps nothing between steps, so it yields no spec.
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import NamedTuple
 
 from pagedkv.models.adapters import ModelAdapter
 from pagedkv.models.adapters.common import (
@@ -18,11 +19,31 @@ from pagedkv.models.layers import AttentionLayer, ModelLayout, Unit
 from pagedkv.models.source import ConfigView, ModelSource
 
 __all__ = [
+    "EncoderDecoderDims",
+    "MaxInputLengths",
     "EncoderDecoderAdapter",
     "T5Adapter",
     "BartAdapter",
     "WhisperAdapter",
 ]
+
+
+class EncoderDecoderDims(NamedTuple):
+    """An encoder-decoder model's sizes, as its config gives them."""
+
+    hidden_size: int
+    num_decoder_layers: int
+    num_encoder_layers: int
+    num_heads: int
+    head_size: int
+    intermediate_size: int  # the feed-forward width
+
+
+class MaxInputLengths(NamedTuple):
+    """The longest inputs, in tokens (audio frames for an audio encoder); None: unknown."""
+
+    max_decoder_tokens: int | None
+    max_encoder_tokens: int | None
 
 
 class EncoderDecoderAdapter(ModelAdapter):
@@ -33,16 +54,16 @@ class EncoderDecoderAdapter(ModelAdapter):
     tied_embeddings = True
 
     @abstractmethod
-    def dims(self, view: ConfigView) -> tuple[int, int, int, int, int, int]:
-        """(hidden, decoder layers, encoder layers, heads, head size, ffn size)."""
+    def dims(self, view: ConfigView) -> EncoderDecoderDims:
+        """The model's sizes."""
 
     def mlp_params(self, view: ConfigView, hidden: int, ffn: int) -> int:
         return 2 * hidden * ffn
 
-    def lengths(self, view: ConfigView) -> tuple[int | None, int | None]:
-        """(max decoder tokens, max encoder tokens)."""
+    def lengths(self, view: ConfigView) -> MaxInputLengths:
+        """The longest decoder and encoder inputs."""
         value = view.int("max_position_embeddings", 0, minimum=0) or None
-        return value, value
+        return MaxInputLengths(value, value)
 
     def describe(self, view: ConfigView, source: ModelSource) -> ModelLayout:
         hidden, dec_layers, enc_layers, heads, head, ffn = self.dims(view)
@@ -74,9 +95,9 @@ class T5Adapter(EncoderDecoderAdapter):
     self_name = "decoder.block.{}.layer.0.SelfAttention"
     cross_name = "decoder.block.{}.layer.1.EncDecAttention"
 
-    def dims(self, view: ConfigView) -> tuple[int, int, int, int, int, int]:
+    def dims(self, view: ConfigView) -> EncoderDecoderDims:
         layers = view.int("num_layers")
-        return (
+        return EncoderDecoderDims(
             view.int("d_model"),
             view.int("num_decoder_layers", layers),
             layers,
@@ -90,16 +111,16 @@ class T5Adapter(EncoderDecoderAdapter):
             return gated_mlp_params(hidden, ffn)
         return 2 * hidden * ffn
 
-    def lengths(self, view: ConfigView) -> tuple[int | None, int | None]:
+    def lengths(self, view: ConfigView) -> MaxInputLengths:
         value = view.int("n_positions", 512)
-        return value, value
+        return MaxInputLengths(value, value)
 
 
 class BartAdapter(EncoderDecoderAdapter):
-    def dims(self, view: ConfigView) -> tuple[int, int, int, int, int, int]:
+    def dims(self, view: ConfigView) -> EncoderDecoderDims:
         hidden = view.int("d_model")
         heads = view.int("decoder_attention_heads")
-        return (
+        return EncoderDecoderDims(
             hidden,
             view.int("decoder_layers"),
             view.int("encoder_layers"),
@@ -112,5 +133,5 @@ class BartAdapter(EncoderDecoderAdapter):
 class WhisperAdapter(BartAdapter):
     """Whisper: the encoder sees at most ``max_source_positions`` (1500) audio frames."""
 
-    def lengths(self, view: ConfigView) -> tuple[int | None, int | None]:
-        return view.int("max_target_positions"), view.int("max_source_positions")
+    def lengths(self, view: ConfigView) -> MaxInputLengths:
+        return MaxInputLengths(view.int("max_target_positions"), view.int("max_source_positions"))

@@ -10,7 +10,7 @@ not know is refused with the field at fault: those need a family adapter.
 from __future__ import annotations
 
 from pagedkv.errors import ModelConfigError
-from pagedkv.models.adapters.common import FULL, LINEAR, MLP
+from pagedkv.models.adapters.common import FULL, LINEAR, MLP, MLPParams
 from pagedkv.models.adapters.dense import DecoderAdapter
 from pagedkv.models.layers import AttentionLayer, ModelLayout
 from pagedkv.models.source import ConfigView, ModelSource
@@ -59,10 +59,10 @@ class GenericDecoderAdapter(DecoderAdapter):
             return [FULL] * num_layers
         return kinds
 
-    def mlp_params(self, view: ConfigView, index: int) -> tuple[int, int]:
+    def mlp_params(self, view: ConfigView, index: int) -> MLPParams:
         if not view.has("intermediate_size"):  # Falcon, GPT-2 style: 4x hidden
             hidden = view.int("hidden_size")
-            return 2 * hidden * 4 * hidden, 0
+            return MLPParams(2 * hidden * 4 * hidden, 0)
         return super().mlp_params(view, index)
 
     def attention_layer(self, view: ConfigView, index: int, kind: str) -> AttentionLayer:

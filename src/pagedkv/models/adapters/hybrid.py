@@ -10,6 +10,7 @@ from pagedkv.models.adapters.common import (
     FULL,
     LINEAR,
     MLP,
+    MLPParams,
     attention_params,
     decoder_layout,
     gated_mlp_params,
@@ -79,9 +80,9 @@ class HybridAdapter(ModelAdapter):
             head_size(view),
         )
 
-    def mlp_params(self, view: ConfigView, index: int, kind: str) -> tuple[int, int]:
+    def mlp_params(self, view: ConfigView, index: int, kind: str) -> MLPParams:
         size = view.int("intermediate_size", 0, minimum=0)
-        return gated_mlp_params(view.int("hidden_size"), size), 0
+        return MLPParams(gated_mlp_params(view.int("hidden_size"), size), 0)
 
     def describe(self, view: ConfigView, source: ModelSource) -> ModelLayout:
         hidden = view.int("hidden_size")
@@ -133,13 +134,13 @@ class JambaAdapter(HybridAdapter):
         dt_rank = auto if view.get("mamba_dt_rank") == "auto" else view.int("mamba_dt_rank", auto)
         return mamba1_params(view.int("hidden_size"), state, dt_rank)
 
-    def mlp_params(self, view: ConfigView, index: int, kind: str) -> tuple[int, int]:
+    def mlp_params(self, view: ConfigView, index: int, kind: str) -> MLPParams:
         hidden, size = view.int("hidden_size"), view.int("intermediate_size")
         experts = optional_int(view, "num_experts")
         period = view.int("expert_layer_period", 1)
         if experts > 1 and index % period == view.int("expert_layer_offset", 0, minimum=0):
             return moe_params(hidden, experts, size)
-        return gated_mlp_params(hidden, size), 0
+        return MLPParams(gated_mlp_params(hidden, size), 0)
 
 
 class NemotronHAdapter(HybridAdapter):
@@ -179,11 +180,11 @@ class NemotronHAdapter(HybridAdapter):
         size = view.first_int("attention_head_dim", "head_dim", default=layer.head_size)
         return AttentionLayer(layer.name, layer.num_heads, layer.num_kv_heads, size)
 
-    def mlp_params(self, view: ConfigView, index: int, kind: str) -> tuple[int, int]:
+    def mlp_params(self, view: ConfigView, index: int, kind: str) -> MLPParams:
         if kind != MLP:
-            return 0, 0
+            return MLPParams(0, 0)
         # Nemotron-H MLP layers are plain up/down projections (squared ReLU, no gate).
-        return 2 * view.int("hidden_size") * view.int("intermediate_size"), 0
+        return MLPParams(2 * view.int("hidden_size") * view.int("intermediate_size"), 0)
 
 
 class GraniteHybridAdapter(HybridAdapter):
@@ -204,12 +205,12 @@ class GraniteHybridAdapter(HybridAdapter):
             view.int("mamba_d_conv"),
         )
 
-    def mlp_params(self, view: ConfigView, index: int, kind: str) -> tuple[int, int]:
+    def mlp_params(self, view: ConfigView, index: int, kind: str) -> MLPParams:
         hidden = view.int("hidden_size")
         shared = view.int("shared_intermediate_size", 0, minimum=0)
         experts = optional_int(view, "num_local_experts")
         if not experts:
-            return gated_mlp_params(hidden, shared or view.int("intermediate_size")), 0
+            return MLPParams(gated_mlp_params(hidden, shared or view.int("intermediate_size")), 0)
         return moe_params(hidden, experts, view.int("intermediate_size"), shared)
 
 
@@ -237,11 +238,11 @@ class GatedDeltaNetAdapter(HybridAdapter):
         assert isinstance(state, GatedDeltaNetState)
         return gdn_params(view.int("hidden_size"), state)
 
-    def mlp_params(self, view: ConfigView, index: int, kind: str) -> tuple[int, int]:
+    def mlp_params(self, view: ConfigView, index: int, kind: str) -> MLPParams:
         hidden = view.int("hidden_size")
         experts = optional_int(view, "num_experts")
         if not experts or index in (view.list("mlp_only_layers") or []):
-            return gated_mlp_params(hidden, view.int("intermediate_size")), 0
+            return MLPParams(gated_mlp_params(hidden, view.int("intermediate_size")), 0)
         return moe_params(
             hidden,
             experts,
@@ -267,5 +268,5 @@ class Mamba2Adapter(HybridAdapter):
             view.int("conv_kernel", 4),
         )
 
-    def mlp_params(self, view: ConfigView, index: int, kind: str) -> tuple[int, int]:
-        return 0, 0
+    def mlp_params(self, view: ConfigView, index: int, kind: str) -> MLPParams:
+        return MLPParams(0, 0)

@@ -44,11 +44,17 @@ ScheduledRows = tuple[str, int, int]
 class HiSparseTier:
     """The host tier of one model: its source (host) group, resident and hot groups.
 
-    ``num_reprefillable_tokens``: the last tokens of a step that a later step computes
-    again (multi-module MTP); they are not final, so they are not written back.
-    ``num_gpu_blocks``: the GPU pool's size; a request starts reading from the host (asks
-    for its hot region) once free GPU blocks fall below a tenth of it, or below the hot
-    regions' size, or once it holds the resident pages admission reserved for it.
+    Args:
+        host_manager: the source (host) group's manager; its pool holds the history.
+        resident_managers: the resident groups' managers (one block size, the host's).
+        hot_managers: the hot groups' managers.
+        max_model_len: tokens a request may reach; bounds the pages spilled per step.
+        num_reprefillable_tokens: the last tokens of a step that a later step computes
+            again (multi-module MTP); they are not final, so they are not written back.
+        num_gpu_blocks: the GPU pool's size; a request starts reading from the host (asks
+            for its hot region) once free GPU blocks fall below a tenth of it, or below
+            the hot regions' size, or once it holds the resident pages admission
+            reserved for it.
     """
 
     def __init__(
@@ -450,7 +456,14 @@ def mirror_window(
     """The token rows ``(first, count)`` a step may write for one request: its scheduled
     tokens, plus the ``num_unverified`` tokens before them whose drafts are not yet
     accepted or rejected (asynchronous speculation rewrites them) and the draft KV the
-    step writes past its tokens. Mirroring this whole range leaves no stale host row."""
+    step writes past its tokens. Mirroring this whole range leaves no stale host row.
+
+    Args:
+        start: the step's first scheduled token position.
+        num_scheduled: tokens scheduled in the step.
+        num_unverified: tokens before ``start`` whose drafts are still unverified.
+        draft_lookahead: draft tokens the step writes KV for past its scheduled ones.
+    """
     first = max(0, start - num_unverified)
     return first, start + num_scheduled - first + draft_lookahead
 

@@ -20,6 +20,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from pagedkv.runtime.hashing import BlockHash
     from pagedkv.runtime.request import Request
     from pagedkv.specs.base import KVCacheSpec
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 class HitQuery(NamedTuple):
     """One cache-hit search over the groups ``group_ids`` (which must all hit)."""
 
-    block_hashes: list[Any]
+    block_hashes: list[BlockHash]
     max_length: int
     group_ids: tuple[int, ...]
     block_pool: BlockPool
@@ -38,13 +39,35 @@ class HitQuery(NamedTuple):
     # after it); kinds that can, drop it (vLLM's ``drop_eagle_block``).
     drop_eagle_block: bool = False
 
-    def hashes(self) -> list[Any]:
+    def hashes(self) -> list[BlockHash]:
         scale = self.spec.block_size // self.hash_block_size
         return self.block_hashes if scale == 1 else self.block_hashes[scale - 1 :: scale]
 
 
 class SingleTypeKVCacheManager(ABC):
-    """Block tables of one KV cache group; every kind takes the same constructor keywords."""
+    """Block tables of one KV cache group; every kind takes the same constructor keywords.
+
+    Args:
+        kv_cache_spec: the group's layer spec (its block size and kind).
+        block_pool: the pool the group takes blocks from.
+        kv_cache_group_id: the group's index in the model's groups.
+        enable_caching: cache full blocks and look up hits (only if the spec is
+            prefix-cacheable).
+        hash_block_size: tokens per block hash (None: the block size).
+        alignment_tokens: cache hits end on multiples of it (None: the block size).
+        max_model_len: tokens a request may reach (None: no admission cap).
+        in_flight_tokens: tokens that may be scheduled but not yet computed; with
+            ``max_model_len`` it caps the blocks a request of a local or HiSparse kind
+            holds at once (None: 0).
+        retention: the ``Retention`` class deciding what is cached and how blocks are
+            freed (None: vLLM's).
+        retention_interval: vLLM's ``prefix_cache_retention_interval``, in tokens; a
+            ``sparse_retention`` kind caches only the blocks a hit at each multiple of it
+            needs (0: only those a replay or shared-prefix hit needs; None: every aligned
+            hit's).
+        record_new_block_ids: queue the blocks this kind hands out for zeroing
+            (vLLM's ``needs_kv_cache_zeroing``; only kinds the engine zeroes).
+    """
 
     skips_tokens: ClassVar[bool] = False  # frees blocks of running requests
     downward_closed_hits: ClassVar[bool] = False  # a hit implies every shorter prefix hits
@@ -150,8 +173,20 @@ class SingleTypeKVCacheManager(ABC):
         apply_admission_cap: bool = False,
         prefill_end: int = 0,
     ) -> int:
-        """Free-queue blocks an allocation up to ``num_tokens`` would consume. ``prefill_end``:
-        the token the request's prefill ends at (0: take checkpoints on every chunk)."""
+        """Free-queue blocks an allocation up to ``num_tokens`` would consume.
+
+        Args:
+            request_id: the request to allocate for.
+            num_tokens: tokens the table must cover after the step, lookahead included.
+            new_computed_blocks: the hit's blocks a new request adopts (empty: none).
+            total_computed_tokens: tokens computed before the step, the hit's and a KV
+                connector's included.
+            num_tokens_main_model: ``num_tokens`` without the lookahead tokens.
+            apply_admission_cap: cap the count at ``max_admission_blocks`` (asking
+                whether a whole sequence fits).
+            prefill_end: the token the request's prefill ends at (0: take checkpoints
+                on every chunk).
+        """
         required = -(-num_tokens // self.block_size)
         if apply_admission_cap:
             cap = self.max_admission_blocks()
@@ -179,8 +214,15 @@ class SingleTypeKVCacheManager(ABC):
         num_local_computed_tokens: int | None = None,
     ) -> None:
         """Start the request's table with its cache hits (touched), nulls where skipped.
-        ``num_local_computed_tokens``: where the hits end, when a KV connector loads
-        tokens after them (``total_computed_tokens`` counts those too)."""
+
+        Args:
+            request_id: the new request.
+            new_computed_blocks: the hit's blocks, one per table position.
+            total_computed_tokens: tokens computed before the step, the tokens a KV
+                connector loads after the hit included.
+            num_local_computed_tokens: where the hit ends, when a KV connector loads
+                tokens after it (None: at ``total_computed_tokens``).
+        """
         skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
         kept = list(new_computed_blocks[skipped:])
         if kept:
@@ -373,8 +415,16 @@ class SingleTypeKVCacheManager(ABC):
         num_prompt_tokens: int | None = None,
     ) -> None:
         """Null and free the blocks this kind no longer needs (a prefix), highest first;
-        then the same for ``peers`` (managers of this class and spec), in order. Kinds
-        that free a middle range (R-SWA) also read ``num_prompt_tokens``."""
+        then the same for ``peers``, in order.
+
+        Args:
+            request_id: the running request.
+            num_computed_tokens: tokens computed so far; the kind's skipped tokens
+                follow from it.
+            peers: more managers of this class and spec that skip the same tokens.
+            num_prompt_tokens: the request's prompt length, read by kinds that free a
+                middle range (R-SWA).
+        """
         skipped = self.get_num_skipped_tokens(num_computed_tokens)
         if skipped <= 0:
             return
@@ -431,13 +481,27 @@ class Retention:
         self, manager: SingleTypeKVCacheManager, request: Request, start: int, end: int
     ) -> set[int] | None:
         """Table positions in ``[start, end)`` to cache now (None: every one). Runs inside
-        an allocation: change any state of its own through ``block_pool.on_commit``."""
+        an allocation: change any state of its own through ``block_pool.on_commit``.
+
+        Args:
+            manager: the group's manager.
+            request: the request whose blocks become full.
+            start: the first table position to consider (the blocks before are cached).
+            end: the table position the full blocks end before.
+        """
         return manager.reachable_blocks(request, start, end)
 
     def release(
         self, request_id: str, indices: Sequence[int], blocks: list[int], priority: int = 0
     ) -> None:
-        """Free ``blocks`` (table positions ``indices``; nulls included), first given first."""
+        """Free ``blocks``, first given first.
+
+        Args:
+            request_id: the request the blocks belonged to.
+            indices: the blocks' table positions, in the order of ``blocks``.
+            blocks: the block ids to free (nulls included).
+            priority: the request's priority (vLLM's: lower is more important).
+        """
         self.block_pool.free_blocks(blocks, priority)
 
     def forget(self, request_id: str) -> None:

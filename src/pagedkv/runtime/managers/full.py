@@ -12,6 +12,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from pagedkv.runtime.hashing import BlockHash
     from pagedkv.runtime.request import Request
 
 
@@ -108,7 +109,9 @@ def _extend_into_block(query: HitQuery, lists: list[list[int]], num_tokens: int)
     return num_tokens
 
 
-def _leading_hits(lookup: Callable[[Any], int | None], hashes: list[Any], limit: int) -> list[int]:
+def _leading_hits(
+    lookup: Callable[[BlockHash], int | None], hashes: list[BlockHash], limit: int
+) -> list[int]:
     # Looked up in growing chunks at C speed (``map`` over ``dict.get``).
     hit: list[int] = []
     start, step = 0, 8

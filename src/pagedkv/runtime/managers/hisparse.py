@@ -62,6 +62,19 @@ class HiSparseSourceManager(FullAttentionManager):
         apply_admission_cap: bool = False,
         prefill_end: int = 0,
     ) -> int:
+        """Free GPU blocks the allocation consumes: none once a tier moved this group to a
+        host pool that can back the pages, else more than the GPU pool holds (no fit).
+
+        Args:
+            request_id: the request to allocate for.
+            num_tokens: tokens the table must cover after the step, lookahead included.
+            new_computed_blocks: the hit's blocks a new request adopts (empty: none).
+            total_computed_tokens: tokens computed before the step.
+            num_tokens_main_model: ``num_tokens`` without the lookahead tokens.
+            apply_admission_cap: cap the count at ``max_admission_blocks``.
+            prefill_end: the token the request's prefill ends at (0: take checkpoints
+                on every chunk).
+        """
         required = super().get_num_blocks_to_allocate(
             request_id,
             num_tokens,
@@ -91,7 +104,17 @@ class HiSparseSourceManager(FullAttentionManager):
     ) -> int:
         """Blocks the allocation takes from this group's own pool (the host pool once a
         tier moved it there). Counts the copy of a local hit that ends inside a block
-        even when a KV connector loads the tokens after it."""
+        even when a KV connector loads the tokens after it.
+
+        Args:
+            request_id: the request to allocate for.
+            num_tokens: tokens the table must cover after the step.
+            new_computed_blocks: the hit's blocks a new request adopts (empty: none).
+            total_computed_tokens: tokens computed before the step, a KV connector's
+                included.
+            num_local_computed_tokens: where the local hit ends.
+            num_tokens_main_model: ``num_tokens`` without the lookahead tokens.
+        """
         required = FullAttentionManager.get_num_blocks_to_allocate(
             self,
             request_id,
@@ -167,6 +190,19 @@ class HiSparseHotManager(_HiSparseGPUManager):
         apply_admission_cap: bool = False,
         prefill_end: int = 0,
     ) -> int:
+        """The hot region's missing blocks once the request resumes a host prefix or
+        ``require_hot`` asked for it; else none.
+
+        Args:
+            request_id: the request to allocate for.
+            num_tokens: unused.
+            new_computed_blocks: unused.
+            total_computed_tokens: tokens computed before the step (a new request with
+                some resumes a host prefix).
+            num_tokens_main_model: unused.
+            apply_admission_cap: unused.
+            prefill_end: unused.
+        """
         resumes = total_computed_tokens > 0 and request_id not in self.num_cached_block
         if resumes or request_id in self.hot_required:
             return max(self.blocks_per_request - len(self.req_to_blocks.get(request_id, ())), 0)
@@ -179,6 +215,14 @@ class HiSparseHotManager(_HiSparseGPUManager):
         total_computed_tokens: int,
         num_local_computed_tokens: int | None = None,
     ) -> None:
+        """Start an empty table; a request resuming a host prefix needs its hot region.
+
+        Args:
+            request_id: the new request.
+            new_computed_blocks: unused (hot blocks are never cached).
+            total_computed_tokens: tokens computed before the step.
+            num_local_computed_tokens: unused.
+        """
         super().add_local_computed_blocks(request_id, (), total_computed_tokens)
         if total_computed_tokens > 0:
             self.require_hot(request_id)
@@ -214,6 +258,18 @@ class HiSparseResidentManager(_HiSparseGPUManager):
         apply_admission_cap: bool = False,
         prefill_end: int = 0,
     ) -> int:
+        """GPU pages for the tokens past the host-resident prefix.
+
+        Args:
+            request_id: the request to allocate for.
+            num_tokens: tokens the table must cover after the step, lookahead included.
+            new_computed_blocks: unused.
+            total_computed_tokens: tokens computed before the step; their pages stay on
+                the host (null entries).
+            num_tokens_main_model: unused.
+            apply_admission_cap: cap the count at ``max_admission_blocks``.
+            prefill_end: unused.
+        """
         required = cdiv(num_tokens, self.block_size)
         if apply_admission_cap:
             cap = self.max_admission_blocks()
@@ -230,6 +286,14 @@ class HiSparseResidentManager(_HiSparseGPUManager):
         total_computed_tokens: int,
         num_local_computed_tokens: int | None = None,
     ) -> None:
+        """Start the table with a null entry per host-resident page of the hit.
+
+        Args:
+            request_id: the new request.
+            new_computed_blocks: unused (the host group holds the hit's blocks).
+            total_computed_tokens: tokens computed before the step, held on the host.
+            num_local_computed_tokens: unused.
+        """
         super().add_local_computed_blocks(request_id, (), 0)
         table = self.req_to_blocks[request_id]
         num_host_pages = cdiv(total_computed_tokens, self.block_size)

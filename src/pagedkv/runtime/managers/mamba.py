@@ -23,6 +23,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from pagedkv.runtime.hashing import BlockHash
     from pagedkv.runtime.request import Request
 
 
@@ -54,7 +55,7 @@ class MambaManager(SingleTypeKVCacheManager):
             or self.alignment_tokens != self.hash_block_size
         )
         self.tracks_tokens = not self.exports_tail_states
-        self._cached_this_step: set[Any] = set()  # hashes
+        self._cached_this_step: set[BlockHash] = set()
         self._last_state: dict[str, int] = {}  # index of the block the current step reads
         self._retired: dict[str, int] = {}  # positions below this are all null
         self._allocated: set[str] = set()  # requests that allocated a step (not only hits)
@@ -121,7 +122,17 @@ class MambaManager(SingleTypeKVCacheManager):
         """Table positions in ``[start, end)`` a hit can use (None: every one). A hit needs
         only the state ending on it: the last block of every ``retention_interval``
         tokens and the block ending on each of ``boundaries`` (token positions, floored
-        to ``alignment_tokens``)."""
+        to ``alignment_tokens``).
+
+        Args:
+            block_size: the group's tokens per block.
+            start: the first table position to consider.
+            end: the table position to stop before.
+            alignment_tokens: hits end on multiples of it.
+            retention_interval: tokens between kept states (0: none but the
+                boundaries'; None: keep every position).
+            boundaries: token positions a hit must be able to resume at.
+        """
         if retention_interval is None:
             return None
         keep: set[int] = set()
@@ -147,6 +158,25 @@ class MambaManager(SingleTypeKVCacheManager):
         apply_admission_cap: bool = False,
         prefill_end: int = 0,
     ) -> int:
+        """Free-queue blocks the allocation consumes. Not "align": the base count with the
+        speculative blocks' tokens added. "align": a block for the chunk's end state,
+        one for a partial hit's copy and one for a prefill checkpoint, at most. A hit
+        on a state written this step counts more than the pool holds (no fit yet).
+
+        Args:
+            request_id: the request to allocate for.
+            num_tokens: tokens the table must cover after the step, lookahead included
+                ("align" reads ``num_tokens_main_model`` instead).
+            new_computed_blocks: the hit's blocks a new request adopts (empty: none).
+            total_computed_tokens: tokens computed before the step.
+            num_tokens_main_model: ``num_tokens`` without the lookahead tokens (draft
+                models have no Mamba layers).
+            apply_admission_cap: the caller asks whether a whole sequence fits: the
+                count is capped at ``max_admission_blocks`` (not "align") and no
+                checkpoint is recorded for the allocation ("align").
+            prefill_end: the token the request's prefill ends at (0: take checkpoints
+                on every chunk).
+        """
         pool = self.block_pool
         hits = new_computed_blocks
         if hits and pool.block_hash[hits[-1]] in self._cached_this_step:
@@ -318,6 +348,17 @@ class MambaManager(SingleTypeKVCacheManager):
         peers: Sequence[Any] = (),
         num_prompt_tokens: int | None = None,
     ) -> None:
+        """Null and free the states before the computed tokens' last one. "align" tables
+        hold nulls between states, so the walk skips them and resumes where the
+        previous one stopped; the block of the latest state goes once the computed
+        tokens move past it.
+
+        Args:
+            request_id: the running request.
+            num_computed_tokens: tokens computed so far.
+            peers: more managers of this class and spec (read when not "align").
+            num_prompt_tokens: unused.
+        """
         if not self.align:
             super().remove_skipped_blocks(request_id, num_computed_tokens, peers)
             return
@@ -348,7 +389,8 @@ class MambaManager(SingleTypeKVCacheManager):
         super().cache_blocks(request, num_tokens)
         last = self.num_cached_block[request_id]
         hashes = self.block_pool.block_hash
-        added = {hashes[b] for b in self.req_to_blocks[request_id][first:last] if b}
+        table = self.req_to_blocks[request_id]
+        added = {h for b in table[first:last] if b and (h := hashes[b]) is not None}
         if self.align:
             # Also a plain step ending on the prompt's boundary: vLLM keys that state
             # again if it has no key (``evict_blocks`` dropped it, or two or more
@@ -358,7 +400,6 @@ class MambaManager(SingleTypeKVCacheManager):
                 added.add(tail)
         if self.offers is not None and self.align:
             self._offer_keyed(request_id, first, last)
-        added.discard(None)
         this_step = self._cached_this_step
         added -= this_step
         if added:
@@ -395,7 +436,7 @@ class MambaManager(SingleTypeKVCacheManager):
             return None
         return tail
 
-    def _cache_tail_state(self, request: Request, num_tokens: int) -> Any:
+    def _cache_tail_state(self, request: Request, num_tokens: int) -> BlockHash | None:
         """Key the state a step leaves inside its last block: the reserved checkpoint,
         or the prompt's last hash boundary. Returns the hash keyed now, if any."""
         request_id = request.request_id
@@ -436,7 +477,7 @@ class MambaManager(SingleTypeKVCacheManager):
             self.num_cached_block[request_id] = index
         return h
 
-    def _cache_checkpoint(self, request: Request, position: int, index: int) -> Any:
+    def _cache_checkpoint(self, request: Request, position: int, index: int) -> BlockHash | None:
         block = self.req_to_blocks[request.request_id][index]
         prompt_checkpoint = position == prefill_checkpoint_position(
             request.num_prompt_tokens,

@@ -33,6 +33,17 @@ class CircularBufferManager(SingleTypeKVCacheManager):
         apply_admission_cap: bool = False,
         prefill_end: int = 0,
     ) -> int:
+        """One block for a request without its ring block yet, else none.
+
+        Args:
+            request_id: the request to allocate for.
+            num_tokens: unused.
+            new_computed_blocks: unused.
+            total_computed_tokens: unused.
+            num_tokens_main_model: unused.
+            apply_admission_cap: unused.
+            prefill_end: unused.
+        """
         return 0 if self.req_to_blocks.get(request_id) else 1
 
     def allocate_new_blocks(

@@ -38,7 +38,14 @@ class RSWAManager(FullAttentionManager):
         num_prompt_tokens: int | None = None,
     ) -> None:
         """Free the gap, newest block first, down to the first already-null entry (vLLM's
-        walk). Without a prompt length nothing is freed (full attention)."""
+        walk). Without a prompt length nothing is freed (full attention).
+
+        Args:
+            request_id: the running request.
+            num_computed_tokens: tokens computed so far; the window ends at them.
+            peers: unused (each R-SWA manager frees its own gap).
+            num_prompt_tokens: the request's prompt length (None: free nothing).
+        """
         table = self.req_to_blocks.get(request_id)
         if num_prompt_tokens is None or not table:
             return

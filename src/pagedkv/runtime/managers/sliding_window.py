@@ -129,7 +129,18 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         window (every block once a window spans a segment). An EAGLE group also keeps the
         block past each window (the one its lookups match and drop). ``final_segment_end``
         (a block index) ends the request's last, shorter segment: without EAGLE its window
-        is kept too."""
+        is kept too.
+
+        Args:
+            spec: the group's sliding-window spec (block size and window).
+            start: the first table position to consider.
+            end: the table position to stop before.
+            alignment_tokens: hits end on multiples of it.
+            use_eagle: the group's hits drop the EAGLE block.
+            retention_interval: vLLM's ``prefix_cache_retention_interval``, in tokens.
+            boundaries: token positions a hit must be able to resume at.
+            final_segment_end: the block index the last segment ends at (None: none).
+        """
         block_size = spec.block_size
         if alignment_tokens % block_size:
             return None  # a sub-block alignment: only caching everything is exact

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from pagedkv.events import KVEventsConfig, ZmqEventPublisher
 from pagedkv.events.wire import external_block_hash
+from pagedkv.runtime.events import ExternalBlockHash
 from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.reports.metrics import SimResult
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
@@ -27,7 +28,7 @@ class PublishedRun(NamedTuple):
     result: SimResult
     num_batches: int
     num_dropped: int
-    cached_hashes: frozenset[int | bytes]
+    cached_hashes: frozenset[ExternalBlockHash]
 
 
 def publish_replay(

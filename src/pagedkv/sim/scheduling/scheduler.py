@@ -21,13 +21,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pagedkv.errors import ConfigError, PagedKVError
 from pagedkv.sim.reports.bound import AccessLog
 from pagedkv.sim.scheduling.chunking import aligned_chunk
 from pagedkv.sim.traces.tokens import output_tokens, prompt_tokens
 from pagedkv.sim.traces.trace import TraceRequest
+
+if TYPE_CHECKING:
+    from pagedkv.deployment.options import SchedulerDefaults
 
 __all__ = [
     "Arrivals",
@@ -45,7 +48,7 @@ Arrivals = Literal["all", "timestamp"]
 Policy = Literal["fcfs", "priority"]
 
 
-def vllm_serve_defaults(device_bytes: int | None, device_name: str = "") -> tuple[int, int]:
+def vllm_serve_defaults(device_bytes: int | None, device_name: str = "") -> SchedulerDefaults:
     """``vllm serve``'s (max_num_seqs, max_num_batched_tokens) on a device of
     ``device_bytes`` total memory (vLLM 0.33's ``EngineArgs.get_batch_defaults``;
     ``pagedkv.deployment.vllm_scheduler_defaults``, which ``pagedkv plan`` uses too).
