@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -35,18 +36,23 @@ from pagedkv.cli.simulate_fleet import (
 )
 from pagedkv.cli.simulate_render import notes, print_summary, print_sweep
 from pagedkv.cli.simulate_tiers import (
+    TierOptions,
     parse_tier_options,
     run_tier_sweep,
     single_engine,
     tier_rows,
 )
-from pagedkv.deployment import VLLMFlags
 from pagedkv.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pagedkv.sim.replay_inputs import Replay
+    from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 
 __all__ = [
     "DEFAULT_MODEL",
     "TRACE_FORMATS_HELP",
-    "MAX_NUM_BLOCKS",
+    "FleetOptions",
+    "OutputOptions",
     "simulate_command",
 ]
 
@@ -64,77 +70,45 @@ TRACE_FORMATS_HELP = (
     "GeneratedTokens). Convert any other trace to one JSONL line per request with "
     "token_ids (or prompt/messages) and output_length."
 )
-# The pool keeps a Python object per block: more than this is a typo, not a device.
-MAX_NUM_BLOCKS = 2**24
 
 
-def _engine(
-    model: Any, gpu: str | None, num_blocks: int | None, opts: dict[str, Any], plan_flags: Any
-) -> Any:
-    """The engine to replay on; ``model`` is a loaded ModelSource (Hub revision applied).
-    With a GPU the cache is ``pagedkv plan``'s for the same flags (``plan_flags``: the
-    scheduler flags as given, None where the line left them to vLLM's defaults)."""
-    from pagedkv.cli.plan import PlanOptions, make_plan
-    from pagedkv.sim.engine import engine_from_deployment, engine_from_model
+@dataclass(frozen=True)
+class FleetOptions:
+    """``--replicas``, ``--router`` and where ``--sweep`` points run (``--workers``, ``--ray``)."""
 
-    if gpu is not None and num_blocks is not None:
-        raise ConfigError("--gpu and --num-blocks are alternatives; give one")
-    if num_blocks is not None:
-        from pagedkv.cli.plan import check_model_limit
-        from pagedkv.models import describe_model
+    replicas: int = 1
+    router: str = "round-robin"
+    workers: int | None = None
+    ray_address: str | None = None
 
-        check_model_limit(describe_model(model), opts["max_model_len"])
-        if num_blocks > MAX_NUM_BLOCKS:
-            raise ConfigError(
-                f"--num-blocks {num_blocks:,} is more than {MAX_NUM_BLOCKS:,} blocks (the pool "
-                "keeps an object per block); give a smaller count or --gpu"
-            )
-        return engine_from_model(model, num_blocks=num_blocks, **opts)
-    result = make_plan(
-        PlanOptions(
-            model=model,
-            gpu=gpu,
-            tensor_parallel_size=opts["tensor_parallel_size"],
-            pipeline_parallel_size=opts["pipeline_parallel_size"],
-            block_size=opts["block_size"],
-            max_model_len=opts["max_model_len"],
-            kv_cache_dtype=opts["kv_cache_dtype"],
-            # As `pagedkv plan`: vLLM's defaults for the GPU unless given on the line.
-            max_num_seqs=plan_flags.max_num_seqs,
-            max_num_batched_tokens=plan_flags.max_num_batched_tokens,
-        )
-    )
-    fixed = opts["max_model_len"] not in (None, -1)
-    return engine_from_deployment(result, fixed_max_model_len=fixed)
+    @property
+    def active(self) -> bool:
+        """A fleet run rather than one engine."""
+        return self.replicas > 1 or self.router != "round-robin"
 
 
-def _check_outputs(steps_csv: str | None, plot: str | None, sweep: bool) -> None:
+@dataclass(frozen=True)
+class OutputOptions:
+    """What the run prints and writes besides the summary."""
+
+    json_output: bool = False
+    bound: bool = False
+    sweep: bool = False
+    plot: str | None = None
+    steps_csv: str | None = None
+
+
+def _check_outputs(outputs: OutputOptions, fleet: FleetOptions) -> None:
     """Everything that would fail after the replay, checked before it starts."""
-    if plot is not None and not sweep:
+    if (fleet.workers is not None or fleet.ray_address is not None) and not outputs.sweep:
+        raise ConfigError("--workers and --ray run --sweep points; add --sweep")
+    if outputs.plot is not None and not outputs.sweep:
         raise ConfigError("--plot draws the --sweep; add --sweep")
-    if plot is not None:
+    if outputs.plot is not None:
         require_matplotlib()
-    for option, value in (("--steps-csv", steps_csv), ("--plot", plot)):
+    for option, value in (("--steps-csv", outputs.steps_csv), ("--plot", outputs.plot)):
         if value is not None:
             check_output_dir(option, value)
-
-
-def _check_fits(engine: Any, trace: Any, num_blocks: int | None) -> None:
-    """Refuse a replay in which every request would be rejected (a table of zeros)."""
-    max_len = engine.max_model_len
-    shortest = min((r.num_prompt_tokens for r in trace.requests), default=0)
-    if not trace.requests or shortest < max_len:
-        return
-    why = (
-        f"--num-blocks {num_blocks:,} holds requests of fewer than {max_len:,} tokens"
-        if num_blocks is not None
-        else f"max_model_len is {max_len:,}"
-    )
-    raise ConfigError(
-        f"{why}, and every one of the {len(trace.requests):,} requests of {trace.name} has a "
-        f"prompt of {shortest:,} tokens or more: nothing to replay; give more blocks or a "
-        "larger --max-model-len"
-    )
 
 
 def simulate_command(
@@ -253,15 +227,47 @@ def simulate_command(
     """Replay a request trace through the KV cache manager as vLLM 0.33 schedules it
     (arrival times, chunked prefill, vllm serve's batch limits for the GPU): hit rates,
     preemptions, usage. The whole trace by default; see --trace for the formats read."""
-    import dataclasses
+    from pagedkv.cli.plan import warn_above_limit
+    from pagedkv.sim.replay_inputs import CacheOptions, TraceOptions, build_replay, check_fits
 
-    from pagedkv.models import load_model_config
-    from pagedkv.models.tokenizer import TextTokenizer
-    from pagedkv.sim.run import simulate
-    from pagedkv.sim.scheduling.scheduler import SchedulerSettings
-    from pagedkv.sim.traces.bundled import load_trace
-    from pagedkv.sim.traces.readers import MOONCAKE_BLOCK_TOKENS
+    trace_options = TraceOptions(trace, limit, trace_block_size, skip_bad_lines)
+    cache = CacheOptions(
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        block_size=block_size,
+        max_model_len=parse_max_model_len(max_model_len),
+        kv_cache_dtype=kv_cache_dtype,
+        enable_prefix_caching=enable_prefix_caching,
+        hash_algo=hash_algo,
+        retention=retention,
+        revision=revision,
+    )
+    fleet = FleetOptions(replicas, router, workers, ray_address)
+    outputs = OutputOptions(json_output, bound, sweep, plot, steps_csv)
+    _check_choices(arrivals, scheduling_policy, retention)
+    _check_outputs(outputs, fleet)
+    tiers = parse_tier_options(policy, host_cache_gib, host_policy, pcie_gbps, gpu or DEFAULT_GPU)
+    show = progress_enabled(json_output)
+    settings = _scheduler_settings(
+        gpu, max_num_seqs, max_num_batched_tokens, max_prefill_chunk,
+        long_prefill_token_threshold, scheduling_policy, arrivals,
+    )  # fmt: skip
+    replay = build_replay(
+        model,
+        trace_options,
+        cache,
+        gpu=gpu,
+        num_blocks=num_blocks,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        reading=lambda: phase(f"reading {trace}", None, show),
+        warn_long=warn_above_limit,
+    )
+    check_fits(replay, num_blocks)
+    _run(replay, settings, _with_cost_model(tiers, replay), fleet, outputs, show)
 
+
+def _check_choices(arrivals: str, scheduling_policy: str, retention: str) -> None:
     if arrivals not in ("all", "timestamp"):
         raise ConfigError(f"--arrivals must be 'all' or 'timestamp', got {arrivals!r}")
     if scheduling_policy not in ("fcfs", "priority"):
@@ -269,13 +275,22 @@ def simulate_command(
             f"--scheduling-policy must be 'fcfs' or 'priority', got {scheduling_policy!r}"
         )
     check_retention(retention)
-    if (workers is not None or ray_address is not None) and not sweep:
-        raise ConfigError("--workers and --ray run --sweep points; add --sweep")
-    _check_outputs(steps_csv, plot, sweep)
-    tiers = parse_tier_options(policy, host_cache_gib, host_policy, pcie_gbps, gpu or DEFAULT_GPU)
-    show = progress_enabled(json_output)
+
+
+def _scheduler_settings(
+    gpu: str | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    max_prefill_chunk: int | None,
+    long_prefill_token_threshold: int,
+    scheduling_policy: str,
+    arrivals: str,
+) -> SchedulerSettings:
+    """The scheduler's settings; batch limits not given are vllm serve's for the GPU."""
+    from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+
     seqs, tokens = _scheduler_defaults(gpu)
-    settings = SchedulerSettings(
+    return SchedulerSettings(
         max_num_seqs=max_num_seqs or seqs,
         max_num_batched_tokens=max_num_batched_tokens or tokens,
         max_prefill_chunk=max_prefill_chunk,
@@ -283,80 +298,6 @@ def simulate_command(
         policy=scheduling_policy,  # type: ignore[arg-type]
         arrivals=arrivals,  # type: ignore[arg-type]
     )
-    source = load_model_config(model, revision=revision)
-    tokenizer = TextTokenizer(source.path.parent if source.path else model, revision)
-    with phase(f"reading {trace}", None, show):
-        loaded = load_trace(
-            trace,
-            skip_bad_lines=skip_bad_lines,
-            limit=limit or None,
-            block_tokens=trace_block_size or MOONCAKE_BLOCK_TOKENS,
-            tokenize=tokenizer,
-        )
-    opts = {
-        "tensor_parallel_size": tp,
-        "pipeline_parallel_size": pp,
-        "block_size": block_size,
-        "max_model_len": parse_max_model_len(max_model_len),
-        "kv_cache_dtype": kv_cache_dtype,
-    }
-    plan_flags = VLLMFlags(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
-    engine = _engine(source, gpu, num_blocks, opts, plan_flags)
-    config = engine.config
-    if enable_prefix_caching is not None:
-        config = config.replace(enable_prefix_caching=enable_prefix_caching)
-    engine = dataclasses.replace(engine, hash_algo=hash_algo, config=config, retention=retention)
-    _check_fits(engine, loaded, num_blocks)
-    if tiers.active:  # everything the tier figures need, checked before the replay
-        from pagedkv.sim.tiers import cost_model_for, host_blocks_for
-
-        tiers = tiers._replace(
-            cost=cost_model_for(engine, tiers.gpu, tiers.pcie_gbps, model=source)
-        )
-        for gib in tiers.host_gib:
-            host_blocks_for(engine, gib)
-    if replicas > 1 or router != "round-robin":
-        if steps_csv is not None:
-            raise ConfigError("--steps-csv records one engine; it does not go with --replicas")
-        if tiers.active:  # every replica gets the policy / host tier (one value each)
-            engine = single_engine(engine, tiers)
-        run_fleet(
-            engine, loaded, settings, replicas=replicas, router=router, sweep=sweep,
-            bound=bound or sweep, plot=plot, json_output=json_output, workers=workers,
-            ray_address=ray_address,
-        )  # fmt: skip
-        return
-    if sweep and tiers.active:
-        progress = functools.partial(_tier_phase, show=show)
-        run_tier_sweep(
-            engine, loaded, settings, tiers, plot, json_output, progress, workers, ray_address
-        )
-        return
-    if sweep:
-        _run_sweep(engine, loaded, settings, plot, json_output, show, workers, ray_address)
-        return
-    if tiers.active:
-        engine = single_engine(engine, tiers)
-    with phase("replaying", len(loaded.requests), show) as bar:
-        result = simulate(
-            engine,
-            loaded,
-            settings,
-            bound=bound,
-            steps_path=steps_csv,
-            progress=bar,
-            stage=lambda name: bar.stage(f"computing the {name}"),
-        )
-    extra_rows, extra = tier_rows(result, engine, tiers) if tiers.active else ([], {})
-    if json_output:
-        data = result.to_dict() | extra
-        data["skipped_lines"] = loaded.num_skipped_lines
-        data["notes"] = notes(result, loaded)
-        print(json.dumps(data, indent=1))
-    else:
-        print_summary(result, loaded, extra_rows)
-        if loaded.num_skipped_lines:
-            stderr_console().print(f"skipped {loaded.num_skipped_lines} malformed trace lines")
 
 
 def _scheduler_defaults(gpu: str | None) -> tuple[int, int]:
@@ -369,24 +310,108 @@ def _scheduler_defaults(gpu: str | None) -> tuple[int, int]:
     return vllm_scheduler_defaults(device.memory_bytes, device.name)
 
 
+def _with_cost_model(tiers: TierOptions, replay: Replay) -> TierOptions:
+    """Everything the tier figures need, made and checked before the replay."""
+    if not tiers.active:
+        return tiers
+    from pagedkv.sim.tiers import cost_model_for, host_blocks_for
+
+    cost = cost_model_for(replay.engine, tiers.gpu, tiers.pcie_gbps, model=replay.model)
+    for gib in tiers.host_gib:
+        host_blocks_for(replay.engine, gib)
+    return tiers._replace(cost=cost)
+
+
+def _run(
+    replay: Replay,
+    settings: SchedulerSettings,
+    tiers: TierOptions,
+    fleet: FleetOptions,
+    outputs: OutputOptions,
+    show: bool,
+) -> None:
+    """One engine, a fleet, or a sweep of either, as the options ask."""
+    if fleet.active:
+        _run_fleet(replay, settings, tiers, fleet, outputs)
+    elif outputs.sweep and tiers.active:
+        progress = functools.partial(_tier_phase, show=show)
+        run_tier_sweep(
+            replay.engine, replay.trace, settings, tiers, outputs.plot, outputs.json_output,
+            progress, fleet.workers, fleet.ray_address,
+        )  # fmt: skip
+    elif outputs.sweep:
+        _run_sweep(replay, settings, outputs, fleet, show)
+    else:
+        _run_single(replay, settings, tiers, outputs, show)
+
+
+def _run_fleet(
+    replay: Replay,
+    settings: SchedulerSettings,
+    tiers: TierOptions,
+    fleet: FleetOptions,
+    outputs: OutputOptions,
+) -> None:
+    if outputs.steps_csv is not None:
+        raise ConfigError("--steps-csv records one engine; it does not go with --replicas")
+    # Every replica gets the policy / host tier (one value each).
+    engine = single_engine(replay.engine, tiers) if tiers.active else replay.engine
+    run_fleet(
+        engine, replay.trace, settings, replicas=fleet.replicas, router=fleet.router,
+        sweep=outputs.sweep, bound=outputs.bound or outputs.sweep, plot=outputs.plot,
+        json_output=outputs.json_output, workers=fleet.workers, ray_address=fleet.ray_address,
+    )  # fmt: skip
+
+
+def _run_single(
+    replay: Replay,
+    settings: SchedulerSettings,
+    tiers: TierOptions,
+    outputs: OutputOptions,
+    show: bool,
+) -> None:
+    from pagedkv.sim.run import simulate
+
+    engine = single_engine(replay.engine, tiers) if tiers.active else replay.engine
+    with phase("replaying", len(replay.trace.requests), show) as bar:
+        result = simulate(
+            engine,
+            replay.trace,
+            settings,
+            bound=outputs.bound,
+            steps_path=outputs.steps_csv,
+            progress=bar,
+            stage=lambda name: bar.stage(f"computing the {name}"),
+        )
+    extra_rows, extra = tier_rows(result, engine, tiers) if tiers.active else ([], {})
+    loaded = replay.trace
+    if outputs.json_output:
+        data = result.to_dict() | extra
+        data["skipped_lines"] = loaded.num_skipped_lines
+        data["notes"] = notes(result, loaded)
+        print(json.dumps(data, indent=1))
+    else:
+        print_summary(result, loaded, extra_rows)
+        if loaded.num_skipped_lines:
+            stderr_console().print(f"skipped {loaded.num_skipped_lines} malformed trace lines")
+
+
 def _tier_phase(total: int, description: str, show: bool) -> Any:
     return phase(description, total, show)
 
 
 def _run_sweep(
-    engine: Any,
-    loaded: Any,
-    settings: Any,
-    plot: str | None,
-    json_output: bool,
+    replay: Replay,
+    settings: SchedulerSettings,
+    outputs: OutputOptions,
+    fleet: FleetOptions,
     show: bool,
-    workers: int | None = None,
-    ray_address: str | None = None,
 ) -> None:
     from pagedkv.sim.engine import bound_geometry
     from pagedkv.sim.run import sweep as run_sweep
     from pagedkv.sim.run import sweep_sizes
 
+    engine, loaded = replay.engine, replay.trace
     sizes = sweep_sizes(engine.num_blocks)
     geometry = bound_geometry(engine.kv_cache_config)
     block_size = geometry[0] if geometry else engine.config.block_size
@@ -398,15 +423,15 @@ def _run_sweep(
             settings,
             bound=geometry is not None,
             progress=update,
-            workers=workers,
-            ray_address=ray_address,
+            workers=fleet.workers,
+            ray_address=fleet.ray_address,
         )
-    if plot is not None:
+    if outputs.plot is not None:
         from pagedkv.sim.reports.plot import plot_sweep
 
         title = f"{engine.model_name}, {loaded.name} ({len(loaded.requests)} requests)"
-        plot_sweep(points, plot, title=title, block_size=block_size)
-    if json_output:
+        plot_sweep(points, outputs.plot, title=title, block_size=block_size)
+    if outputs.json_output:
         rows = [p._asdict() | {"tokens": p.num_blocks * block_size} for p in points]
         print(json.dumps({"model": engine.model_name, "trace": loaded.name, "sweep": rows}))
     else:

@@ -1,0 +1,66 @@
+"""``build_replay``: the engine and the trace of one replay, as ``pagedkv simulate`` makes them."""
+
+from __future__ import annotations
+
+import pytest
+
+from pagedkv.errors import ConfigError
+from pagedkv.sim.replay_inputs import (
+    MAX_NUM_BLOCKS,
+    CacheOptions,
+    TraceOptions,
+    build_replay,
+    check_fits,
+)
+
+MODEL = "Llama-3.1-8B"
+
+
+def test_blocks_trace_and_cache_options_reach_the_engine() -> None:
+    cache = CacheOptions(
+        block_size=32, enable_prefix_caching=False, hash_algo="sha256", retention="dense"
+    )
+    replay = build_replay(MODEL, TraceOptions("synthetic:50:3", limit=20), cache, num_blocks=400)
+    assert replay.engine.num_blocks == 400
+    assert replay.engine.config.block_size == 32
+    assert replay.engine.hash_algo == "sha256"
+    assert replay.engine.retention == "dense"
+    assert replay.engine.config.cache.enable_prefix_caching is False
+    assert len(replay.trace.requests) == 20
+    assert replay.model.name == MODEL
+
+
+def test_the_trace_is_read_inside_the_reading_context() -> None:
+    entered: list[str] = []
+
+    class Reading:
+        def __enter__(self) -> None:
+            entered.append("in")
+
+        def __exit__(self, *exc: object) -> None:
+            entered.append("out")
+
+    build_replay(
+        MODEL, TraceOptions("synthetic:5"), CacheOptions(), num_blocks=200, reading=Reading
+    )
+    assert entered == ["in", "out"]
+
+
+def test_gpu_and_blocks_are_alternatives() -> None:
+    with pytest.raises(ConfigError, match="--gpu and --num-blocks"):
+        build_replay(
+            MODEL, TraceOptions("synthetic:5"), CacheOptions(), gpu="H100-80GB", num_blocks=100
+        )
+
+
+def test_too_many_blocks_is_refused() -> None:
+    with pytest.raises(ConfigError, match="more than"):
+        build_replay(
+            MODEL, TraceOptions("synthetic:5"), CacheOptions(), num_blocks=MAX_NUM_BLOCKS + 1
+        )
+
+
+def test_a_trace_longer_than_every_request_fits_is_refused() -> None:
+    replay = build_replay(MODEL, TraceOptions("synthetic:5"), CacheOptions(), num_blocks=3)
+    with pytest.raises(ConfigError, match="nothing to replay"):
+        check_fits(replay, 3)
