@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
-from itertools import islice, repeat
+from itertools import islice
 from typing import Any, ClassVar, NamedTuple
 
 from pagedkv.errors import KVCacheRuntimeError
@@ -96,16 +96,16 @@ class LRUFreeQueue(FreeQueue):
         return stack_and_lru + self.num_blocks - self._next_fresh - self._num_gone
 
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
+        if self._num_gone:
+            return self._pop_around_gone(num_blocks)
         stack = self._stack
-        if num_blocks <= len(stack) and not self._num_gone:  # token None: all from the stack
+        if num_blocks <= len(stack):  # token None: all from the stack
             if num_blocks == 1:
                 return [stack.pop()], None
             blocks = stack[len(stack) - num_blocks :]
             del stack[len(stack) - num_blocks :]
             blocks.reverse()
             return blocks, None
-        if self._num_gone:
-            return self._pop_around_gone(num_blocks)
         blocks = stack[::-1]
         stack.clear()
         rest = num_blocks - len(blocks)
@@ -220,15 +220,25 @@ class LRUFreeQueue(FreeQueue):
         return self._remove_uncached(block) if token is None else token
 
     def remove_many(self, blocks: Sequence[int]) -> list[Any]:
-        tokens: list[Any] = list(map(self._lru.pop, blocks, repeat(None)))
-        if None in tokens:
-            seen: set[int] = set()
-            for i, block in enumerate(blocks):
-                if tokens[i] is None:
-                    # A block given twice leaves once (vLLM's touch checks per block).
-                    tokens[i] = (_AGAIN, False) if block in seen else self._remove_uncached(block)
-                seen.add(block)
+        tokens: list[Any] = []
+        try:
+            tokens.extend(map(self._lru.pop, blocks))  # cached blocks: their LRU sequences
+        except KeyError:  # extend keeps the tokens taken before the first miss
+            self._remove_rest(blocks, tokens)
         return tokens
+
+    def _remove_rest(self, blocks: Sequence[int], tokens: list[Any]) -> None:
+        """``remove_many`` from the first block outside the LRU part on (``tokens`` holds
+        the ones before it)."""
+        seen = set(blocks[: len(tokens)])
+        lru = self._lru
+        for block in blocks[len(tokens) :]:
+            token = lru.pop(block, None)
+            if token is None:
+                # A block given twice leaves once (vLLM's touch checks per block).
+                token = (_AGAIN, False) if block in seen else self._remove_uncached(block)
+            tokens.append(token)
+            seen.add(block)
 
     def _remove_uncached(self, block: int) -> tuple[str, bool]:
         """A free block outside the LRU part: a never-used id or a stack entry."""
