@@ -4,7 +4,6 @@ backs off, and a replay waiting for an answer holds no other engine's batches.""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -14,7 +13,8 @@ from pagedkv.cluster import KVIndex  # noqa: E402
 from pagedkv.cluster.feed import EngineEndpoints, IndexFeed  # noqa: E402
 from pagedkv.events.publisher import END_MARKER  # noqa: E402
 from pagedkv.events.wire import encode_event_batch  # noqa: E402
-from pagedkv.runtime.events import BlockStored  # noqa: E402
+
+from .helpers import stored, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -43,21 +43,6 @@ def test_a_silent_replay_endpoint_is_asked_less_and_less_often() -> None:
         ctx.term()
 
 
-def _stored(block_hash: int) -> BlockStored:
-    return BlockStored(
-        block_hashes=[block_hash], parent_block_hash=None, token_ids=[1, 2, 3, 4],
-        block_size=4, lora_id=None, medium="GPU", lora_name=None,
-    )  # fmt: skip
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def test_an_unanswered_replay_does_not_hold_other_engines_batches() -> None:
     # Engine "dead" shows a gap (its first batch is seq 5) and its replay endpoint takes
     # the request and never answers; the replay waits up to 600 s. Engine "live"'s batch
@@ -79,28 +64,28 @@ def test_an_unanswered_replay_does_not_hold_other_engines_batches() -> None:
         index = KVIndex()
         feed = IndexFeed(index, engines, idle_sync_s=3600.0, replay_timeout_s=600.0)
         with feed:
-            gap_batch = encode_event_batch([_stored(105)], 5)
+            gap_batch = encode_event_batch([stored(105)], 5)
             while not dead_replay.poll(20):  # until "dead"'s SUB is connected and asks
                 dead_pub.send_multipart(gap_batch)
             identity, _, start = dead_replay.recv_multipart()
             assert int.from_bytes(start, "big") == 0
             # "dead"'s replay is pending; "live" publishes (again until its SUB hears it)
-            live_batch = encode_event_batch([_stored(7)], 0)
+            live_batch = encode_event_batch([stored(7)], 0)
 
             def live_applied() -> bool:
                 live_pub.send_multipart(live_batch)
                 return feed.stats()["live"].batches == 1
 
-            _wait_for(live_applied, "live's batch while dead's replay is pending")
+            wait_for(live_applied, "live's batch while dead's replay is pending")
             dead = feed.stats()["dead"]
             assert dead.replay_pending and dead.batches == 0
             assert index.holders(7) == ["live"] and index.holders(105) == []
             # "dead" answers at last: batches 0-4, then the end marker
             for seq in range(5):
-                _, seq_bytes, payload = encode_event_batch([_stored(100 + seq)], seq)
+                _, seq_bytes, payload = encode_event_batch([stored(100 + seq)], seq)
                 dead_replay.send_multipart((identity, b"", b"", seq_bytes, payload))
             dead_replay.send_multipart((identity, b"", b"", END_MARKER, b""))
-            _wait_for(lambda: feed.stats()["dead"].batches == 6, "dead's batches")
+            wait_for(lambda: feed.stats()["dead"].batches == 6, "dead's batches")
             dead = feed.stats()["dead"]
             assert dead.next_seq == 6 and dead.lost == 0 and not dead.replay_pending
             assert all(index.holders(h) == ["dead"] for h in range(100, 106))

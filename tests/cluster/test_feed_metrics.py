@@ -4,7 +4,6 @@ feed's gap, restart, replay and age series move when a stream misbehaves."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -21,26 +20,12 @@ from pagedkv.cluster.feed import EngineEndpoints, IndexFeed  # noqa: E402
 from pagedkv.cluster.service import RouteService, create_app  # noqa: E402
 from pagedkv.events.publisher import END_MARKER  # noqa: E402
 from pagedkv.events.wire import encode_event_batch  # noqa: E402
-from pagedkv.runtime.events import BlockStored  # noqa: E402
+
+from .helpers import stored, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 COUNTERS = ("batches", "gaps", "recovered", "replayed", "lost", "restarts", "replay_timeouts")
 Scrape = dict[str, tuple[str, dict[str, float]]]  # family -> (type, engine or "" -> value)
-
-
-def _stored(block_hash: int) -> BlockStored:
-    return BlockStored(
-        block_hashes=[block_hash], parent_block_hash=None, token_ids=[1, 2, 3, 4],
-        block_size=4, lora_id=None, medium="GPU", lora_name=None,
-    )  # fmt: skip
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def _scrape(client: TestClient) -> Scrape:
@@ -72,13 +57,13 @@ def test_gaps_restarts_replays_and_event_age_on_metrics() -> None:
         feed = IndexFeed(KVIndex(), {"a": ends}, idle_sync_s=3600.0, replay_timeout_s=600.0)
         with feed:
             client = _service(feed)
-            old = encode_event_batch([_stored(1)], 0, ts=time.time() - 1000.0)
+            old = encode_event_batch([stored(1)], 0, ts=time.time() - 1000.0)
 
             def first_applied() -> bool:
                 pub.send_multipart(old)  # again until the SUB hears it (duplicates are dropped)
                 return feed.stats()["a"].batches == 1
 
-            _wait_for(first_applied, "the first batch")
+            wait_for(first_applied, "the first batch")
             before = _scrape(client)
             for name in COUNTERS:
                 assert before[f"pagedkv_feed_{name}"][0] == "counter", name
@@ -91,7 +76,7 @@ def test_gaps_restarts_replays_and_event_age_on_metrics() -> None:
             assert before["pagedkv_feed_replays_open"][1] == {"": 0.0}
 
             # seq 1 is missed: the gap is asked by replay, which stays open until answered
-            pub.send_multipart(encode_event_batch([_stored(3)], 2, ts=time.time()))
+            pub.send_multipart(encode_event_batch([stored(3)], 2, ts=time.time()))
             identity, _, start = replay.recv_multipart()
             assert int.from_bytes(start, "big") == 0  # one batch early, to check it
             during = _scrape(client)
@@ -101,15 +86,15 @@ def test_gaps_restarts_replays_and_event_age_on_metrics() -> None:
             _, seq0, payload0 = old
             replay.send_multipart((identity, b"", b"", seq0, payload0))
             replay.send_multipart((identity, b"", b"", END_MARKER, b""))
-            _wait_for(lambda: feed.stats()["a"].batches == 2, "the batch after the gap")
+            wait_for(lambda: feed.stats()["a"].batches == 2, "the batch after the gap")
             after_gap = _scrape(client)
             assert after_gap["pagedkv_feed_lost"][1] == {"a": 1.0}
             assert after_gap["pagedkv_feed_replays_open"][1] == {"": 0.0}
             assert after_gap["pagedkv_feed_event_age_seconds"][1]["a"] < 500.0
 
             # another process numbers from 0 again: a restart
-            pub.send_multipart(encode_event_batch([_stored(9)], 0, ts=time.time()))
-            _wait_for(lambda: feed.stats()["a"].restarts == 1, "the restart")
+            pub.send_multipart(encode_event_batch([stored(9)], 0, ts=time.time()))
+            wait_for(lambda: feed.stats()["a"].restarts == 1, "the restart")
             restarted = _scrape(client)
             assert restarted["pagedkv_feed_restarts"][1] == {"a": 1.0}
             assert restarted["pagedkv_feed_batches"][1] == {"a": 3.0}
@@ -130,7 +115,7 @@ def test_unanswered_replays_are_counted_on_metrics() -> None:
         feed = IndexFeed(KVIndex(), {"a": ends}, idle_sync_s=0.05, replay_timeout_s=0.05)
         with feed:
             client = _service(feed)
-            _wait_for(lambda: feed.stats()["a"].replay_timeouts >= 1, "an unanswered replay")
+            wait_for(lambda: feed.stats()["a"].replay_timeouts >= 1, "an unanswered replay")
             scraped = _scrape(client)
             assert scraped["pagedkv_feed_replay_timeouts"][0] == "counter"
             assert scraped["pagedkv_feed_replay_timeouts"][1]["a"] >= 1.0
