@@ -233,7 +233,7 @@ class LRUFreeQueue(FreeQueue):
         seen = set(blocks[: len(tokens)])
         lru = self._lru
         for block in blocks[len(tokens) :]:
-            token = lru.pop(block, None)
+            token: Any = lru.pop(block, None)
             if token is None:
                 # A block given twice leaves once (vLLM's touch checks per block).
                 token = (_AGAIN, False) if block in seen else self._remove_uncached(block)
