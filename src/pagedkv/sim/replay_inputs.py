@@ -120,6 +120,13 @@ def build_replay(
     from pagedkv.sim.traces.bundled import load_trace
     from pagedkv.sim.traces.readers import MOONCAKE_BLOCK_TOKENS
 
+    if gpu is not None and num_blocks is not None:
+        raise ConfigError("--gpu and --num-blocks are alternatives; give one")
+    if num_blocks is not None and num_blocks > MAX_NUM_BLOCKS:
+        raise ConfigError(
+            f"--num-blocks {num_blocks:,} is more than {MAX_NUM_BLOCKS:,} blocks (the pool "
+            "keeps an object per block); give a smaller count or --gpu"
+        )
     source = load_model_config(model, revision=cache.revision)
     tokenizer = TextTokenizer(source.path.parent if source.path else model, cache.revision)
     with reading():
@@ -130,8 +137,6 @@ def build_replay(
             block_tokens=trace.trace_block_size or MOONCAKE_BLOCK_TOKENS,
             tokenize=tokenizer,
         )
-    if gpu is not None and num_blocks is not None:
-        raise ConfigError("--gpu and --num-blocks are alternatives; give one")
     if num_blocks is not None:
         engine = _engine_with_blocks(source, num_blocks, cache, warn_long)
     else:
@@ -175,11 +180,6 @@ def _engine_with_blocks(
     layout = describe_model(source)
     if check_model_limit(layout, cache.max_model_len):
         warn_long(layout, cache.max_model_len)
-    if num_blocks > MAX_NUM_BLOCKS:
-        raise ConfigError(
-            f"--num-blocks {num_blocks:,} is more than {MAX_NUM_BLOCKS:,} blocks (the pool "
-            "keeps an object per block); give a smaller count or --gpu"
-        )
     return engine_from_model(
         source,  # type: ignore[arg-type]
         num_blocks=num_blocks,
