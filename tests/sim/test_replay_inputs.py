@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pagedkv.errors import ConfigError
@@ -30,8 +32,17 @@ def test_blocks_trace_and_cache_options_reach_the_engine() -> None:
     assert replay.model.name == MODEL
 
 
-def test_the_trace_is_read_inside_the_reading_context() -> None:
+def test_the_trace_is_read_inside_the_reading_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pagedkv.sim.traces.bundled as bundled
+
     entered: list[str] = []
+    real_load_trace = bundled.load_trace
+
+    def load_trace(*args: Any, **kwargs: Any) -> Any:
+        entered.append("read")
+        return real_load_trace(*args, **kwargs)
+
+    monkeypatch.setattr(bundled, "load_trace", load_trace)
 
     class Reading:
         def __enter__(self) -> None:
@@ -43,7 +54,7 @@ def test_the_trace_is_read_inside_the_reading_context() -> None:
     build_replay(
         MODEL, TraceOptions("synthetic:5"), CacheOptions(), num_blocks=200, reading=Reading
     )
-    assert entered == ["in", "out"]
+    assert entered == ["in", "read", "out"]
 
 
 def test_gpu_and_blocks_are_alternatives() -> None:
