@@ -198,8 +198,8 @@ def _planned_engine(
     scheduler_flags: tuple[int | None, int | None],
     warn_long: LongModelWarning,
 ) -> SimEngine:
-    from pagedkv.deployment import PlanRequest, VLLMFlags, plan_model
-    from pagedkv.sim.engine import engine_from_deployment
+    from pagedkv.deployment import PlanRequest, VLLMFlags
+    from pagedkv.sim.engine import engine_from_request
 
     max_num_seqs, max_num_batched_tokens = scheduler_flags
     flags = VLLMFlags(
@@ -217,8 +217,7 @@ def _planned_engine(
         pipeline_parallel_size=cache.pipeline_parallel_size,
         flags=flags,
     )
-    result = plan_model(request)
+    engine, result = engine_from_request(request)
     if result.above_model_limit:
         warn_long(result.layout, cache.max_model_len)
-    fixed = cache.max_model_len not in (None, -1)
-    return engine_from_deployment(result, fixed_max_model_len=fixed)
+    return engine
