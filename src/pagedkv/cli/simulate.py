@@ -414,7 +414,7 @@ def _run_sweep(
     engine, loaded = replay.engine, replay.trace
     sizes = sweep_sizes(engine.num_blocks)
     geometry = bound_geometry(engine.kv_cache_config)
-    block_size = geometry[0] if geometry else engine.config.block_size
+    block_size = geometry.block_size if geometry else engine.config.block_size
     with phase("sweeping cache sizes", len(sizes), show) as update:
         points = run_sweep(
             engine,
