@@ -55,23 +55,20 @@ def test_missing_from_the_offline_cache(cache: Path, capsys: pytest.CaptureFixtu
     assert err.count("\n") == 1 and "HF_HUB_OFFLINE is set" in err
 
 
-def test_no_network_in_a_real_process_is_one_quick_line(tmp_path: Path) -> None:
+def test_no_network_in_a_real_process_is_one_line(tmp_path: Path) -> None:
     import os
     import subprocess
     import sys
-    import time
 
     env = {k: v for k, v in os.environ.items() if "PROXY" not in k.upper()}
     env |= {"HF_HUB_CACHE": str(tmp_path), "HF_ENDPOINT": "http://hub.invalid"}
     env.pop("HF_HUB_OFFLINE", None)
-    start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "pagedkv", "plan", "acme/model"],
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=120,  # a hang guard, not a speed check
     )
-    assert time.perf_counter() - start < 60
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "cannot reach the Hugging Face Hub" in proc.stderr

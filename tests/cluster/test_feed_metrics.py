@@ -1,5 +1,6 @@
 """The router's /metrics on a live feed: it parses, counters are counters, and the
-feed's gap, restart, replay and age series move when a stream misbehaves."""
+feed's gap, recovery, loss, restart, replay, decode-error and age series move when a
+stream misbehaves."""
 
 from __future__ import annotations
 
@@ -89,16 +90,43 @@ def test_gaps_restarts_replays_and_event_age_on_metrics() -> None:
             wait_for(lambda: feed.stats()["a"].batches == 2, "the batch after the gap")
             after_gap = _scrape(client)
             assert after_gap["pagedkv_feed_lost"][1] == {"a": 1.0}
+            # the replay gave back only the batch already applied: nothing came by replay
+            assert after_gap["pagedkv_feed_recovered"][1] == {"a": 0.0}
+            assert after_gap["pagedkv_feed_replayed"][1] == {"a": 0.0}
             assert after_gap["pagedkv_feed_replays_open"][1] == {"": 0.0}
             assert after_gap["pagedkv_feed_event_age_seconds"][1]["a"] < 500.0
 
             # another process numbers from 0 again: a restart
-            pub.send_multipart(encode_event_batch([stored(9)], 0, ts=time.time()))
+            new0 = encode_event_batch([stored(9)], 0, ts=time.time())
+            pub.send_multipart(new0)
             wait_for(lambda: feed.stats()["a"].restarts == 1, "the restart")
             restarted = _scrape(client)
             assert restarted["pagedkv_feed_restarts"][1] == {"a": 1.0}
             assert restarted["pagedkv_feed_batches"][1] == {"a": 3.0}
             assert restarted["pagedkv_feed_replay_timeouts"][1] == {"a": 0.0}
+
+            # seq 1 of the new process is missed too, and this time replay has it
+            new1 = encode_event_batch([stored(10)], 1, ts=time.time())
+            pub.send_multipart(encode_event_batch([stored(11)], 2, ts=time.time()))
+            identity, _, start = replay.recv_multipart()
+            assert int.from_bytes(start, "big") == 0
+            for _, seq, payload in (new0, new1):
+                replay.send_multipart((identity, b"", b"", seq, payload))
+            replay.send_multipart((identity, b"", b"", END_MARKER, b""))
+            wait_for(lambda: feed.stats()["a"].batches == 5, "the recovered batch")
+            recovered = _scrape(client)
+            assert recovered["pagedkv_feed_gaps"][1] == {"a": 2.0}
+            assert recovered["pagedkv_feed_recovered"][1] == {"a": 1.0}
+            assert recovered["pagedkv_feed_replayed"][1] == {"a": 1.0}
+            assert recovered["pagedkv_feed_lost"][1] == {"a": 1.0}
+
+            # a message that is not (topic, 8-byte seq, payload)
+            assert recovered["pagedkv_feed_decode_errors"][1] == {"a": 0.0}
+            pub.send_multipart((old[0], b"short", b""))
+            wait_for(lambda: feed.stats()["a"].decode_errors == 1, "the malformed message")
+            malformed = _scrape(client)
+            assert malformed["pagedkv_feed_decode_errors"][1] == {"a": 1.0}
+            assert malformed["pagedkv_feed_batches"][1] == {"a": 5.0}
     finally:
         for sock in (pub, replay):
             sock.close(linger=0)

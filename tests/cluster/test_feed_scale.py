@@ -15,6 +15,7 @@ zmq = pytest.importorskip("zmq")
 resource = pytest.importorskip("resource")
 
 import pagedkv  # noqa: E402
+from events.helpers import LOOPBACK  # noqa: E402
 from pagedkv.cluster import KVIndex  # noqa: E402
 from pagedkv.cluster.feed import (  # noqa: E402
     EngineEndpoints,
@@ -28,7 +29,6 @@ from pagedkv.events.replay_slots import ReplaySlots  # noqa: E402
 from pagedkv.events.subscriber import EventSubscriber  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
-LOOPBACK = "tcp://127.0.0.1:*"
 
 # Runs in a child process whose open-file limit is lowered to `limit` (soft and hard,
 # so the feed cannot raise it): starts a feed for `n` engines and syncs it twice.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 
 from pagedkv import (
     EngineConfig,
@@ -16,6 +17,13 @@ from pagedkv.events.wire import external_block_hash
 from pagedkv.runtime.events import KVCacheEvent
 
 LOOPBACK = "tcp://127.0.0.1:*"
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listened on a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def small_manager(num_blocks: int = 24, block_size: int = 4) -> KVCacheManager:

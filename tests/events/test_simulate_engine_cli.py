@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -11,20 +10,15 @@ import pytest
 
 pytest.importorskip("zmq")
 
+from .helpers import free_port
 from .shared_tool import checker
 
 pytestmark = pytest.mark.timeout(90)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_checker_passes_strict_with_drops_against_the_cli_engine() -> None:
-    pub, replay = _free_port(), _free_port()
+    pub, replay = free_port(), free_port()
     sub = checker.Subscriber(
         f"tcp://127.0.0.1:{pub}", f"tcp://127.0.0.1:{replay}", start_seq=0, drop_every=3,
         refcount=True, strict=True, min_batches=20,

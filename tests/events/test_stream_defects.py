@@ -4,7 +4,6 @@ data-parallel ports, events without ``group_idx``."""
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
@@ -16,6 +15,8 @@ from pagedkv.events import EventSubscriber, KVEventsConfig, ZmqEventPublisher
 from pagedkv.events.config import offset_endpoint_port
 from pagedkv.events.wire import EventBatch, encode_event_batch
 from pagedkv.runtime.events import BlockStored
+
+from .helpers import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -100,7 +101,7 @@ def test_data_parallel_ranks_publish_on_offset_ports() -> None:
     # Four ports (base, base + 1, base + 10, base + 11) must be free; another process may take
     # one between the probe and the bind, so a clash retries on a fresh base.
     for _attempt in range(20):
-        base = _free_port()
+        base = free_port()
         config = KVEventsConfig(
             endpoint=f"tcp://127.0.0.1:{base}", replay_endpoint=f"tcp://127.0.0.1:{base + 10}"
         )
@@ -117,12 +118,6 @@ def test_data_parallel_ranks_publish_on_offset_ports() -> None:
             if "Address already in use" not in str(error):
                 raise
     pytest.fail("no four free ports found in 20 attempts")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_events_without_group_idx_count_as_group_zero() -> None:

@@ -104,6 +104,8 @@ def _check_outputs(outputs: OutputOptions, fleet: FleetOptions) -> None:
         raise ConfigError("--workers and --ray run --sweep points; add --sweep")
     if outputs.plot is not None and not outputs.sweep:
         raise ConfigError("--plot draws the --sweep; add --sweep")
+    if outputs.steps_csv is not None and fleet.active:
+        raise ConfigError("--steps-csv records one engine; it does not go with --replicas")
     if outputs.plot is not None:
         require_matplotlib()
     for option, value in (("--steps-csv", outputs.steps_csv), ("--plot", outputs.plot)):
@@ -352,8 +354,6 @@ def _run_fleet(
     fleet: FleetOptions,
     outputs: OutputOptions,
 ) -> None:
-    if outputs.steps_csv is not None:
-        raise ConfigError("--steps-csv records one engine; it does not go with --replicas")
     # Every replica gets the policy / host tier (one value each).
     engine = single_engine(replay.engine, tiers) if tiers.active else replay.engine
     run_fleet(
@@ -414,7 +414,7 @@ def _run_sweep(
     engine, loaded = replay.engine, replay.trace
     sizes = sweep_sizes(engine.num_blocks)
     geometry = bound_geometry(engine.kv_cache_config)
-    block_size = geometry[0] if geometry else engine.config.block_size
+    block_size = geometry.block_size if geometry else engine.config.block_size
     with phase("sweeping cache sizes", len(sizes), show) as update:
         points = run_sweep(
             engine,

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from pagedkv.capacity.plan import full_attention_token_capacity, inner_specs, is_full_attention
 from pagedkv.capacity.report import KVCachePlan
 from pagedkv.config import EngineConfig
-from pagedkv.deployment import DeploymentPlan
+from pagedkv.deployment import DeploymentPlan, PlanRequest
 from pagedkv.errors import ConfigError
 from pagedkv.planning.types import KVCacheConfig
 from pagedkv.sim.planned import PlanInputs, plan_inputs_for, plan_with_num_blocks
@@ -25,6 +25,7 @@ __all__ = [
     "engine_from_plan",
     "engine_from_deployment",
     "engine_from_model",
+    "engine_from_request",
 ]
 
 
@@ -199,6 +200,16 @@ def engine_from_deployment(result: DeploymentPlan, *, fixed_max_model_len: bool)
     return engine_from_plan(result.kv_cache, config, result.layout.name, inputs)
 
 
+def engine_from_request(request: PlanRequest) -> tuple[SimEngine, DeploymentPlan]:
+    """Plan ``request`` as ``pagedkv plan`` does and simulate on the plan; returns the
+    engine and the plan (whose ``above_model_limit`` a caller may warn about)."""
+    from pagedkv.deployment import plan_model
+
+    result = plan_model(request)
+    fixed = request.flags.max_model_len not in (None, -1)
+    return engine_from_deployment(result, fixed_max_model_len=fixed), result
+
+
 def engine_from_model(
     model: str,
     *,
@@ -236,20 +247,15 @@ def engine_from_model(
         max_num_seqs: requests running at once, for the activation reserve (None: vLLM's default).
         max_num_batched_tokens: tokens per step, for the activation reserve (None: vLLM's default).
     """
-    from pagedkv.deployment import plan as plan_deployment
+    from pagedkv.deployment import VLLMFlags
     from pagedkv.models import describe_model, engine_config_for
 
     if sum(x is not None for x in (gpu, num_blocks, kv_cache_bytes)) != 1:
         raise ConfigError("give exactly one of gpu, num_blocks and kv_cache_bytes")
     if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 2):
         raise ConfigError(f"num_blocks must be an integer >= 2, got {num_blocks!r}")
-    fixed = max_model_len not in (None, -1)
     if num_blocks is None:
-        result = plan_deployment(
-            model,
-            gpu=gpu,
-            tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size,
+        flags = VLLMFlags(
             max_model_len=max_model_len,
             block_size=block_size,
             kv_cache_dtype=kv_cache_dtype,
@@ -258,7 +264,15 @@ def engine_from_model(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
         )
-        return engine_from_deployment(result, fixed_max_model_len=fixed)
+        request = PlanRequest(
+            model=model,
+            gpu=gpu,
+            tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            flags=flags,
+        )
+        return engine_from_request(request)[0]
+    fixed = max_model_len not in (None, -1)
     layout = describe_model(model)
     options: dict[str, Any] = {
         "block_size": block_size,

@@ -120,6 +120,13 @@ def build_replay(
     from pagedkv.sim.traces.bundled import load_trace
     from pagedkv.sim.traces.readers import MOONCAKE_BLOCK_TOKENS
 
+    if gpu is not None and num_blocks is not None:
+        raise ConfigError("--gpu and --num-blocks are alternatives; give one")
+    if num_blocks is not None and num_blocks > MAX_NUM_BLOCKS:
+        raise ConfigError(
+            f"--num-blocks {num_blocks:,} is more than {MAX_NUM_BLOCKS:,} blocks (the pool "
+            "keeps an object per block); give a smaller count or --gpu"
+        )
     source = load_model_config(model, revision=cache.revision)
     tokenizer = TextTokenizer(source.path.parent if source.path else model, cache.revision)
     with reading():
@@ -130,8 +137,6 @@ def build_replay(
             block_tokens=trace.trace_block_size or MOONCAKE_BLOCK_TOKENS,
             tokenize=tokenizer,
         )
-    if gpu is not None and num_blocks is not None:
-        raise ConfigError("--gpu and --num-blocks are alternatives; give one")
     if num_blocks is not None:
         engine = _engine_with_blocks(source, num_blocks, cache, warn_long)
     else:
@@ -175,11 +180,6 @@ def _engine_with_blocks(
     layout = describe_model(source)
     if check_model_limit(layout, cache.max_model_len):
         warn_long(layout, cache.max_model_len)
-    if num_blocks > MAX_NUM_BLOCKS:
-        raise ConfigError(
-            f"--num-blocks {num_blocks:,} is more than {MAX_NUM_BLOCKS:,} blocks (the pool "
-            "keeps an object per block); give a smaller count or --gpu"
-        )
     return engine_from_model(
         source,  # type: ignore[arg-type]
         num_blocks=num_blocks,
@@ -198,8 +198,8 @@ def _planned_engine(
     scheduler_flags: tuple[int | None, int | None],
     warn_long: LongModelWarning,
 ) -> SimEngine:
-    from pagedkv.deployment import PlanRequest, VLLMFlags, plan_model
-    from pagedkv.sim.engine import engine_from_deployment
+    from pagedkv.deployment import PlanRequest, VLLMFlags
+    from pagedkv.sim.engine import engine_from_request
 
     max_num_seqs, max_num_batched_tokens = scheduler_flags
     flags = VLLMFlags(
@@ -217,8 +217,7 @@ def _planned_engine(
         pipeline_parallel_size=cache.pipeline_parallel_size,
         flags=flags,
     )
-    result = plan_model(request)
+    engine, result = engine_from_request(request)
     if result.above_model_limit:
         warn_long(result.layout, cache.max_model_len)
-    fixed = cache.max_model_len not in (None, -1)
-    return engine_from_deployment(result, fixed_max_model_len=fixed)
+    return engine
