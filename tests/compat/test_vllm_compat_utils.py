@@ -114,6 +114,27 @@ def test_a_key_shared_by_two_blocks_stays_a_dict_until_it_empties() -> None:
     assert pool.cached_block_hash_to_block._cache == {key: block}
 
 
+@pytest.mark.parametrize("how", ["evict_blocks", "get_new_blocks"])
+def test_a_key_emptied_by_eviction_starts_over_as_a_plain_block(how: str) -> None:
+    pool = BlockPool(num_gpu_blocks=6, enable_caching=True, hash_block_size=16)
+    blocks = pool.get_new_blocks(3)
+    key = make_block_hash_with_group_id(b"x" * 32, 0)
+    cached = pool.cached_block_hash_to_block
+    for b in blocks[:2]:
+        b.set_block_hash(key)
+        cached.insert(key, b)
+    assert isinstance(cached._cache[key], dict)
+    pool.free_blocks(blocks[:2])
+    if how == "evict_blocks":
+        pool.evict_blocks([blocks[0].block_id, blocks[1].block_id])
+    else:
+        pool.get_new_blocks(pool.get_num_free_blocks())
+    assert key not in cached._cache
+    blocks[2].set_block_hash(key)
+    cached.insert(key, blocks[2])
+    assert cached._cache[key] is blocks[2]
+
+
 def test_an_assigned_table_list_sees_the_managers_changes() -> None:
     spec = SlidingWindowSpec(block_size=2, num_kv_heads=1, head_size=1, sliding_window=4)
     pool = BlockPool(num_gpu_blocks=16, enable_caching=True, hash_block_size=2)
