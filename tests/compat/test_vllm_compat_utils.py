@@ -92,6 +92,7 @@ def test_standalone_blocks_are_keyed_beside_the_pool_not_in_it() -> None:
     assert pool.get_cached_block(b"h1", [0, 1]) == [blocks[1], again[1]]
     with pytest.raises(ValueError, match="pass one kind"):
         pool.cache_full_blocks(request, [KVCacheBlock(1), pool.blocks[2]], 0, 2, 4, 2)
+    assert pool.get_cached_block(b"h0", [2]) is None  # nothing keyed before the refusal
     assert pool.reset_prefix_cache() and len(pool.cached_block_hash_to_block) == 0
     assert pool.get_cached_block(b"h0", [0]) is None
 

@@ -335,6 +335,12 @@ class BlockPool:
             keep = {num_cached_blocks + i for i, on in enumerate(block_mask) if on}
         new_full = blocks[num_cached_blocks:num_full_blocks]
         if any(b.pool is None and not b.is_null for b in new_full):
+            mixed = next((b for b in new_full if b.pool is not None), None)
+            if mixed is not None:  # checked before any block is keyed
+                raise ValueError(
+                    f"cache_full_blocks: block {mixed.block_id} is this pool's while others "
+                    "are standalone KVCacheBlocks; pass one kind"
+                )
             self._cache_standalone_blocks(
                 request,
                 blocks,
@@ -366,16 +372,11 @@ class BlockPool:
         """Key blocks built outside any pool by the request's (pagedkv-computed) block
         hashes, in this pool's map of standalone blocks; the pool's own blocks and events
         are untouched (vLLM's tests hash such blocks, a null block id among them)."""
+        scale = block_size // (self.hash_block_size or block_size)
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if block.pool is not None:
-                raise ValueError(
-                    f"cache_full_blocks: block {block.block_id} is this pool's while others "
-                    "are standalone KVCacheBlocks; pass one kind"
-                )
             if block.is_null or (keep is not None and i not in keep):
                 continue
-            scale = block_size // (self.hash_block_size or block_size)
             key = make_block_hash_with_group_id(request.block_hashes[(i + 1) * scale - 1], group_id)
             old = block.block_hash
             if old == key:
