@@ -187,3 +187,15 @@ def test_hash_lookahead_follows_the_drafter(method: str, fields: dict, expected:
     no_cache = VllmConfig(speculative_config=spec)
     no_cache.cache_config.enable_prefix_caching = False
     assert no_cache.num_hash_lookahead_tokens == 0
+
+
+def test_spec_memory_reads_a_vllm_shaped_namespace_config() -> None:
+    torch = pytest.importorskip("torch")
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.float16)
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(max_model_len=1024),
+        cache_config=SimpleNamespace(block_size=16),
+        parallel_config=SimpleNamespace(decode_context_parallel_size=1),
+    )
+    # 64 blocks of 16 tokens x (K and V) x 64 fp16 elements
+    assert spec.max_memory_usage_bytes(config) == 64 * 16 * 2 * 64 * 2
