@@ -199,3 +199,21 @@ def test_spec_memory_reads_a_vllm_shaped_namespace_config() -> None:
     )
     # 64 blocks of 16 tokens x (K and V) x 64 fp16 elements
     assert spec.max_memory_usage_bytes(config) == 64 * 16 * 2 * 64 * 2
+
+
+@pytest.mark.parametrize(
+    ("parallel_drafting", "use_v2", "expected"), [(False, False, 4), (True, False, 7), (True, True, 4)]
+)
+def test_hisparse_decode_width_counts_v1_parallel_drafting_slots(
+    parallel_drafting: bool, use_v2: bool, expected: int
+) -> None:
+    from pagedkv.compat.vllm.v1.hisparse.layout import _max_decode_query_len
+
+    config = SimpleNamespace(
+        speculative_config=SimpleNamespace(
+            num_speculative_tokens=3, parallel_drafting=parallel_drafting
+        ),
+        use_v2_model_runner=use_v2,
+    )
+    assert _max_decode_query_len(config) == expected
+    assert _max_decode_query_len(SimpleNamespace(speculative_config=None)) == 1

@@ -98,9 +98,18 @@ def _hot_rows(vllm_config: Any, source: Mapping[str, Any]) -> int:
 
 
 def _max_decode_query_len(vllm_config: Any) -> int:
+    """The widest decode query: 1 + the speculative tokens, twice those with model runner
+    V1's parallel drafting (its mask slots ride on each verified request)."""
     speculative = getattr(vllm_config, "speculative_config", None)
     num_speculative = getattr(speculative, "num_speculative_tokens", None)
-    return 1 if num_speculative is None else 1 + int(num_speculative)
+    if num_speculative is None:
+        return 1
+    width = 1 + int(num_speculative)
+    if getattr(speculative, "parallel_drafting", False) is True and not getattr(
+        vllm_config, "use_v2_model_runner", False
+    ):
+        width += int(num_speculative)
+    return width
 
 
 def _lay_out(vllm_config: Any, mla: Mapping[str, Any], regular: Sequence[Any]) -> list[Any]:
