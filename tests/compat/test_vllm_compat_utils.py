@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -202,7 +203,8 @@ def test_spec_memory_reads_a_vllm_shaped_namespace_config() -> None:
 
 
 @pytest.mark.parametrize(
-    ("parallel_drafting", "use_v2", "expected"), [(False, False, 4), (True, False, 7), (True, True, 4)]
+    ("parallel_drafting", "use_v2", "expected"),
+    [(False, False, 4), (True, False, 7), (True, True, 4)],
 )
 def test_hisparse_decode_width_counts_v1_parallel_drafting_slots(
     parallel_drafting: bool, use_v2: bool, expected: int
@@ -217,3 +219,63 @@ def test_hisparse_decode_width_counts_v1_parallel_drafting_slots(
     )
     assert _max_decode_query_len(config) == expected
     assert _max_decode_query_len(SimpleNamespace(speculative_config=None)) == 1
+
+
+def _mamba_checkpoint_spec() -> Any:
+    from pagedkv import MambaSpec
+
+    return MambaSpec(
+        block_size=16,
+        shapes=((4, 4),),
+        dtypes=("bfloat16",),
+        mamba_cache_mode="align",
+        num_prefill_checkpoint_blocks=1,
+        prefill_checkpoint_alignment=1,
+    )
+
+
+def test_mamba_manager_skips_the_checkpoint_before_the_prefill_end() -> None:
+    from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import MambaManager
+
+    manager = MambaManager(
+        _mamba_checkpoint_spec(),
+        BlockPool(20, True, 16),
+        max_model_len=256,
+        max_in_flight_tokens=256,
+    )
+    # a 40-token chunk: the running state, plus a checkpoint block at 32 unless the
+    # prefill ends past the chunk (the plan for a skipped checkpoint is dropped)
+    assert manager.get_num_blocks_to_allocate("a", 40, [], 0, prefill_end=0) == 2
+    assert manager.get_num_blocks_to_allocate("a", 40, [], 0, prefill_end=100) == 1
+    assert "a" not in manager.impl._checkpoints
+
+
+@pytest.mark.parametrize(("interval", "expected"), [(0, 3 + 1), (16, 3 + 2), (None, 3 + 2)])
+def test_coordinator_reads_prefill_end_only_under_interval_0(
+    interval: int | None, expected: int
+) -> None:
+    from pagedkv import EngineConfig
+    from pagedkv import FullAttentionSpec as CoreFull
+    from pagedkv import KVCacheConfig as CoreConfig
+    from pagedkv import KVCacheGroupSpec as CoreGroup
+    from pagedkv import KVCacheManager as CoreManager
+    from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import HybridKVCacheCoordinator
+
+    specs = (CoreFull(block_size=16, num_kv_heads=1, head_size=8), _mamba_checkpoint_spec())
+    config = CoreConfig(
+        num_blocks=30,
+        kv_cache_tensors=(),
+        kv_cache_groups=tuple(
+            CoreGroup(layer_names=(f"layer{i}",), kv_cache_spec=s) for i, s in enumerate(specs)
+        ),
+        max_model_len=256,
+    )
+    core = CoreManager(
+        config,
+        EngineConfig.create(max_model_len=256, max_num_batched_tokens=64),
+        prefix_cache_retention_interval=interval,
+    )
+    pool = BlockPool(0, False, 0, impl=core.block_pool)
+    coordinator = HybridKVCacheCoordinator(core.coordinator, pool, config, 16, interval)
+    needed = coordinator.get_num_blocks_to_allocate("a", 40, ((), ()), 0, 0, 0, 40, prefill_end=100)
+    assert needed == expected
