@@ -279,3 +279,41 @@ def test_coordinator_reads_prefill_end_only_under_interval_0(
     coordinator = HybridKVCacheCoordinator(core.coordinator, pool, config, 16, interval)
     needed = coordinator.get_num_blocks_to_allocate("a", 40, ((), ()), 0, 0, 0, 40, prefill_end=100)
     assert needed == expected
+
+
+def test_hisparse_host_group_counts_like_vllms_source_manager() -> None:
+    """0 while the host pool backs the pages, else one past the GPU pool (no fit)."""
+    torch = pytest.importorskip("torch")
+    from pagedkv.compat.vllm.v1.core.kv_cache_manager import KVCacheManager
+    from pagedkv.compat.vllm.v1.hisparse.coordinator import get_hisparse_coordinator
+    from pagedkv.compat.vllm.v1.kv_cache_interface import (
+        HiSparseHotSpec,
+        HiSparseResidentSpec,
+        KVCacheGroupRole,
+    )
+
+    source = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    off = {"enable_kv_transfer": False}
+    groups = [
+        KVCacheGroupSpec(
+            ["source"], source, role=KVCacheGroupRole.HISPARSE_SOURCE, host_resident=True
+        ),
+        KVCacheGroupSpec(["indexer"], source, role=KVCacheGroupRole.HISPARSE_INDEXER, **off),
+        KVCacheGroupSpec(["resident"], HiSparseResidentSpec(block_size=16, page_size=64), **off),
+        KVCacheGroupSpec(
+            ["hot"], HiSparseHotSpec(block_size=16, page_size=64, blocks_per_request=2), **off
+        ),
+    ]
+    config = KVCacheConfig(
+        num_blocks=32, hisparse_host_num_blocks=4, kv_cache_tensors=[], kv_cache_groups=groups
+    )
+    manager = KVCacheManager(
+        config, max_model_len=128, scheduler_block_size=16, enable_caching=False
+    )
+    coordinator = get_hisparse_coordinator(manager)
+    assert coordinator.get_host_block_pool().get_num_free_blocks() == 3
+    counts = [
+        coordinator.host_manager.get_num_blocks_to_allocate("r", n, [], 0, 0, n)
+        for n in (16, 48, 64)
+    ]
+    assert counts == [0, 0, 32 + 1]
