@@ -14,6 +14,7 @@ __all__ = [
     "KV_CACHE_GROUPING_RULES",
     "PREFIX_CACHE_RETENTIONS",
     "GDN_PREFILL_KERNELS",
+    "DEFAULT_GDN_PREFILL_KERNEL",
     "check_int",
     "check_fields",
     "check_choice",
@@ -31,6 +32,8 @@ MambaCacheMode = Literal["none", "align"]
 # The gated-DeltaNet prefill kernels vLLM 0.33 runs (its active ``gdn_prefill_backend``);
 # only FlashInfer's emits states inside a prefill, so only it takes align-mode checkpoints.
 GDN_PREFILL_KERNELS = ("flashinfer", "triton", "cutedsl", "aiter_flydsl", "sycl")
+# vLLM's pick on the default GPU (Hopper): FlashInfer's.
+DEFAULT_GDN_PREFILL_KERNEL = "flashinfer"
 
 # KV cache grouping rules by name (CacheConfig.kv_cache_grouping_rule -> the qualname the
 # planner resolves): vLLM 0.33's rule, the default, and pagedkv's opt-in search in the
@@ -186,7 +189,7 @@ class CacheConfig:
     eviction_policy: str = "lru"
     # The gated-DeltaNet prefill kernel (GDN_PREFILL_KERNELS): vLLM picks it from the GPU
     # (pagedkv.models.gdn_kernel); FlashInfer's is Hopper's, the default GPU's.
-    gdn_prefill_kernel: str = "flashinfer"
+    gdn_prefill_kernel: str = DEFAULT_GDN_PREFILL_KERNEL
 
     def __post_init__(self) -> None:
         check_fields(self, "block_size")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -92,6 +93,7 @@ def test_standalone_blocks_are_keyed_beside_the_pool_not_in_it() -> None:
     assert pool.get_cached_block(b"h1", [0, 1]) == [blocks[1], again[1]]
     with pytest.raises(ValueError, match="pass one kind"):
         pool.cache_full_blocks(request, [KVCacheBlock(1), pool.blocks[2]], 0, 2, 4, 2)
+    assert pool.get_cached_block(b"h0", [2]) is None  # nothing keyed before the refusal
     assert pool.reset_prefix_cache() and len(pool.cached_block_hash_to_block) == 0
     assert pool.get_cached_block(b"h0", [0]) is None
 
@@ -112,6 +114,27 @@ def test_a_key_shared_by_two_blocks_stays_a_dict_until_it_empties() -> None:
     block.set_block_hash(key)
     pool.cached_block_hash_to_block.insert(key, block)
     assert pool.cached_block_hash_to_block._cache == {key: block}
+
+
+@pytest.mark.parametrize("how", ["evict_blocks", "get_new_blocks"])
+def test_a_key_emptied_by_eviction_starts_over_as_a_plain_block(how: str) -> None:
+    pool = BlockPool(num_gpu_blocks=6, enable_caching=True, hash_block_size=16)
+    blocks = pool.get_new_blocks(3)
+    key = make_block_hash_with_group_id(b"x" * 32, 0)
+    cached = pool.cached_block_hash_to_block
+    for b in blocks[:2]:
+        b.set_block_hash(key)
+        cached.insert(key, b)
+    assert isinstance(cached._cache[key], dict)
+    pool.free_blocks(blocks[:2])
+    if how == "evict_blocks":
+        pool.evict_blocks([blocks[0].block_id, blocks[1].block_id])
+    else:
+        pool.get_new_blocks(pool.get_num_free_blocks())
+    assert key not in cached._cache
+    blocks[2].set_block_hash(key)
+    cached.insert(key, blocks[2])
+    assert cached._cache[key] is blocks[2]
 
 
 def test_an_assigned_table_list_sees_the_managers_changes() -> None:
@@ -165,3 +188,132 @@ def test_hash_lookahead_follows_the_drafter(method: str, fields: dict, expected:
     no_cache = VllmConfig(speculative_config=spec)
     no_cache.cache_config.enable_prefix_caching = False
     assert no_cache.num_hash_lookahead_tokens == 0
+
+
+def test_spec_memory_reads_a_vllm_shaped_namespace_config() -> None:
+    torch = pytest.importorskip("torch")
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.float16)
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(max_model_len=1024),
+        cache_config=SimpleNamespace(block_size=16),
+        parallel_config=SimpleNamespace(decode_context_parallel_size=1),
+    )
+    # 64 blocks of 16 tokens x (K and V) x 64 fp16 elements
+    assert spec.max_memory_usage_bytes(config) == 64 * 16 * 2 * 64 * 2
+
+
+@pytest.mark.parametrize(
+    ("parallel_drafting", "use_v2", "expected"),
+    [(False, False, 4), (True, False, 7), (True, True, 4)],
+)
+def test_hisparse_decode_width_counts_v1_parallel_drafting_slots(
+    parallel_drafting: bool, use_v2: bool, expected: int
+) -> None:
+    from pagedkv.compat.vllm.v1.hisparse.layout import _max_decode_query_len
+
+    config = SimpleNamespace(
+        speculative_config=SimpleNamespace(
+            num_speculative_tokens=3, parallel_drafting=parallel_drafting
+        ),
+        use_v2_model_runner=use_v2,
+    )
+    assert _max_decode_query_len(config) == expected
+    assert _max_decode_query_len(SimpleNamespace(speculative_config=None)) == 1
+
+
+def _mamba_checkpoint_spec() -> Any:
+    from pagedkv import MambaSpec
+
+    return MambaSpec(
+        block_size=16,
+        shapes=((4, 4),),
+        dtypes=("bfloat16",),
+        mamba_cache_mode="align",
+        num_prefill_checkpoint_blocks=1,
+        prefill_checkpoint_alignment=1,
+    )
+
+
+def test_mamba_manager_skips_the_checkpoint_before_the_prefill_end() -> None:
+    from pagedkv.compat.vllm.v1.core.single_type_kv_cache_manager import MambaManager
+
+    manager = MambaManager(
+        _mamba_checkpoint_spec(),
+        BlockPool(20, True, 16),
+        max_model_len=256,
+        max_in_flight_tokens=256,
+    )
+    # a 40-token chunk: the running state, plus a checkpoint block at 32 unless the
+    # prefill ends past the chunk (the plan for a skipped checkpoint is dropped)
+    assert manager.get_num_blocks_to_allocate("a", 40, [], 0, prefill_end=0) == 2
+    assert manager.get_num_blocks_to_allocate("a", 40, [], 0, prefill_end=100) == 1
+    assert "a" not in manager.impl._checkpoints
+
+
+@pytest.mark.parametrize(("interval", "expected"), [(0, 3 + 1), (16, 3 + 2), (None, 3 + 2)])
+def test_coordinator_reads_prefill_end_only_under_interval_0(
+    interval: int | None, expected: int
+) -> None:
+    from pagedkv import EngineConfig
+    from pagedkv import FullAttentionSpec as CoreFull
+    from pagedkv import KVCacheConfig as CoreConfig
+    from pagedkv import KVCacheGroupSpec as CoreGroup
+    from pagedkv import KVCacheManager as CoreManager
+    from pagedkv.compat.vllm.v1.core.kv_cache_coordinator import HybridKVCacheCoordinator
+
+    specs = (CoreFull(block_size=16, num_kv_heads=1, head_size=8), _mamba_checkpoint_spec())
+    config = CoreConfig(
+        num_blocks=30,
+        kv_cache_tensors=(),
+        kv_cache_groups=tuple(
+            CoreGroup(layer_names=(f"layer{i}",), kv_cache_spec=s) for i, s in enumerate(specs)
+        ),
+        max_model_len=256,
+    )
+    core = CoreManager(
+        config,
+        EngineConfig.create(max_model_len=256, max_num_batched_tokens=64),
+        prefix_cache_retention_interval=interval,
+    )
+    pool = BlockPool(0, False, 0, impl=core.block_pool)
+    coordinator = HybridKVCacheCoordinator(core.coordinator, pool, config, 16, interval)
+    needed = coordinator.get_num_blocks_to_allocate("a", 40, ((), ()), 0, 0, 0, 40, prefill_end=100)
+    assert needed == expected
+
+
+def test_hisparse_host_group_counts_like_vllms_source_manager() -> None:
+    """0 while the host pool backs the pages, else one past the GPU pool (no fit)."""
+    torch = pytest.importorskip("torch")
+    from pagedkv.compat.vllm.v1.core.kv_cache_manager import KVCacheManager
+    from pagedkv.compat.vllm.v1.hisparse.coordinator import get_hisparse_coordinator
+    from pagedkv.compat.vllm.v1.kv_cache_interface import (
+        HiSparseHotSpec,
+        HiSparseResidentSpec,
+        KVCacheGroupRole,
+    )
+
+    source = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    off = {"enable_kv_transfer": False}
+    groups = [
+        KVCacheGroupSpec(
+            ["source"], source, role=KVCacheGroupRole.HISPARSE_SOURCE, host_resident=True
+        ),
+        KVCacheGroupSpec(["indexer"], source, role=KVCacheGroupRole.HISPARSE_INDEXER, **off),
+        KVCacheGroupSpec(["resident"], HiSparseResidentSpec(block_size=16, page_size=64), **off),
+        KVCacheGroupSpec(
+            ["hot"], HiSparseHotSpec(block_size=16, page_size=64, blocks_per_request=2), **off
+        ),
+    ]
+    config = KVCacheConfig(
+        num_blocks=32, hisparse_host_num_blocks=4, kv_cache_tensors=[], kv_cache_groups=groups
+    )
+    manager = KVCacheManager(
+        config, max_model_len=128, scheduler_block_size=16, enable_caching=False
+    )
+    coordinator = get_hisparse_coordinator(manager)
+    assert coordinator.get_host_block_pool().get_num_free_blocks() == 3
+    counts = [
+        coordinator.host_manager.get_num_blocks_to_allocate("r", n, [], 0, 0, n)
+        for n in (16, 48, 64)
+    ]
+    assert counts == [0, 0, 32 + 1]

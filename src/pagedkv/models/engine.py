@@ -314,14 +314,21 @@ class _SpecOptions(NamedTuple):
     kv_cache_dtype: str
     block_size: int  # tokens
     mamba_cache_mode: MambaCacheMode
+    gdn_prefill_kernel: str
 
 
 def _resolve_options(
     config: EngineConfig | None, tp: int, pp: int, kv_cache_dtype: str, block_size: int
 ) -> _SpecOptions:
     if config is None:
+        defaults = CacheConfig()
         return _SpecOptions(
-            tp, pp, kv_cache_dtype, block_size, CacheConfig().resolved_mamba_cache_mode
+            tp,
+            pp,
+            kv_cache_dtype,
+            block_size,
+            defaults.resolved_mamba_cache_mode,
+            defaults.gdn_prefill_kernel,
         )
     given: dict[str, tuple[Any, Any]] = {
         "tensor_parallel_size": (tp, 1),
@@ -346,6 +353,7 @@ def _resolve_options(
         config.cache.cache_dtype,
         config.cache.block_size,
         config.cache.resolved_mamba_cache_mode,
+        config.cache.gdn_prefill_kernel,
     )
 
 
@@ -377,10 +385,9 @@ def get_kv_cache_specs(
         use_transformers: read the config through transformers (True: required; False: never; None:
             when installed).
     """
-    tp, pp, dtype, block_size, mode = _resolve_options(
+    tp, pp, dtype, block_size, mode, kernel = _resolve_options(
         config, tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype, block_size
     )
-    kernel = (config.cache if config is not None else CacheConfig()).gdn_prefill_kernel
     for name, value in (("tensor_parallel_size", tp), ("pipeline_parallel_size", pp)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")

@@ -2,10 +2,11 @@
 
 vLLM resolves it per device when it builds the layers: FlashInfer's on Hopper
 (compute capability 9.0), and on Blackwell (10.x, 12.x) for 128-wide key heads with
-a CUDA 13 runtime; Triton/FLA on everything else (Ampere, Ada, other vendors). The
-choice reaches the KV cache: only FlashInfer's kernel emits states inside a prefill,
-so only it gives gated-DeltaNet specs their align-mode checkpoint (its 64-token step
-also rounds a hybrid model's block size).
+a CUDA 13 runtime; not FlashInfer's anywhere else (Triton/FLA on Ampere and Ada; other
+vendors have kernels of their own, such as SYCL's on Intel XPUs and AITER's on some
+AMD GPUs). The choice reaches the KV cache: only FlashInfer's kernel emits states inside
+a prefill, so only it gives gated-DeltaNet specs their align-mode checkpoint (its
+64-token step also rounds a hybrid model's block size).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def gdn_prefill_kernel(
     gpu: GPU, key_head_dim: int | None, cuda_runtime_major: int = VLLM_CUDA_RUNTIME_MAJOR
 ) -> str:
     """The kernel vLLM 0.33's ``gdn_prefill_backend`` "auto" resolves to on ``gpu``: a
-    name in ``pagedkv.config.GDN_PREFILL_KERNELS``."""
+    name in ``pagedkv.config.GDN_PREFILL_KERNELS``; "triton" stands for every kernel
+    that is not FlashInfer's off NVIDIA GPUs (the KV cache tells only FlashInfer's apart)."""
     capability = gpu.compute_capability
     if capability is None:  # not CUDA: ROCm, TPU, Gaudi, ...
         return "triton"

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pagedkv.config import DEFAULT_GDN_PREFILL_KERNEL
 from pagedkv.errors import ConfigError, ModelConfigError
 from pagedkv.specs import (
     ChunkedLocalAttentionSpec,
@@ -139,7 +140,10 @@ class StateShape(ABC):
         """Per-rank state tensor shapes (conv first)."""
 
     def prefill_checkpoint_alignment(
-        self, block_size: int, mode: MambaCacheMode, gdn_prefill_kernel: str = "flashinfer"
+        self,
+        block_size: int,
+        mode: MambaCacheMode,
+        gdn_prefill_kernel: str = DEFAULT_GDN_PREFILL_KERNEL,
     ) -> int | None:
         """The token step vLLM's kernel exports a state at inside a prefill chunk (its
         spec's ``prefill_checkpoint_alignment``) with ``block_size`` blocks in ``mode``
@@ -332,7 +336,7 @@ def state_spec(
     model_dtype: str,
     block_size: int,
     mode: MambaCacheMode,
-    gdn_prefill_kernel: str = "flashinfer",
+    gdn_prefill_kernel: str = DEFAULT_GDN_PREFILL_KERNEL,
 ) -> MambaSpec:
     """One state (Mamba-like) layer's spec on one tensor-parallel rank.
 
@@ -370,7 +374,7 @@ def layer_spec(
     kv_dtype: str,
     block_size: int,
     mamba_cache_mode: MambaCacheMode,
-    gdn_prefill_kernel: str = "flashinfer",
+    gdn_prefill_kernel: str = DEFAULT_GDN_PREFILL_KERNEL,
 ) -> KVCacheSpec:
     """One layer's spec on one tensor-parallel rank.
 

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pagedkv.config import DEFAULT_GDN_PREFILL_KERNEL
 from pagedkv.errors import ModelConfigError
 from pagedkv.models.layers import StateShape, shard
 
@@ -50,7 +51,10 @@ class Mamba2State(StateShape):
     mamba_type = "mamba2"
 
     def prefill_checkpoint_alignment(
-        self, block_size: int, mode: MambaCacheMode, gdn_prefill_kernel: str = "flashinfer"
+        self,
+        block_size: int,
+        mode: MambaCacheMode,
+        gdn_prefill_kernel: str = DEFAULT_GDN_PREFILL_KERNEL,
     ) -> int | None:
         return 1  # vLLM's MambaMixer2 exports at any token
 
@@ -80,7 +84,10 @@ class GatedDeltaNetState(StateShape):
     mamba_type = "gated_delta_net"
 
     def prefill_checkpoint_alignment(
-        self, block_size: int, mode: MambaCacheMode, gdn_prefill_kernel: str = "flashinfer"
+        self,
+        block_size: int,
+        mode: MambaCacheMode,
+        gdn_prefill_kernel: str = DEFAULT_GDN_PREFILL_KERNEL,
     ) -> int | None:
         # vLLM's GDN layer exports prefill checkpoints only in align mode, through
         # FlashInfer's prefill kernel (which emits states every 64 tokens), on the

@@ -32,7 +32,6 @@ from pagedkv.specs.local import ChunkedLocalAttentionSpec, SlidingWindowMLASpec,
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
 __all__ = [
-    "logger",
     "merge_specs",
     "try_merge",
     "make_buckets",

@@ -84,11 +84,15 @@ class HiSparseSourceManager(FullAttentionManager):
             apply_admission_cap,
             prefill_end,
         )
+        return self.gpu_blocks_for(required)
+
+    def gpu_blocks_for(self, required: int) -> int:
+        """GPU-pool blocks an allocation of ``required`` blocks from this group's pool
+        counts as: ``required`` while the group is on the GPU pool; on a host pool none,
+        or more than the GPU pool holds (no fit) when the host cannot back the pages."""
         tier = self.tier
         if tier is None or self.block_pool is tier.gpu_pool:
             return required
-        # Host blocks come from the host pool: nothing counts against the GPU pool unless
-        # the host cannot back the pages, then more than the GPU pool holds (no fit).
         if required <= self.block_pool.num_free_blocks:
             return 0
         return tier.gpu_pool.num_blocks + 1

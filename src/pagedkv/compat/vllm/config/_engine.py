@@ -9,7 +9,7 @@ from typing import Any
 
 from pagedkv.config import EngineConfig
 
-__all__ = ["engine_config", "layout_name"]
+__all__ = ["as_engine_config", "engine_config", "layout_name"]
 
 # vLLM's legacy layout names and the KVCacheLayout each stands for.
 _LEGACY_LAYOUTS = {"NHD": "LBNHC", "HND": "LBHNC"}
@@ -103,3 +103,17 @@ def engine_config(vllm_config: Any) -> EngineConfig:
         ),
     }
     return EngineConfig.create(**options, **_speculative_options(vllm_config))
+
+
+def as_engine_config(config: Any) -> Any:
+    """The ``EngineConfig`` a spec or planning helper reads: an ``EngineConfig`` as it is,
+    a config class's own ``to_engine_config()``, ``engine_config`` for anything else
+    shaped like vLLM's (a model or cache config: namespaces, mocks); any other object as it is
+    (already engine-config shaped)."""
+    if isinstance(config, EngineConfig):
+        return config
+    if callable(getattr(type(config), "to_engine_config", None)):  # not a mock's attribute
+        return config.to_engine_config()
+    if hasattr(config, "model_config") or hasattr(config, "cache_config"):
+        return engine_config(config)
+    return config

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from pagedkv.compat.vllm.config._engine import as_engine_config
 from pagedkv.dtypes import canonical_dtype_name
 from pagedkv.errors import KVCacheSpecError
 from pagedkv.specs import full as _specs_full
@@ -107,12 +108,6 @@ def _alignment_bytes(spec: Any) -> int:
     return alignment if type(alignment) is int else 1
 
 
-def _engine_config(config: Any) -> Any:
-    """pagedkv's ``EngineConfig`` for a vLLM config (an engine config as it is)."""
-    to_engine = getattr(config, "to_engine_config", None)
-    return config if to_engine is None else to_engine()
-
-
 def _dcp_shards(spec: Any, config: Any) -> int:
     """Ranks a DCP-sharded spec's tokens spread over under ``config`` (1 otherwise)."""
     if not getattr(spec, "dcp_sharded", False):
@@ -179,15 +174,15 @@ def vllm_spec_class(
     def max_num_blocks_per_req(self: Any, config: Any, max_len: int | None = None) -> int:
         shards = _dcp_shards(self, config)
         if shards == 1:
-            return int(core_blocks_per_req(self, _engine_config(config), max_len))
-        length = _engine_config(config).max_model_len if max_len is None else max_len
+            return int(core_blocks_per_req(self, as_engine_config(config), max_len))
+        length = as_engine_config(config).max_model_len if max_len is None else max_len
         return -(-length // (self.block_size * shards))
 
     def max_memory_usage_bytes(self: Any, config: Any) -> int:
         shards = _dcp_shards(self, config)
         if shards == 1 or not is_full:
-            return int(core_memory(self, _engine_config(config)))
-        tokens_per_rank = -(-_engine_config(config).max_model_len // shards)
+            return int(core_memory(self, as_engine_config(config)))
+        tokens_per_rank = -(-as_engine_config(config).max_model_len // shards)
         return -(-tokens_per_rank // self.block_size) * int(self.page_size_bytes)
 
     made: type = dataclasses.make_dataclass(

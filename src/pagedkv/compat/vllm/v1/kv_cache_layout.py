@@ -22,10 +22,6 @@ class KVCacheLayout(Enum):
         return self.value
 
     @property
-    def is_block_outer(self) -> bool:
-        return self.stride_order[0] == 1
-
-    @property
     def is_block_outermost(self) -> bool:
         """Whether the block dim is physically outermost."""
         return self.stride_order[0] == 1

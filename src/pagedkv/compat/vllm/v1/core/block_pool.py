@@ -55,11 +55,14 @@ class BlockHashToBlockMap:
 
     def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
         """Cache ``block`` under ``key`` (pagedkv's pool keeps later duplicates aside)."""
+        if self._owner is not None and not self._owner.has_key(key):
+            # A key starts over once empty, however it emptied (pop, eviction, reuse).
+            self._owner.multi_keys.discard(key)
         if self._owner is None or block.pool is None or block.is_null:
             self._own.setdefault(key, {})[block.block_id] = block
             self._note_multi(key)
             return
-        pool = self._pool.impl
+        pool = self._owner.impl
         group_id, block_hash = get_group_id(key), get_block_hash(key)
         pool.block_hash[block.block_id] = block_hash
         pool.block_group[block.block_id] = group_id
@@ -75,9 +78,8 @@ class BlockHashToBlockMap:
         # block and keeps it a dict until the key empties; ``_cache`` shows the same.
         if self._owner is None:
             return
-        view = _CacheView(self._pool)
-        if key in view and isinstance(view[key], dict):
-            self._pool.multi_keys.add(key)
+        if isinstance(_CacheView(self._owner).get(key), dict):
+            self._owner.multi_keys.add(key)
 
     def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
         if self._owner is None or block_id in self._own.get(key, ()):
@@ -85,16 +87,12 @@ class BlockHashToBlockMap:
             block = blocks.pop(block_id, None)
             if not blocks:
                 self._own.pop(key, None)
-            if self._owner is not None and key not in _CacheView(self._owner):
-                self._owner.multi_keys.discard(key)
             return block
         if not self.contain(key, block_id):
             return None
-        self._pool.impl.evict_blocks([block_id])
-        self._pool.impl.num_evictions -= 1
-        if key not in _CacheView(self._pool):
-            self._pool.multi_keys.discard(key)
-        return self._pool.blocks[block_id]
+        self._owner.impl.evict_blocks([block_id])
+        self._owner.impl.num_evictions -= 1
+        return self._owner.blocks[block_id]
 
     @property
     def _cache(self) -> MutableMapping[BlockHashWithGroupId, Any]:
@@ -110,9 +108,7 @@ class BlockHashToBlockMap:
     def __len__(self) -> int:
         if self._owner is None:
             return len(self._own)
-        if self._own:
-            return len(_CacheView(self._pool))
-        return sum(len(m) for m in self._pool.impl._maps)
+        return len(_CacheView(self._owner))
 
 
 class _CacheView(MutableMapping[BlockHashWithGroupId, Any]):
@@ -138,6 +134,8 @@ class _CacheView(MutableMapping[BlockHashWithGroupId, Any]):
         return held
 
     def __setitem__(self, key: BlockHashWithGroupId, value: Any) -> None:
+        if not self._pool.has_key(key):
+            self._pool.multi_keys.discard(key)
         impl = self._pool.impl
         group_id, block_hash = get_group_id(key), get_block_hash(key)
         ids = [value.block_id] if isinstance(value, KVCacheBlock) else list(value)
@@ -276,6 +274,14 @@ class BlockPool:
         # The runtime managers whose tables hold this pool's blocks (set by the manager).
         self.table_owners: Sequence[Any] = ()
 
+    def has_key(self, key: BlockHashWithGroupId) -> bool:
+        """Whether any block (the pool's or a standalone one) is cached under ``key``."""
+        if self.cached_block_hash_to_block._own.get(key):
+            return True
+        group_id = get_group_id(key)
+        maps = self.impl._maps
+        return group_id < len(maps) and get_block_hash(key) in maps[group_id]
+
     def full_key_tokens(self, block_id: int) -> int | None:
         """Tokens a whole-block key covers: where the block ends in a table of its group
         (None when no request holds it)."""
@@ -329,6 +335,12 @@ class BlockPool:
             keep = {num_cached_blocks + i for i, on in enumerate(block_mask) if on}
         new_full = blocks[num_cached_blocks:num_full_blocks]
         if any(b.pool is None and not b.is_null for b in new_full):
+            mixed = next((b for b in new_full if b.pool is not None), None)
+            if mixed is not None:  # checked before any block is keyed
+                raise ValueError(
+                    f"cache_full_blocks: block {mixed.block_id} is this pool's while others "
+                    "are standalone KVCacheBlocks; pass one kind"
+                )
             self._cache_standalone_blocks(
                 request,
                 blocks,
@@ -360,16 +372,11 @@ class BlockPool:
         """Key blocks built outside any pool by the request's (pagedkv-computed) block
         hashes, in this pool's map of standalone blocks; the pool's own blocks and events
         are untouched (vLLM's tests hash such blocks, a null block id among them)."""
+        scale = block_size // (self.hash_block_size or block_size)
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if block.pool is not None:
-                raise ValueError(
-                    f"cache_full_blocks: block {block.block_id} is this pool's while others "
-                    "are standalone KVCacheBlocks; pass one kind"
-                )
             if block.is_null or (keep is not None and i not in keep):
                 continue
-            scale = block_size // (self.hash_block_size or block_size)
             key = make_block_hash_with_group_id(request.block_hashes[(i + 1) * scale - 1], group_id)
             old = block.block_hash
             if old == key:
@@ -478,8 +485,6 @@ class BlockPool:
             block.reset_hash()
             return True
         self.impl.evict_blocks([block.block_id])
-        if key not in _CacheView(self):
-            self.multi_keys.discard(key)
         return True
 
     def reset_prefix_cache(self) -> bool:

@@ -129,8 +129,12 @@ class KVCacheCoordinator:
         apply_admission_cap: bool = False,
         prefill_end: int = 0,
     ) -> int:
-        """Blocks every group needs for the request (a read-only query); a cross-attention
-        group sizes its one allocation by the encoder tokens."""
+        """Blocks every group needs for the request (tables untouched; a Mamba group notes
+        or drops its checkpoint plan, unless ``apply_admission_cap``); a cross-attention
+        group sizes its one allocation by the encoder tokens. ``prefill_end`` counts
+        only under retention interval 0 (any other interval checkpoints every chunk)."""
+        if self.retention_interval != 0:
+            prefill_end = 0
         total = 0
         for manager, computed in zip(self.single_type_managers, new_computed_blocks, strict=True):
             if isinstance(manager, CrossAttentionManager):

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pagedkv.compat.vllm._outside import outside_function
-from pagedkv.compat.vllm.config._engine import engine_config, layout_name
+from pagedkv.compat.vllm.config._engine import as_engine_config, layout_name
 from pagedkv.compat.vllm.v1 import kv_cache_interface as _iface
 from pagedkv.compat.vllm.v1.core.kv_cache_config_builder import (
     KVCacheConfigBuilder,
@@ -53,7 +53,7 @@ logger = logging.getLogger("vllm.v1.core.kv_cache_planning")
 
 
 def _engine(vllm_config: Any, **changes: Any) -> EngineConfig:
-    config = engine_config(vllm_config)
+    config: EngineConfig = as_engine_config(vllm_config)
     return config.replace(**changes) if changes else config
 
 

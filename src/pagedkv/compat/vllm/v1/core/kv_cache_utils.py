@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, NewType
 
-from pagedkv.compat.vllm.config._engine import engine_config
+from pagedkv.compat.vllm.config._engine import as_engine_config
 from pagedkv.compat.vllm.v1.core._dcp import dcp_kv_cache_config
 from pagedkv.runtime import hashing as _hashing
 from pagedkv.runtime.block_sizes import resolve_block_sizes
@@ -413,20 +413,11 @@ def generate_scheduler_kv_cache_config(kv_cache_configs: Sequence[Any]) -> Any:
     return cfg
 
 
-def _engine_config(vllm_config: Any) -> Any:
-    to_engine = getattr(vllm_config, "to_engine_config", None)
-    if to_engine is not None:
-        return to_engine()
-    if hasattr(vllm_config, "model_config") and not hasattr(vllm_config, "max_model_len"):
-        return engine_config(vllm_config)  # a vLLM-shaped config without the method
-    return vllm_config
-
-
 def get_max_concurrency_for_kv_cache_config(vllm_config: Any, kv_cache_config: Any) -> float:
     """Requests of ``max_model_len`` the pool holds at once: each group's table costs
     whole blocks (the spec's ``max_memory_usage_blocks``), summed over the device groups;
     host-resident groups draw on the host pool, and the smaller limit applies."""
-    config = _engine_config(vllm_config)
+    config = as_engine_config(vllm_config)
     device_blocks = host_blocks = 0
     for group in kv_cache_config.kv_cache_groups:
         blocks = group.kv_cache_spec.max_memory_usage_blocks(config)
@@ -446,7 +437,7 @@ def get_max_concurrency_for_kv_cache_config(vllm_config: Any, kv_cache_config: A
 def get_kv_cache_capacity(vllm_config: Any, kv_cache_config: Any) -> tuple[int, float]:
     """Tokens the cache holds at the maximum concurrency, and that concurrency."""
     concurrency = get_max_concurrency_for_kv_cache_config(vllm_config, kv_cache_config)
-    max_model_len = _engine_config(vllm_config).max_model_len
+    max_model_len = as_engine_config(vllm_config).max_model_len
     return int(concurrency * max_model_len), concurrency
 
 

@@ -212,6 +212,7 @@ class SingleTypeKVCacheManager:
             total_computed_tokens,
             main,
             apply_admission_cap,
+            prefill_end,
         )
 
     def add_local_computed_blocks(

@@ -54,7 +54,9 @@ class _GroupView:
         apply_admission_cap: bool = False,
         prefill_end: int = 0,
     ) -> int:
-        """The host group counts blocks of its own (host) pool; others as their manager."""
+        """As each group's manager; the host group counts a partial local hit's copy too
+        (pagedkv's runtime call has no local-hit argument), then answers as vLLM's: 0
+        while the host pool backs the pages, else more than the GPU pool holds."""
         impl = self._wrapper.impl
         if not isinstance(impl, _hs.HiSparseSourceManager):
             return int(
@@ -75,7 +77,7 @@ class _GroupView:
             else num_local_computed_tokens
         )
         main = num_tokens if num_tokens_main_model is None else num_tokens_main_model
-        return impl.get_num_host_blocks_to_allocate(
+        required = impl.get_num_host_blocks_to_allocate(
             request_id,
             num_tokens,
             [b.block_id for b in new_computed_blocks],
@@ -83,6 +85,7 @@ class _GroupView:
             local,
             main,
         )
+        return impl.gpu_blocks_for(required)
 
     # hot groups
     def require_hot(self, request_id: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pagedkv.compat.vllm._outside import outside_function
 from pagedkv.compat.vllm.config._engine import engine_config
+from pagedkv.compat.vllm.v1.core.kv_cache_planning import get_kv_cache_groups
 from pagedkv.compat.vllm.v1.hisparse import runtime as _runtime
 from pagedkv.compat.vllm.v1.kv_cache_interface import (
     HiSparseHotSpec,
@@ -24,7 +25,6 @@ from pagedkv.compat.vllm.v1.kv_cache_interface import (
     SparseCacheRole,
     UniformTypeKVCacheSpecs,
 )
-from pagedkv.planning import builder as _builder
 from pagedkv.planning import hisparse as _plan
 from pagedkv.specs.base import cdiv
 
@@ -62,24 +62,7 @@ def get_hisparse_kv_cache_groups(vllm_config: Any, kv_cache_spec: Mapping[str, A
         return None
     derived = (MLAAttentionSpec, HiSparseResidentSpec, HiSparseHotSpec)
     others = {n: s for n, s in kv_cache_spec.items() if not isinstance(s, derived)}
-    return _lay_out(vllm_config, mla, _default_groups(vllm_config, others))
-
-
-def _default_groups(vllm_config: Any, specs: Mapping[str, Any]) -> list[Any]:
-    """pagedkv's default grouping of the model's other layers, as vLLM's groups."""
-    if not specs:
-        return []
-    builder = _builder.DefaultKVCacheConfigBuilder()
-    groups = builder.choose_kv_cache_groups(engine_config(vllm_config), specs).groups
-    return [
-        KVCacheGroupSpec(
-            g.layer_names,
-            g.kv_cache_spec,
-            is_eagle_group=g.is_eagle_group,
-            enable_kv_transfer=getattr(g, "enable_kv_transfer", True),
-        )
-        for g in groups
-    ]
+    return _lay_out(vllm_config, mla, get_kv_cache_groups(vllm_config, others))
 
 
 def _split_roles(specs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -115,9 +98,18 @@ def _hot_rows(vllm_config: Any, source: Mapping[str, Any]) -> int:
 
 
 def _max_decode_query_len(vllm_config: Any) -> int:
+    """The widest decode query: 1 + the speculative tokens, twice those with model runner
+    V1's parallel drafting (its mask slots ride on each verified request)."""
     speculative = getattr(vllm_config, "speculative_config", None)
     num_speculative = getattr(speculative, "num_speculative_tokens", None)
-    return 1 if num_speculative is None else 1 + int(num_speculative)
+    if num_speculative is None:
+        return 1
+    width = 1 + int(num_speculative)
+    if getattr(speculative, "parallel_drafting", False) is True and not getattr(
+        vllm_config, "use_v2_model_runner", False
+    ):
+        width += int(num_speculative)
+    return width
 
 
 def _lay_out(vllm_config: Any, mla: Mapping[str, Any], regular: Sequence[Any]) -> list[Any]:
