@@ -47,14 +47,16 @@ class MambaManager(SingleTypeKVCacheManager):
         # Speculative decoding sets these (EAGLE's replay boundary, lookahead hashes).
         self.drop_eagle_checkpoint_block = False
         self.num_hash_lookahead_tokens = 0
-        # Whether cache_blocks also keys states that end inside a step (checkpoints, a
+        # Not when cache_blocks also keys states that end inside a step (checkpoints, a
         # prompt tail finer than the block): then only the manager can tell an idle step.
-        self.exports_tail_states = self.align and (
-            self.has_checkpoint_blocks
-            or self.hash_block_size != self.block_size
-            or self.alignment_tokens != self.hash_block_size
+        self.tracks_tokens = not (
+            self.align
+            and (
+                self.has_checkpoint_blocks
+                or self.hash_block_size != self.block_size
+                or self.alignment_tokens != self.hash_block_size
+            )
         )
-        self.tracks_tokens = not self.exports_tail_states
         self._cached_this_step: set[BlockHash] = set()
         self._last_state: dict[str, int] = {}  # index of the block the current step reads
         self._retired: dict[str, int] = {}  # positions below this are all null
