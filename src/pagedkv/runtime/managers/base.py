@@ -80,14 +80,13 @@ class SingleTypeKVCacheManager(ABC):
     supports_eagle_block_drop: ClassVar[bool] = True
     # A running request's step up to n tokens needs cdiv(n, block_size) - len(table) new
     # blocks and leaves the table that long. A kind that overrides allocate_new_blocks
-    # or get_num_blocks_to_allocate is taken not to, unless its class says so.
+    # or get_num_blocks_to_allocate is taken not to.
     plain_growth: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = vars(cls)
-        growth = "allocate_new_blocks" in own or "get_num_blocks_to_allocate" in own
-        if growth and "plain_growth" not in own:
+        if "allocate_new_blocks" in own or "get_num_blocks_to_allocate" in own:
             cls.plain_growth = False
 
     def __init__(
