@@ -186,7 +186,7 @@ class SingleTypeKVCacheManager(ABC):
             prefill_end: the token the request's prefill ends at (0: take checkpoints
                 on every chunk).
         """
-        required = -(-num_tokens // self.block_size)
+        required = -(-num_tokens // self.block_size)  # cdiv inline: runs every step
         if apply_admission_cap:
             cap = self.max_admission_blocks()
             if cap is not None and cap < required:
@@ -261,7 +261,7 @@ class SingleTypeKVCacheManager(ABC):
     def _grow_table(self, table: list[int], num_tokens: int) -> list[int]:
         """Append the new blocks ``table`` needs to cover ``num_tokens`` tokens; returns
         them (a rollback truncates the table: ``KVCacheCoordinator.journal_tables``)."""
-        num_new = -(-num_tokens // self.block_size) - len(table)
+        num_new = -(-num_tokens // self.block_size) - len(table)  # cdiv inline: every step
         if num_new <= 0:
             return []
         new = self.block_pool.get_new_blocks(num_new)

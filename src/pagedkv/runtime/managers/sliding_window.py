@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pagedkv.runtime.block_pool import NULL_BLOCK
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
+from pagedkv.specs.base import cdiv
 
 __all__ = [
     "SlidingWindowManager",
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 def _window_blocks(spec: KVCacheSpec) -> int:
     window = int(spec.sliding_window)  # type: ignore[attr-defined]
-    return max(-(-(window - 1) // spec.block_size), 1)
+    return max(cdiv(window - 1, spec.block_size), 1)
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
