@@ -320,13 +320,15 @@ class KVCacheCoordinator(ABC):
             )
 
     # ------------------------------------------------------------ the cache-hit search
-    @abstractmethod
     def find_longest_cache_hit(
         self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         """Hit blocks per group, the hit length and the longest prefix some group had."""
+        if self.drop_eagle_group_ids:
+            return self._find_with_eagle_drop(block_hashes, max_length)
+        return self._find_without_eagle_drop(block_hashes, max_length)
 
-    def _search_one_kind(
+    def _find_without_eagle_drop(
         self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         # One kind (one group, or identical ones): its search is the answer.
@@ -614,13 +616,6 @@ class UnitaryCoordinator(KVCacheCoordinator):
 
     eagle_margin = False
 
-    def find_longest_cache_hit(
-        self, block_hashes: list[BlockHash], max_length: int
-    ) -> tuple[list[list[int]], int, int]:
-        if self.drop_eagle_group_ids:
-            return self._find_with_eagle_drop(block_hashes, max_length)
-        return self._search_one_kind(block_hashes, max_length)
-
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         num_tokens = max(0, num_computed_tokens - self.num_reprefillable_tokens)
         for m in self._caching:
@@ -632,13 +627,11 @@ class HybridCoordinator(KVCacheCoordinator):
     multiple of the scheduler block size (``cache_step``; 1 with partial hash hits), its
     EAGLE groups up to one of their blocks past it."""
 
-    def find_longest_cache_hit(
+    def _find_without_eagle_drop(
         self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
-        if self.drop_eagle_group_ids:
-            return self._find_with_eagle_drop(block_hashes, max_length)
         if len(self._searches) <= 1:
-            return self._search_one_kind(block_hashes, max_length)
+            return super()._find_without_eagle_drop(block_hashes, max_length)
         lists: list[list[int]] = [[] for _ in self.managers]
         candidate = max_length
         longest = 0
