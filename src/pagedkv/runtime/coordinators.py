@@ -120,8 +120,8 @@ SpeculativeGrowth = tuple[int, dict[str, list[int]], int, bool]
 class IdleStepCheck(NamedTuple):
     """What tells, without asking any manager, that a running request's step changes
     nothing (no table grows, no block becomes full to cache): most decode steps. The
-    ``KVCacheManager`` binds its parts once and runs it inline (a call per step would
-    cost a tenth of a decode step).
+    ``KVCacheManager`` binds its parts once and runs it inline: it runs on every decode
+    step, where a call's own cost is a sizeable part of the step.
 
     ``groups``: every group (each ``tracks_tokens``); ``counts_new_blocks``: every
     group needs exactly ``cdiv(tokens, block_size) - len(table)`` new blocks, so the
