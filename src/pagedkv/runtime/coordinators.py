@@ -18,7 +18,7 @@ from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
 from pagedkv.runtime.managers.cross import CrossAttentionManager
 from pagedkv.runtime.managers.full import FullAttentionManager
 from pagedkv.runtime.managers.mamba import MambaManager
-from pagedkv.specs.base import KVCacheSpec, cdiv
+from pagedkv.specs.base import KVCacheSpec
 from pagedkv.specs.uniform import UniformTypeKVCacheSpecs
 
 if TYPE_CHECKING:
@@ -394,7 +394,7 @@ class KVCacheCoordinator(ABC):
         found_lists = [blocks or [] for blocks in lists]
         for sg in self.spec_groups:
             if sg.manager_cls.downward_closed_hits:
-                keep = cdiv(candidate, sg.spec.block_size)
+                keep = -(-candidate // sg.spec.block_size)  # cdiv inline: see _grow_table
                 for gid in sg.group_ids:
                     del found_lists[gid][keep:]
         return found_lists, candidate, longest
@@ -659,7 +659,7 @@ class HybridCoordinator(KVCacheCoordinator):
                 break
         for index in searched_once:
             sg = self.spec_groups[index]
-            keep = cdiv(candidate, sg.spec.block_size)
+            keep = -(-candidate // sg.spec.block_size)  # cdiv inline: see _grow_table
             for gid in sg.group_ids:
                 del lists[gid][keep:]
         return lists, candidate, longest

@@ -261,7 +261,9 @@ class SingleTypeKVCacheManager(ABC):
     def _grow_table(self, table: list[int], num_tokens: int) -> list[int]:
         """Append the new blocks ``table`` needs to cover ``num_tokens`` tokens; returns
         them (a rollback truncates the table: ``KVCacheCoordinator.journal_tables``)."""
-        num_new = -(-num_tokens // self.block_size) - len(table)  # cdiv inline: every step
+        # cdiv written inline here and on the rest of the request path: a step or a lookup
+        # stays in the runtime's own files (tests/runtime/test_call_path.py).
+        num_new = -(-num_tokens // self.block_size) - len(table)
         if num_new <= 0:
             return []
         new = self.block_pool.get_new_blocks(num_new)

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
-from pagedkv.specs.base import cdiv
 
 __all__ = [
     "FullAttentionManager",
@@ -51,7 +50,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         if query.drop_eagle_block and num_tokens:
             num_tokens -= min(alignment, block_size)
             for out in lists:
-                del out[cdiv(num_tokens, block_size) :]
+                del out[-(-num_tokens // block_size) :]  # cdiv inline: see _grow_table
         if alignment != block_size and num_tokens % alignment:
             num_tokens -= num_tokens % alignment
             for out in lists:

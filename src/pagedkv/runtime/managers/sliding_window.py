@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from pagedkv.runtime.block_pool import NULL_BLOCK
 from pagedkv.runtime.managers.base import HitQuery, SingleTypeKVCacheManager
-from pagedkv.specs.base import cdiv
 
 __all__ = [
     "SlidingWindowManager",
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 
 def _window_blocks(spec: KVCacheSpec) -> int:
     window = int(spec.sliding_window)  # type: ignore[attr-defined]
-    return max(cdiv(window - 1, spec.block_size), 1)
+    return max(-(-(window - 1) // spec.block_size), 1)  # cdiv inline: see _grow_table
 
 
 class SlidingWindowManager(SingleTypeKVCacheManager):
