@@ -267,8 +267,11 @@ def test_a_hit_on_uncached_free_blocks_takes_them_out_of_the_pool_until_rollback
     assert pool.queue.order() == [a, b, c, 4, 5, 6, 7] and pool.ref_cnt[b] == 0
 
 
-def test_a_block_touched_twice_in_one_call_leaves_the_queue_once() -> None:
-    pool = BlockPool(8, hash_block_size=4)
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+def test_a_block_touched_twice_in_one_call_leaves_the_queue_once(policy: str) -> None:
+    from pagedkv.policies import make_free_queue
+
+    pool = BlockPool(8, hash_block_size=4, free_queue=make_free_queue(policy, 8))
     a, b = pool.get_new_blocks(2)
     req = Request("r", list(range(8)), hasher=BlockHasher(4))
     pool.cache_full_blocks(req, [a], 0, 1, 4, 0)
@@ -290,7 +293,7 @@ def test_a_policy_queue_takes_uncached_hits_from_its_uncached_part() -> None:
     queue.push_cached(blocks[:1], 0)
     queue.push_uncached(blocks[1:], 0)
     before = queue.order()
-    taken = [blocks[2], 5, blocks[0], 5, blocks[0]]
+    taken = [blocks[2], 5, blocks[0]]
     tokens = queue.remove_many(taken)
     assert queue.order() == [blocks[1], 4, 6, 7] and len(queue) == 4
     for block, token in zip(reversed(taken), reversed(tokens)):

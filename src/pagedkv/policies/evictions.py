@@ -43,8 +43,7 @@ class RecordingFreeQueue(FreeQueue):
         blocks, token = self.inner.pop(num_blocks)
         key_of = self.key_of
         if key_of is not None:
-            keys = [(block, key_of(block)) for block in blocks]
-            records = [(block, key) for block, key in keys if key is not None]
+            records = [(block, key) for block in blocks if (key := key_of(block)) is not None]
             if records:
                 if self.defer is None:
                     self.evicted += records

@@ -82,19 +82,9 @@ class PolicyFreeQueue(FreeQueue):
             return self.policy.remove(block)
         return _InHead(self._head.remove(block))  # an uncached free block handed in as a hit
 
-    def remove_many(self, blocks: Sequence[int]) -> list[Any]:
-        tokens: list[Any] = []
-        seen: set[int] = set()
-        for block in blocks:
-            # A block given twice leaves once (vLLM's touch checks per block).
-            tokens.append(_InHead(None) if block in seen else self.remove(block))
-            seen.add(block)
-        return tokens
-
     def reinsert(self, block: int, token: Any) -> None:
         if isinstance(token, _InHead):
-            if token.token is not None:  # None: the block's second mention in a call
-                self._head.reinsert(block, token.token)
+            self._head.reinsert(block, token.token)
         else:
             self.policy.restore(block, token)
 

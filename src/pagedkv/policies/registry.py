@@ -8,7 +8,6 @@ from typing import TypeVar
 from pagedkv.errors import ConfigError
 
 __all__ = [
-    "P",
     "register_policy",
     "get_policy",
     "policy_names",

@@ -36,9 +36,6 @@ from pagedkv.runtime.request import Request
 
 __all__ = [
     "BlockPairs",
-    "P",
-    "R",
-    "S",
     "TieredHit",
     "Transfers",
     "TieredKVCacheManager",

@@ -149,10 +149,17 @@ class BlockPool:
         """Take one more reference on each (non-null) block; free ones leave the queue."""
         ref = self.ref_cnt
         touched = [block for block in blocks if block]
-        freed = [block for block in touched if ref[block] == 0]
-        tokens = self.queue.remove_many(freed) if freed else []
+        freed: list[int] = []
         for block in touched:
+            if not ref[block]:  # a second mention sees 1: a block leaves the queue once
+                freed.append(block)
             ref[block] += 1
+        try:
+            tokens = self.queue.remove_many(freed) if freed else []
+        except BaseException:
+            for block in touched:
+                ref[block] -= 1
+            raise
         if self._queue_hits:
             self.on_commit(self._report_hits, touched)
         if self._journal is not None:

@@ -120,8 +120,8 @@ SpeculativeGrowth = tuple[int, dict[str, list[int]], int, bool]
 class IdleStepCheck(NamedTuple):
     """What tells, without asking any manager, that a running request's step changes
     nothing (no table grows, no block becomes full to cache): most decode steps. The
-    ``KVCacheManager`` binds its parts once and runs it inline (a call per step would
-    cost a tenth of a decode step).
+    ``KVCacheManager`` binds its parts once and runs it inline: it runs on every decode
+    step, where a call's own cost is a sizeable part of the step.
 
     ``groups``: every group (each ``tracks_tokens``); ``counts_new_blocks``: every
     group needs exactly ``cdiv(tokens, block_size) - len(table)`` new blocks, so the
@@ -320,13 +320,15 @@ class KVCacheCoordinator(ABC):
             )
 
     # ------------------------------------------------------------ the cache-hit search
-    @abstractmethod
     def find_longest_cache_hit(
         self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         """Hit blocks per group, the hit length and the longest prefix some group had."""
+        if self.drop_eagle_group_ids:
+            return self._find_with_eagle_drop(block_hashes, max_length)
+        return self._find_without_eagle_drop(block_hashes, max_length)
 
-    def _search_one_kind(
+    def _find_without_eagle_drop(
         self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
         # One kind (one group, or identical ones): its search is the answer.
@@ -392,7 +394,7 @@ class KVCacheCoordinator(ABC):
         found_lists = [blocks or [] for blocks in lists]
         for sg in self.spec_groups:
             if sg.manager_cls.downward_closed_hits:
-                keep = -(-candidate // sg.spec.block_size)
+                keep = -(-candidate // sg.spec.block_size)  # cdiv inline: see _grow_table
                 for gid in sg.group_ids:
                     del found_lists[gid][keep:]
         return found_lists, candidate, longest
@@ -614,13 +616,6 @@ class UnitaryCoordinator(KVCacheCoordinator):
 
     eagle_margin = False
 
-    def find_longest_cache_hit(
-        self, block_hashes: list[BlockHash], max_length: int
-    ) -> tuple[list[list[int]], int, int]:
-        if self.drop_eagle_group_ids:
-            return self._find_with_eagle_drop(block_hashes, max_length)
-        return self._search_one_kind(block_hashes, max_length)
-
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         num_tokens = max(0, num_computed_tokens - self.num_reprefillable_tokens)
         for m in self._caching:
@@ -632,13 +627,11 @@ class HybridCoordinator(KVCacheCoordinator):
     multiple of the scheduler block size (``cache_step``; 1 with partial hash hits), its
     EAGLE groups up to one of their blocks past it."""
 
-    def find_longest_cache_hit(
+    def _find_without_eagle_drop(
         self, block_hashes: list[BlockHash], max_length: int
     ) -> tuple[list[list[int]], int, int]:
-        if self.drop_eagle_group_ids:
-            return self._find_with_eagle_drop(block_hashes, max_length)
         if len(self._searches) <= 1:
-            return self._search_one_kind(block_hashes, max_length)
+            return super()._find_without_eagle_drop(block_hashes, max_length)
         lists: list[list[int]] = [[] for _ in self.managers]
         candidate = max_length
         longest = 0
@@ -666,7 +659,7 @@ class HybridCoordinator(KVCacheCoordinator):
                 break
         for index in searched_once:
             sg = self.spec_groups[index]
-            keep = -(-candidate // sg.spec.block_size)
+            keep = -(-candidate // sg.spec.block_size)  # cdiv inline: see _grow_table
             for gid in sg.group_ids:
                 del lists[gid][keep:]
         return lists, candidate, longest

@@ -52,7 +52,8 @@ class FreeQueue(ABC):
         free block, cached or not); returns a position token."""
 
     def remove_many(self, blocks: Sequence[int]) -> list[Any]:
-        """``remove`` of each block in order (one call per touch; override to batch)."""
+        """``remove`` of each block in order (one call per touch, never the same block
+        twice; override to batch)."""
         return [self.remove(block) for block in blocks]
 
     @abstractmethod
@@ -230,15 +231,10 @@ class LRUFreeQueue(FreeQueue):
     def _remove_rest(self, blocks: Sequence[int], tokens: list[Any]) -> None:
         """``remove_many`` from the first block outside the LRU part on (``tokens`` holds
         the ones before it)."""
-        seen = set(blocks[: len(tokens)])
         lru = self._lru
         for block in blocks[len(tokens) :]:
             token: Any = lru.pop(block, None)
-            if token is None:
-                # A block given twice leaves once (vLLM's touch checks per block).
-                token = (_AGAIN, False) if block in seen else self._remove_uncached(block)
-            tokens.append(token)
-            seen.add(block)
+            tokens.append(self._remove_uncached(block) if token is None else token)
 
     def _remove_uncached(self, block: int) -> tuple[str, bool]:
         """A free block outside the LRU part: a never-used id or a stack entry."""
@@ -277,8 +273,6 @@ class LRUFreeQueue(FreeQueue):
 
     def _reinsert_uncached(self, block: int, token: tuple[str, bool]) -> None:
         where, relive = token
-        if where == _AGAIN:
-            return
         if where == _HOLE:
             self._holes.discard(block)
             self._num_gone -= 1
@@ -312,7 +306,6 @@ class LRUFreeQueue(FreeQueue):
 
 
 _HOLE, _TOP, _STALE = "hole", "top", "stale"  # where a removed uncached block was
-_AGAIN = "again"  # a block one remove_many call already took
 
 
 class _GonePop(NamedTuple):

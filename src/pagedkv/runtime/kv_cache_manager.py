@@ -438,6 +438,7 @@ class KVCacheManager:
                     cache_tokens -= cache_tokens % self._idle_cache_step
                 num_new_blocks = 0
                 idle = True
+                # cdiv written inline below: this check runs every decode step.
                 for block_size, tables, num_cached, encoder in idle_groups:
                     tokens = num_encoder_tokens if encoder else num_slots
                     num_new = -(-tokens // block_size) - len(tables[request_id])

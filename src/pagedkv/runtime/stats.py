@@ -30,5 +30,6 @@ class PrefixCacheStats:
 
 def stats_from_counts(counts: list[int], reset: bool, evictions: int) -> PrefixCacheStats:
     """``counts``: requests, queries, hits, then the same for re-admissions."""
-    c = counts
-    return PrefixCacheStats(c[0], c[1], c[2], c[3], c[4], c[5], reset, evictions)
+    return PrefixCacheStats(
+        counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], reset, evictions
+    )

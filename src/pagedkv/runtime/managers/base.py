@@ -80,14 +80,13 @@ class SingleTypeKVCacheManager(ABC):
     supports_eagle_block_drop: ClassVar[bool] = True
     # A running request's step up to n tokens needs cdiv(n, block_size) - len(table) new
     # blocks and leaves the table that long. A kind that overrides allocate_new_blocks
-    # or get_num_blocks_to_allocate is taken not to, unless its class says so.
+    # or get_num_blocks_to_allocate is taken not to.
     plain_growth: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = vars(cls)
-        growth = "allocate_new_blocks" in own or "get_num_blocks_to_allocate" in own
-        if growth and "plain_growth" not in own:
+        if "allocate_new_blocks" in own or "get_num_blocks_to_allocate" in own:
             cls.plain_growth = False
 
     def __init__(
@@ -187,7 +186,7 @@ class SingleTypeKVCacheManager(ABC):
             prefill_end: the token the request's prefill ends at (0: take checkpoints
                 on every chunk).
         """
-        required = -(-num_tokens // self.block_size)
+        required = -(-num_tokens // self.block_size)  # cdiv inline: runs every step
         if apply_admission_cap:
             cap = self.max_admission_blocks()
             if cap is not None and cap < required:
@@ -262,6 +261,8 @@ class SingleTypeKVCacheManager(ABC):
     def _grow_table(self, table: list[int], num_tokens: int) -> list[int]:
         """Append the new blocks ``table`` needs to cover ``num_tokens`` tokens; returns
         them (a rollback truncates the table: ``KVCacheCoordinator.journal_tables``)."""
+        # cdiv written inline here and on the rest of the request path: a step or a lookup
+        # stays in the runtime's own files (tests/runtime/test_call_path.py).
         num_new = -(-num_tokens // self.block_size) - len(table)
         if num_new <= 0:
             return []

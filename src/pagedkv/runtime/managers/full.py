@@ -50,7 +50,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         if query.drop_eagle_block and num_tokens:
             num_tokens -= min(alignment, block_size)
             for out in lists:
-                del out[-(-num_tokens // block_size) :]
+                del out[-(-num_tokens // block_size) :]  # cdiv inline: see _grow_table
         if alignment != block_size and num_tokens % alignment:
             num_tokens -= num_tokens % alignment
             for out in lists:

@@ -47,14 +47,16 @@ class MambaManager(SingleTypeKVCacheManager):
         # Speculative decoding sets these (EAGLE's replay boundary, lookahead hashes).
         self.drop_eagle_checkpoint_block = False
         self.num_hash_lookahead_tokens = 0
-        # Whether cache_blocks also keys states that end inside a step (checkpoints, a
+        # Not when cache_blocks also keys states that end inside a step (checkpoints, a
         # prompt tail finer than the block): then only the manager can tell an idle step.
-        self.exports_tail_states = self.align and (
-            self.has_checkpoint_blocks
-            or self.hash_block_size != self.block_size
-            or self.alignment_tokens != self.hash_block_size
+        self.tracks_tokens = not (
+            self.align
+            and (
+                self.has_checkpoint_blocks
+                or self.hash_block_size != self.block_size
+                or self.alignment_tokens != self.hash_block_size
+            )
         )
-        self.tracks_tokens = not self.exports_tail_states
         self._cached_this_step: set[BlockHash] = set()
         self._last_state: dict[str, int] = {}  # index of the block the current step reads
         self._retired: dict[str, int] = {}  # positions below this are all null
@@ -270,7 +272,8 @@ class MambaManager(SingleTypeKVCacheManager):
             if not allocated:
                 self._mark_allocated(request_id)
             return []
-        pool.record(self._undo_allocate, request_id, start, self._last_state.get(request_id))
+        # (The coordinator's journal_tables undoes the table's growth.)
+        pool.record(self._restore_last_state, request_id, self._last_state.get(request_id))
         if allocated:
             self._last_state[request_id] = start - 1 - num_spec  # the running state
         elif start > 0:
@@ -471,10 +474,7 @@ class MambaManager(SingleTypeKVCacheManager):
             self._set_partial(request_id, index, source)
             if self.offers is not None:
                 self.offers.note_producer_tail(pool, request_id, source, num_tokens)
-            pool.record(
-                self.num_cached_block.__setitem__, request_id, self.num_cached_block[request_id]
-            )
-            self.num_cached_block[request_id] = index
+            self.num_cached_block[request_id] = index  # journal_tables undoes it
         return h
 
     def _cache_checkpoint(self, request: Request, position: int, index: int) -> BlockHash | None:
@@ -539,8 +539,7 @@ class MambaManager(SingleTypeKVCacheManager):
     def new_step_starts(self) -> None:
         self._cached_this_step.clear()
 
-    def _undo_allocate(self, request_id: str, length: int, last_state: int | None) -> None:
-        del self.req_to_blocks[request_id][length:]
+    def _restore_last_state(self, request_id: str, last_state: int | None) -> None:
         if last_state is None:
             self._last_state.pop(request_id, None)
         else:
