@@ -12,15 +12,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pagedkv.compat.vllm._outside import outside_function
-from pagedkv.compat.vllm.config._engine import as_engine_config, layout_name
+from pagedkv.compat.vllm.config._engine import layout_name
 from pagedkv.compat.vllm.v1 import kv_cache_interface as _iface
+from pagedkv.compat.vllm.v1.core._groups import engine as _engine
+from pagedkv.compat.vllm.v1.core._groups import get_kv_cache_groups
+from pagedkv.compat.vllm.v1.core._groups import vllm_group as _vllm_group
 from pagedkv.compat.vllm.v1.core.kv_cache_config_builder import (
     KVCacheConfigBuilder,
     get_kv_cache_config_builder,
 )
 from pagedkv.config import EngineConfig
 from pagedkv.errors import PlanningError
-from pagedkv.planning import builder as _builder
 from pagedkv.planning import grouping as _grouping
 from pagedkv.planning import pages as _pages
 from pagedkv.planning import placement as _placement
@@ -29,7 +31,7 @@ from pagedkv.planning.layout import check_layout_expresses, is_block_outermost
 from pagedkv.planning.packing import approximate_gcd, packed_kv_cache_groups
 from pagedkv.planning.types import KVCacheGroupSpec as _CoreGroup
 from pagedkv.registry import KVCacheSpecRegistry
-from pagedkv.specs import AttentionSpec, KVCacheSpec, MambaSpec, UniformTypeKVCacheSpecs
+from pagedkv.specs import AttentionSpec, KVCacheSpec, MambaSpec
 
 __all__ = [
     "DefaultKVCacheConfigBuilder",
@@ -52,11 +54,6 @@ logger = logging.getLogger("vllm.v1.core.kv_cache_planning")
 # --- configs and groups -------------------------------------------------------------
 
 
-def _engine(vllm_config: Any, **changes: Any) -> EngineConfig:
-    config: EngineConfig = as_engine_config(vllm_config)
-    return config.replace(**changes) if changes else config
-
-
 def _layout(vllm_config: Any) -> Any:
     """vLLM's resolved ``KVCacheLayout`` (ValueError while unresolved)."""
     cache = vllm_config.cache_config
@@ -71,25 +68,6 @@ def _layout(vllm_config: Any) -> Any:
     return _iface.KVCacheLayout[name]
 
 
-def _vllm_group(group: Any) -> _iface.KVCacheGroupSpec:
-    """A pagedkv group as vLLM's (mutable, list-comparable layer names)."""
-    if isinstance(group, _iface.KVCacheGroupSpec):
-        return group
-    spec = group.kv_cache_spec
-    if type(spec) is UniformTypeKVCacheSpecs:  # pagedkv's own: as vLLM's class
-        spec = _iface.UniformTypeKVCacheSpecs(
-            block_size=spec.block_size, kv_cache_specs=dict(spec.kv_cache_specs)
-        )
-    return _iface.KVCacheGroupSpec(
-        group.layer_names,
-        spec,
-        is_eagle_group=group.is_eagle_group,
-        host_resident=group.host_resident,
-        enable_kv_transfer=getattr(group, "enable_kv_transfer", True),
-        role=group.role,
-    )
-
-
 def _retention(vllm_config: Any) -> int | None:
     value = getattr(vllm_config.cache_config, "prefix_cache_retention_interval", None)
     return value if value is None or type(value) is int else None
@@ -100,17 +78,6 @@ def is_kv_cache_spec_uniform(kv_cache_spec: Mapping[str, KVCacheSpec]) -> bool:
     if not kv_cache_spec:
         return True
     return _grouping.try_merge(list(kv_cache_spec.values())) is not None
-
-
-def get_kv_cache_groups(
-    vllm_config: Any, kv_cache_spec: Mapping[str, KVCacheSpec]
-) -> list[_iface.KVCacheGroupSpec]:
-    """pagedkv's default grouping (vLLM's rule) for the layers."""
-    if not kv_cache_spec:
-        return []
-    builder = _builder.DefaultKVCacheConfigBuilder()
-    groups = builder.choose_kv_cache_groups(_engine(vllm_config), kv_cache_spec).groups
-    return [_vllm_group(g) for g in groups]
 
 
 def _check_exact_partition(groups: Sequence[Any], kv_cache_spec: Mapping[str, Any]) -> None:
