@@ -13,7 +13,9 @@ planner may lay out gemma-3-27b with two layers per group):
 ``decode``: allocate_slots for one decode token (16 in a row, so one in 16 crosses a
 block boundary: allocation and caching included); ``lookup``: get_computed_blocks of a
 2,048-token prompt fully cached; ``admit_free``: adopting that hit, allocating the
-rest and freeing the request; ``free``: freeing a 2,048-token request.
+rest and freeing the request; ``free``: freeing a 2,048-token request; ``prefill``:
+per block, 2,048-token chunks of 8,192-token prompts and their free, with every free
+block cached first (each new block evicts a cached one).
 
     python benchmarks/bench_hot_path.py [--repeat R] [--layouts llama,gemma]
 """
@@ -131,6 +133,32 @@ def case_free(manager: KVCacheManager, n: int) -> float:
     return (time.perf_counter() - start) / n
 
 
+def case_prefill(manager: KVCacheManager, n: int) -> float:
+    """Per block: 2,048-token prefill chunks of new prompts, then their free, once every
+    free block is cached (each new block evicts one, as on a busy server)."""
+    pool = manager.block_pool
+    warm: list[Request] = []
+    while pool.num_free_blocks > 64 * manager.num_groups:
+        num_tokens = min(pool.num_free_blocks // manager.num_groups * 16 - 512, 1 << 19)
+        req = Request(f"warm{len(warm)}", [len(warm), *range(num_tokens - 1)])
+        manager.allocate_slots(req, num_tokens)
+        warm.append(req)
+    for req in warm:
+        manager.free(req)
+    reqs = [Request(f"p{i}", _prompt(_seed(f"p{i}")) * 4) for i in range(n)]
+    elapsed = 0.0
+    perf = time.perf_counter
+    for req in reqs:
+        req.set_hasher(manager.hasher)
+        start = perf()
+        while req.num_computed_tokens < req.num_tokens:
+            manager.allocate_slots(req, PROMPT_TOKENS)
+            req.num_computed_tokens += PROMPT_TOKENS
+        manager.free(req)
+        elapsed += perf() - start
+    return elapsed / (n * 4 * PROMPT_TOKENS // 16)
+
+
 def _timed(fn: Callable[[KVCacheManager, int], float], layout: str, n: int) -> float:
     """Nanoseconds per call of one case on a fresh manager, with the cyclic GC paused (as
     engines freeze it after start-up) so a collection does not land in one call."""
@@ -157,6 +185,7 @@ CASES: dict[str, tuple[Callable[[KVCacheManager, int], float], int]] = {
     "lookup": (case_lookup, 300),
     "admit_free": (case_admit_free, 200),
     "free": (case_free, 100),
+    "prefill": (case_prefill, 30),
 }
 
 

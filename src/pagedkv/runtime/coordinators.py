@@ -117,6 +117,18 @@ TableGrowth = tuple[int, dict[str, list[int]], dict[str, int], bool]
 SpeculativeGrowth = tuple[int, dict[str, list[int]], int, bool]
 
 
+# One run of skipping managers of one class and spec, in the order the coordinator frees
+# their skipped blocks: (the run's first manager's ``remove_skipped_blocks``, bound; the
+# peers it frees with; the first manager's ``skip_floor``, or None where its kind cannot
+# tell when the next block leaves: then every step calls it; its ``next_skip_tokens``).
+SkipStep = tuple[
+    Callable[..., None],
+    list[SingleTypeKVCacheManager],
+    dict[str, int] | None,
+    Callable[[int], int | None],
+]
+
+
 class IdleStepCheck(NamedTuple):
     """What tells, without asking any manager, that a running request's step changes
     nothing (no table grows, no block becomes full to cache): most decode steps. The
@@ -240,10 +252,15 @@ class KVCacheCoordinator(ABC):
                 runs[-1][1].append(m)
             else:
                 runs.append((m, []))
-        # Each run's first ``remove_skipped_blocks``, bound, and its peers: what
-        # ``remove_skipped_blocks`` calls (the KVCacheManager's decode step, inline).
-        self.skip_steps: list[tuple[Callable[..., None], list[SingleTypeKVCacheManager]]] = [
-            (first.remove_skipped_blocks, peers) for first, peers in runs
+        # What ``remove_skipped_blocks`` runs (the KVCacheManager's decode step, inline).
+        self.skip_steps: list[SkipStep] = [
+            (
+                first.remove_skipped_blocks,
+                peers,
+                first.skip_floor if _knows_next_skip(first) else None,
+                first.next_skip_tokens,
+            )
+            for first, peers in runs
         ]
         self._caching = [m for m in managers if m.enable_caching]
         # Hybrid models cache up to a multiple of the scheduler block size (vLLM's rule),
@@ -252,6 +269,10 @@ class KVCacheCoordinator(ABC):
         if len(managers) > 1 and not partial_hash_hits:
             self.cache_step = self.scheduler_block_size
         self._checkpoints_at_prefill_end = self._last_chunk_checkpoints(retention_interval)
+        # Several groups that all grow plainly take their new blocks in one pool call.
+        self._grow_together = len(managers) > 1 and all(
+            m.plain_growth and not encoder for m, encoder in zip(managers, self._encoder)
+        )
         self.idle_step_check = self._make_idle_step_check()
 
     def _last_chunk_checkpoints(self, retention_interval: int | None) -> bool:
@@ -298,6 +319,7 @@ class KVCacheCoordinator(ABC):
             )
         manager.block_pool = pool
         manager.retention.block_pool = pool
+        self._grow_together = False
         self._searches = [
             (cls, ids, (self.managers[ids[0]].block_pool, *where[1:]))
             for cls, ids, where in self._searches
@@ -508,6 +530,10 @@ class KVCacheCoordinator(ABC):
             num_tokens_main_model: ``num_tokens`` less the lookahead (draft) tokens.
             num_encoder_tokens: encoder tokens (cross-attention groups).
         """
+        if self._grow_together:
+            grown = self._grow_tables_together(request_id, num_tokens)
+            if grown is not None:
+                return grown
         return tuple(
             [
                 m.allocate_new_blocks(
@@ -516,6 +542,39 @@ class KVCacheCoordinator(ABC):
                 for m, encoder in zip(self.managers, self._encoder)
             ]
         )
+
+    def _grow_tables_together(
+        self, request_id: str, num_tokens: int
+    ) -> tuple[list[int], ...] | None:
+        """Every group's new blocks from one pop of the pool, handed out in group order
+        (what one pop per group gives); None while a group still owes a partial-hit copy."""
+        managers = self.managers
+        tables = []
+        counts = []
+        total = 0
+        for m in managers:
+            if m._partial_hits and request_id in m._partial_hits:
+                return None
+            table = m.req_to_blocks[request_id]
+            count = -(-num_tokens // m.block_size) - len(table)  # cdiv inline: every step
+            tables.append(table)
+            counts.append(count)
+            if count > 0:
+                total += count
+        blocks = self.block_pool.get_new_blocks(total)
+        grown: list[list[int]] = []
+        start = 0
+        for m, table, count in zip(managers, tables, counts):
+            if count <= 0:
+                grown.append([])
+                continue
+            new = blocks[start : start + count]
+            start += count
+            table.extend(new)
+            if m.records_new_block_ids:
+                m.record_new_block_ids(new)
+            grown.append(new)
+        return tuple(grown)
 
     @abstractmethod
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
@@ -532,8 +591,14 @@ class KVCacheCoordinator(ABC):
     ) -> None:
         """Free the blocks that fell out of the request's window in every group that skips
         tokens (groups of one class and spec share one skip count)."""
-        for remove, peers in self.skip_steps:
-            remove(request_id, num_computed_tokens, peers, num_prompt_tokens)
+        running = request_id in self.block_tables
+        for remove, peers, floors, next_skip in self.skip_steps:
+            if floors is None:
+                remove(request_id, num_computed_tokens, peers, num_prompt_tokens)
+            elif num_computed_tokens >= floors.get(request_id, 0):
+                remove(request_id, num_computed_tokens, peers, num_prompt_tokens)
+                if running:  # 0: no floor (a kind that cannot tell)
+                    floors[request_id] = next_skip(num_computed_tokens) or 0
 
     def new_step_starts(self) -> None:
         """A new engine step begins: every group resets its per-step state."""
@@ -706,4 +771,13 @@ def _shares_skips(first: SingleTypeKVCacheManager, other: SingleTypeKVCacheManag
         type(other) is kind
         and kind.remove_skipped_blocks is SingleTypeKVCacheManager.remove_skipped_blocks
         and other.kv_cache_spec == first.kv_cache_spec
+    )
+
+
+def _knows_next_skip(manager: SingleTypeKVCacheManager) -> bool:
+    # Only pagedkv's own skip (a prefix of nulls) is safe to leave out until the floor.
+    kind = type(manager)
+    return (
+        kind.remove_skipped_blocks is SingleTypeKVCacheManager.remove_skipped_blocks
+        and kind.next_skip_tokens is not SingleTypeKVCacheManager.next_skip_tokens
     )

@@ -426,8 +426,12 @@ class KVCacheManager:
         if running:
             if self._skip_steps:  # the coordinator's remove_skipped_blocks, inline
                 num_prompt = request.num_prompt_tokens
-                for remove, peers in self._skip_steps:
-                    remove(request_id, total_computed, peers, num_prompt)
+                for remove, peers, floors, next_skip in self._skip_steps:
+                    if floors is None:
+                        remove(request_id, total_computed, peers, num_prompt)
+                    elif total_computed >= floors.get(request_id, 0):
+                        remove(request_id, total_computed, peers, num_prompt)
+                        floors[request_id] = next_skip(total_computed) or 0
             idle_groups = self._idle_groups
             if idle_groups is not None:
                 # The coordinator's IdleStepCheck, inline: most decode steps end here.

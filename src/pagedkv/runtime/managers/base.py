@@ -115,6 +115,10 @@ class SingleTypeKVCacheManager(ABC):
         self.in_flight_tokens = in_flight_tokens
         self.req_to_blocks: dict[str, list[int]] = {}
         self.num_cached_block: dict[str, int] = {}
+        # Request id -> computed tokens below which ``remove_skipped_blocks`` (this
+        # manager and the peers the coordinator runs with it) frees nothing new; written
+        # by the coordinator's skip step, dropped with the request's table.
+        self.skip_floor: dict[str, int] = {}
         self.retention_interval = retention_interval
         self.retention = (retention or Retention)(self)
         # Partial hits: a request's table position whose shared block it copies on its
@@ -144,6 +148,11 @@ class SingleTypeKVCacheManager(ABC):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Leading tokens whose blocks this kind no longer needs."""
         return 0
+
+    def next_skip_tokens(self, num_computed_tokens: int) -> int | None:
+        """The fewest computed tokens at which ``remove_skipped_blocks`` may free more than
+        at ``num_computed_tokens`` (None: at any count; no call may be left out)."""
+        return None
 
     def max_admission_blocks(self) -> int | None:
         """The most blocks a request of this kind holds at once (None: unbounded)."""
@@ -390,6 +399,7 @@ class SingleTypeKVCacheManager(ABC):
         """Release the request's blocks, last first (the tail is evicted first)."""
         table = self.req_to_blocks.pop(request_id, None)
         self.num_cached_block.pop(request_id, None)
+        self.skip_floor.pop(request_id, None)
         if self._partial_hits:
             self._partial_hits.pop(request_id, None)
         if table:
@@ -403,6 +413,7 @@ class SingleTypeKVCacheManager(ABC):
         caller frees the blocks through the pool, last first."""
         table = self.req_to_blocks.pop(request_id, None) or []
         self.num_cached_block.pop(request_id, None)
+        self.skip_floor.pop(request_id, None)
         if self._partial_hits:
             self._partial_hits.pop(request_id, None)
         self.retention.forget(request_id)
@@ -436,11 +447,13 @@ class SingleTypeKVCacheManager(ABC):
                 last = len(table)
             if not table or last <= 0 or table[last - 1] == NULL_BLOCK:
                 continue
-            blocks = table[:last]
+            # Back from the last skipped block to the nulls of earlier skips (a step
+            # frees a block or two; copying the whole prefix would cost its length).
+            start = last - 1
+            while start and table[start - 1] != NULL_BLOCK:
+                start -= 1
+            blocks = table[start:last]
             blocks.reverse()
-            blocks.append(NULL_BLOCK)
-            del blocks[blocks.index(NULL_BLOCK) :]
-            start = last - len(blocks)
             table[start:last] = [NULL_BLOCK] * len(blocks)
             m.retention.release(request_id, range(last - 1, start - 1, -1), blocks)
 

@@ -54,6 +54,10 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         chunk = _chunk_size(self.kv_cache_spec)
         return (num_computed_tokens // chunk) * chunk
 
+    def next_skip_tokens(self, num_computed_tokens: int) -> int:
+        chunk = _chunk_size(self.kv_cache_spec)
+        return (num_computed_tokens // chunk + 1) * chunk
+
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         chunk = _chunk_size(self.kv_cache_spec)
         return (num_tokens // chunk) * chunk // self.block_size, num_tokens // self.block_size

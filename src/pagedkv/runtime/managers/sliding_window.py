@@ -87,6 +87,11 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         skipped = num_computed_tokens - self._retained_tokens
         return skipped if skipped > 0 else 0
 
+    def next_skip_tokens(self, num_computed_tokens: int) -> int:
+        # The next block leaves the window once the skipped tokens reach its end.
+        num_skipped_blocks = self.get_num_skipped_tokens(num_computed_tokens) // self.block_size
+        return self._retained_tokens + (num_skipped_blocks + 1) * self.block_size
+
     def hit_block_range(self, num_tokens: int) -> tuple[int, int]:
         end = num_tokens // self.block_size
         return max(end - self._window_blocks, 0), end
