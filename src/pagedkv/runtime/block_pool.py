@@ -214,7 +214,8 @@ class BlockPool:
         hashes = request.block_hashes
         scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
         m = self.hash_map(group_id)
-        block_hash = self.block_hash
+        dups = self._dups[group_id]
+        block_hash, block_group = self.block_hash, self.block_group
         key_num_tokens = self.key_num_tokens
         stored = []
         for i in range(num_cached_blocks, num_full_blocks):
@@ -230,10 +231,10 @@ class BlockPool:
                 self._journal_keys([block], self._keys_of(block))
                 self._remove_keys(block)
             block_hash[block] = h
-            self.block_group[block] = group_id
+            block_group[block] = group_id
             key_num_tokens[block] = (i + 1) * block_size
             if h in m:
-                self._dups[group_id].setdefault(h, []).append(block)
+                dups.setdefault(h, []).append(block)
             else:
                 m[h] = block
             stored.append(block)
