@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from pagedkv.errors import ConfigError, KVCacheSpecError
 from pagedkv.runtime import Request
+from pagedkv.runtime.managers.base import leading_nulls
 
 from .helpers import check_invariants, chunked, full, make_manager, mamba, swa
 
@@ -305,3 +306,28 @@ def test_sliding_window_hit_with_hashes_and_alignment_finer_than_the_block(windo
     query = HitQuery(hashes, 8, (0,), pool, swa(window), alignment_tokens=2, hash_block_size=2)
     tables, num_tokens = SlidingWindowManager.find_longest_cache_hit(query)
     assert (tables, num_tokens) == ([[10, 11]], 8)
+
+
+@given(st.lists(st.sampled_from([0, 0, 1, 2, 3]), max_size=40))
+def test_leading_nulls_counts_the_null_run_a_table_starts_with(table: list[int]) -> None:
+    expected = next((i for i, block in enumerate(table) if block), len(table))
+    assert leading_nulls(table) == expected
+
+
+def test_a_freed_window_table_skips_its_null_prefix_in_order() -> None:
+    manager = make_manager([full(), swa(8)], num_blocks=64)
+    req = Request("a", list(range(40)))
+    manager.allocate_slots(req, 40)
+    manager.remove_skipped_blocks("a", 40)
+    table = manager.get_block_ids("a")[1]
+    skipped = leading_nulls(table)
+    assert skipped == 8 and all(table[skipped:])  # 33 of 40 tokens left the window
+    window = manager.managers[1]
+    released: list[tuple[list[int], list[int]]] = []
+
+    def release(request_id: str, indices: list[int], blocks: list[int], priority: int = 0) -> None:
+        released.append((list(indices), list(blocks)))
+
+    window.retention.release = release  # type: ignore[method-assign]
+    manager.free(req)
+    assert released == [([9, 8], table[:7:-1])]

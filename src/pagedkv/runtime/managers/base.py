@@ -3,6 +3,7 @@ hook: which full blocks a manager caches and how it frees blocks (docs/runtime.m
 
 from __future__ import annotations
 
+import bisect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -403,9 +404,14 @@ class SingleTypeKVCacheManager(ABC):
         if self._partial_hits:
             self._partial_hits.pop(request_id, None)
         if table:
-            # A reversed copy: a caller may still hold the table (vLLM's tests do).
-            blocks = table[::-1]
-            self.retention.release(request_id, range(len(blocks) - 1, -1, -1), blocks, priority)
+            # A reversed copy (a caller may still hold the table: vLLM's tests do), without
+            # the leading nulls a window group's skipped prefix leaves.
+            start = leading_nulls(table)
+            blocks = table[start:]
+            blocks.reverse()
+            self.retention.release(
+                request_id, range(len(table) - 1, start - 1, -1), blocks, priority
+            )
         self.retention.forget(request_id)
 
     def pop_blocks_for_free(self, request_id: str) -> list[int]:
@@ -470,6 +476,18 @@ def zeroed_on_allocation(spec: KVCacheSpec) -> bool:
     (vLLM's rule): attention blocks are, except a ring buffer's (a request reads only
     slots it wrote); state and wrapped groups are not."""
     return isinstance(spec, AttentionSpec) and not isinstance(spec, CircularBufferSpec)
+
+
+def leading_nulls(table: list[int]) -> int:
+    """How many null blocks the table starts with (a window group's skipped prefix)."""
+    if not table or table[0] != NULL_BLOCK:
+        return 0
+    # Nulls usually form one leading run: bisect for its end as if the table were sorted
+    # (nulls first), then confirm the guess at C speed; scan only if it was wrong.
+    end = bisect.bisect_left(table, True, key=bool)
+    if table[:end].count(NULL_BLOCK) == end and (end == len(table) or table[end]):
+        return end
+    return next((i for i, block in enumerate(table) if block), len(table))
 
 
 def eagle_replay_boundaries(num_prompt_tokens: int, alignment_tokens: int) -> tuple[int, ...]:
