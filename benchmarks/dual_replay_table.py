@@ -29,7 +29,7 @@ KINDS = (
 def _groups(row: dict[str, Any]) -> str:
     kinds: dict[str, int] = {}
     for group in row["kv_cache_groups"]:
-        name = group.split("x")[0].removesuffix("Spec")
+        name = group.rsplit("x", 1)[0].removesuffix("Spec")  # "SlidingWindowSpecx9"
         kinds[name] = kinds.get(name, 0) + 1
     return " + ".join(f"{n} {k}" for k, n in kinds.items())
 

@@ -597,7 +597,7 @@ class KVCacheCoordinator(ABC):
                 remove(request_id, num_computed_tokens, peers, num_prompt_tokens)
             elif num_computed_tokens >= floors.get(request_id, 0):
                 remove(request_id, num_computed_tokens, peers, num_prompt_tokens)
-                if running:  # 0: no floor (a kind that cannot tell)
+                if running:  # a floor only for a table that exists now
                     floors[request_id] = next_skip(num_computed_tokens) or 0
 
     def new_step_starts(self) -> None:
