@@ -222,20 +222,34 @@ def test_a_key_records_the_tokens_it_covers() -> None:
     blocks = pool.get_new_blocks(3)
     req = hashed_request(list(range(24)))
     pool.cache_full_blocks(req, blocks, 0, 2, 4, 0)
-    assert [pool.key_num_tokens[b] for b in blocks[:2]] == [4, 8]
+    assert [pool.keyed_at(b, n, 4) for b, n in zip(blocks[:2], (4, 8), strict=True)] == [
+        True,
+        True,
+    ]
     # A key at a hash boundary: inside an 8-token block, or on its end.
     pool.cache_partial_block(req, blocks[2], 12, 1, 8)
-    assert pool.key_num_tokens[blocks[2]] == 12
+    assert pool.sub_block_key_tokens(blocks[2]) == 12
     other = pool.get_new_blocks(1)[0]
     pool.cache_partial_block(req, other, 16, 1, 8)
-    assert pool.key_num_tokens[other] == 16
+    assert pool.sub_block_key_tokens(other) is None
+    assert pool.keyed_at(other, 16, 8)
     # Moving a block's keys moves the count.
     copy = pool.get_new_blocks(1)[0]
     pool.move_block_keys(blocks[2], copy)
-    assert pool.key_num_tokens[copy] == 12
+    assert pool.sub_block_key_tokens(copy) == 12
+    assert pool.key_of(blocks[2]) is None
 
 
-def test_a_rolled_back_eviction_restores_the_keys_token_count() -> None:
+def test_caching_past_the_request_s_hashes_is_refused_and_changes_nothing() -> None:
+    pool = BlockPool(8, enable_caching=True, hash_block_size=4)
+    blocks = pool.get_new_blocks(3)
+    req = hashed_request(list(range(8)))
+    with pytest.raises(KVCacheRuntimeError, match="2 block hashes"):
+        pool.cache_full_blocks(req, blocks, 0, 3, 4, 0)
+    assert [pool.key_of(b) for b in blocks] == [None, None, None]
+
+
+def test_a_rolled_back_eviction_restores_the_keys() -> None:
     pool = BlockPool(3, enable_caching=True, hash_block_size=4)
     req = cache(pool, pool.get_new_blocks(2), list(range(8)))
     pool.free_blocks([1, 2])
@@ -245,4 +259,4 @@ def test_a_rolled_back_eviction_restores_the_keys_token_count() -> None:
     pool.cache_full_blocks(other, reused[::-1], 1, 2, 4, 0)  # 8 tokens now
     pool.rollback(savepoint)
     assert pool.get_cached_block(req.block_hashes[1], [0]) == [2]
-    assert [pool.key_num_tokens[b] for b in (1, 2)] == [4, 8]
+    assert pool.get_cached_block(req.block_hashes[0], [0]) == [1]

@@ -66,7 +66,6 @@ class BlockPool:
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_hash: list[BlockHash | None] = [None] * num_blocks  # None: not cached
         self.block_group: list[int] = [0] * num_blocks
-        self.key_num_tokens: list[int] = [0] * num_blocks  # tokens the primary key covers
         self.queue = LRUFreeQueue(num_blocks) if free_queue is None else free_queue
         if len(self.queue) != num_blocks - 1:
             raise KVCacheRuntimeError(
@@ -124,21 +123,38 @@ class BlockPool:
             )
         blocks, token = queue.pop(num_blocks)
         ref = self.ref_cnt
-        hashes, groups, maps, dups = self.block_hash, self.block_group, self._maps, self._dups
-        key_num_tokens = self.key_num_tokens
-        plain = self._events is None and not self._key_tokens and not self._extra_keys
+        hashes = self.block_hash
         evicted: list[tuple[Any, ...]] = []
-        for block in blocks:
-            ref[block] = 1
-            h = hashes[block]
-            if h is not None:
-                gid = groups[block]
-                m = maps[gid]
-                if plain and m.get(h) == block and h not in dups[gid]:  # _drop_key's common case
-                    del m[h]
-                    hashes[block] = None
-                    evicted.append((block, h, gid, 0, key_num_tokens[block]))
-                else:
+        maps = self._maps
+        if self._events is None and not self._key_tokens and not self._extra_keys:
+            if len(maps) == 1 and not self._dups[0]:
+                # One group, every key its block's only one: a key is its map's entry.
+                m = maps[0]
+                for block in blocks:
+                    ref[block] = 1
+                    h = hashes[block]
+                    if h is not None:
+                        del m[h]
+                        hashes[block] = None
+                        evicted.append((block, h))
+            else:
+                groups, dups = self.block_group, self._dups
+                for block in blocks:
+                    ref[block] = 1
+                    h = hashes[block]
+                    if h is not None:
+                        gid = groups[block]
+                        m = maps[gid]
+                        if m.get(h) == block and h not in dups[gid]:  # _drop_key's common case
+                            del m[h]
+                            hashes[block] = None
+                            evicted.append((block, h, gid))
+                        else:
+                            evicted.append(self._drop_all_keys(block))
+        else:
+            for block in blocks:
+                ref[block] = 1
+                if hashes[block] is not None:
                     evicted.append(self._drop_all_keys(block))
         self.num_evictions += len(evicted)
         if self._journal is not None:
@@ -213,18 +229,27 @@ class BlockPool:
             return
         hashes = request.block_hashes
         scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
+        if len(hashes) < num_full_blocks * scale:
+            raise KVCacheRuntimeError(
+                f"request {request.request_id!r} has {len(hashes)} block hashes; caching "
+                f"{num_full_blocks} blocks of group {group_id} needs {num_full_blocks * scale}"
+            )
         m = self.hash_map(group_id)
         dups = self._dups[group_id]
         block_hash, block_group = self.block_hash, self.block_group
-        key_num_tokens = self.key_num_tokens
+        key_tokens = self._key_tokens
+        # Position i is keyed by hash (i + 1) * scale - 1.
+        new_hashes = hashes[(num_cached_blocks + 1) * scale - 1 : num_full_blocks * scale : scale]
+        keyed = zip(blocks[num_cached_blocks:num_full_blocks], new_hashes)
+        if keep is not None:
+            keyed = (pair for i, pair in enumerate(keyed, num_cached_blocks) if i in keep)
         stored = []
-        for i in range(num_cached_blocks, num_full_blocks):
-            block = blocks[i]
-            if not block or (keep is not None and i not in keep):
+        for block, h in keyed:
+            if not block:
                 continue
-            h = hashes[(i + 1) * scale - 1]
-            if block_hash[block] is not None:
-                if block not in self._key_tokens and block_hash[block] == h:
+            old = block_hash[block]
+            if old is not None:
+                if old == h and block not in key_tokens:
                     continue  # keyed already
                 # A key for fewer tokens (a partial prefix, or a checkpoint exported
                 # into this block) gives way to the block's full key.
@@ -232,11 +257,8 @@ class BlockPool:
                 self._remove_keys(block)
             block_hash[block] = h
             block_group[block] = group_id
-            key_num_tokens[block] = (i + 1) * block_size
-            if h in m:
+            if m.setdefault(h, block) != block:
                 dups.setdefault(h, []).append(block)
-            else:
-                m[h] = block
             stored.append(block)
         if self._journal is not None:
             self._journal.append((self._undo_cache, (stored,)))
@@ -394,7 +416,7 @@ class BlockPool:
             known = False
         if not known:
             exact = off_position or num_tokens % block_size
-            self._add_key(block, h, group_id, num_tokens if exact else None, num_tokens)
+            self._add_key(block, h, group_id, num_tokens if exact else None)
             if self._events is not None:
                 self._events.append(self._tail_event(request, num_hashes, group_id))
         return h
@@ -407,10 +429,9 @@ class BlockPool:
             return
         self._journal_keys([source, destination], keys)
         tokens = self._key_tokens.get(source)
-        covered = self.key_num_tokens[source]
         self._remove_keys(source, emit=False)
         for i, (h, gid) in enumerate(keys):
-            self._add_key(destination, h, gid, tokens if i == 0 else None, covered)
+            self._add_key(destination, h, gid, tokens if i == 0 else None)
 
     def _tokens_of(self, block: int) -> int:
         tokens = self._key_tokens.get(block)
@@ -422,15 +443,12 @@ class BlockPool:
             return []
         return [(h, self.block_group[block]), *self._extra_keys.get(block, ())]
 
-    def _add_key(
-        self, block: int, h: BlockHash, group_id: int, tokens: int | None, num_tokens: int
-    ) -> None:
-        # tokens: a sub-block primary key's (None: whole block); num_tokens: the key's.
+    def _add_key(self, block: int, h: BlockHash, group_id: int, tokens: int | None) -> None:
+        # tokens: a sub-block primary key's (None: whole block).
         m = self.hash_map(group_id)
         if self.block_hash[block] is None:
             self.block_hash[block] = h
             self.block_group[block] = group_id
-            self.key_num_tokens[block] = num_tokens
             if tokens is not None:
                 self._key_tokens[block] = tokens
         else:
@@ -470,7 +488,7 @@ class BlockPool:
 
     def _drop_all_keys(self, block: int) -> tuple[Any, ...]:
         """Drop every key of the block; returns what undoes it: ``(block, hash, group,
-        index, tokens)`` for ``_restore_key``, or ``(undo, args)``."""
+        index)`` for ``_restore_key``, or ``(undo, args)``."""
         if block not in self._extra_keys and block not in self._key_tokens:
             return (block, *self._drop_key(block))
         snapshot = self._snapshot([block], self._keys_of(block))
@@ -493,7 +511,6 @@ class BlockPool:
                 self.block_group[b],
                 list(self._extra_keys.get(b, ())),
                 self._key_tokens.get(b),
-                self.key_num_tokens[b],
             )
             for b in blocks
         ]
@@ -510,10 +527,9 @@ class BlockPool:
                 self._dups[gid][h] = list(dups)
             else:
                 self._dups[gid].pop(h, None)
-        for block, h, gid, extras, tokens, num_tokens in states:
+        for block, h, gid, extras, tokens in states:
             self.block_hash[block] = h
             self.block_group[block] = gid
-            self.key_num_tokens[block] = num_tokens
             if extras:
                 self._extra_keys[block] = list(extras)
             else:
@@ -557,7 +573,7 @@ class BlockPool:
             self._events.append(AllBlocksCleared())
         return True
 
-    def _drop_key(self, block: int) -> tuple[BlockHash, int, int, int]:
+    def _drop_key(self, block: int) -> tuple[BlockHash, int, int]:
         # Only a keyed block's key is dropped.
         h, gid = cast(BlockHash, self.block_hash[block]), self.block_group[block]
         self.block_hash[block] = None
@@ -576,12 +592,11 @@ class BlockPool:
             del dups[h]
         if self._events is not None:
             self._events.append(BlockRemoved(block_hashes=[h], medium=self.medium, group_idx=gid))
-        return h, gid, index, self.key_num_tokens[block]
+        return h, gid, index
 
-    def _restore_key(self, block: int, h: BlockHash, gid: int, index: int, num_tokens: int) -> None:
+    def _restore_key(self, block: int, h: BlockHash, gid: int = 0, index: int = 0) -> None:
         self.block_hash[block] = h
         self.block_group[block] = gid
-        self.key_num_tokens[block] = num_tokens
         m = self.hash_map(gid)
         if h not in m:
             m[h] = block
