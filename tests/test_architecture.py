@@ -225,6 +225,7 @@ def heavy_violations(src: Path) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_imports_only_point_down_the_layer_table() -> None:
     problems = layer_violations(SRC, ALLOW_LIST)
     assert not problems, "upward imports:\n" + "\n".join(problems)

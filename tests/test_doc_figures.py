@@ -70,6 +70,7 @@ def test_timings_do_not_set_what_is_compared() -> None:
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/models.md"])
+@pytest.mark.slow
 def test_default_plan_output_is_todays(doc: str) -> None:
     assert _shown_output(doc, "gemma-3-27b-it on H100-80GB") == _printed("plan")
 

@@ -71,6 +71,7 @@ RUNNABLE = [(w, c) for w, c in BLOCKS if Path(w.split(":")[0]).name not in RUN_E
 
 
 @pytest.mark.parametrize(("where", "code"), RUNNABLE, ids=[w for w, _ in RUNNABLE])
+@pytest.mark.slow
 def test_doc_example_runs(where: str, code: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "pagedkv"
 SKIPPED_DIRS = frozenset({"compat"})
 MAX_UNDOCUMENTED_PARAMS = 3
@@ -129,6 +131,7 @@ def all_offenders() -> list[Offender]:
     return found
 
 
+@pytest.mark.slow
 def test_public_functions_document_their_parameters() -> None:
     offenders = all_offenders()
     assert not offenders, "public functions lacking Args entries:\n" + "\n".join(

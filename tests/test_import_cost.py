@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 FORBIDDEN_PACKAGES = ("torch", "transformers", "matplotlib", "numpy")
 FORBIDDEN_MODULES = (
     "pagedkv.sim",
@@ -43,18 +45,21 @@ def _offenders(modules: list[str]) -> list[str]:
     return sorted({m.split(".")[0] for m in heavy}) + layers
 
 
+@pytest.mark.slow
 def test_import_pagedkv_pulls_in_no_heavy_package_or_optional_layer() -> None:
     modules = _probe("import pagedkv")
     assert "pagedkv" in modules and "pagedkv.runtime" in modules  # the probe really imported
     assert _offenders(modules) == [], f"`import pagedkv` imported: {_offenders(modules)}"
 
 
+@pytest.mark.slow
 def test_first_registry_query_stays_light() -> None:
     # The first query runs the start-up hook (built-ins, platform, plugins): still no torch.
     modules = _probe("import pagedkv\npagedkv.KVCacheSpecRegistry.ensure_registered()")
     assert _offenders(modules) == [], f"start-up registration imported: {_offenders(modules)}"
 
 
+@pytest.mark.slow
 def test_default_plan_leaves_the_grouping_extension_unloaded() -> None:
     # vLLM's grouping is the core's; the least-waste search loads only when selected.
     plan = (
@@ -71,6 +76,7 @@ def test_default_plan_leaves_the_grouping_extension_unloaded() -> None:
     assert "pagedkv.builders.least_waste" in modules
 
 
+@pytest.mark.slow
 def test_import_pagedkv_loads_a_bounded_set_of_modules() -> None:
     # How much `import pagedkv` loads, counted (not timed): a new eager import of a whole
     # layer shows up here as dozens of modules.
@@ -79,6 +85,7 @@ def test_import_pagedkv_loads_a_bounded_set_of_modules() -> None:
     assert len(ours) <= PAGEDKV_MODULE_LIMIT, f"`import pagedkv` loaded {len(ours)} modules"
 
 
+@pytest.mark.slow
 def test_probe_sees_a_heavy_import() -> None:
     # The guard can fail: a statement that imports a forbidden layer is reported.
     modules = _probe("import pagedkv.sim")

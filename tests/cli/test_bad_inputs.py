@@ -107,6 +107,7 @@ def test_deeply_nested_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 # --- plan flags --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_max_model_len_above_the_model(capsys: pytest.CaptureFixture[str]) -> None:
     fails(capsys, ["plan", "Llama-3.1-8B", "--max-model-len", "200k"], 1,
           "is above Llama-3.1-8B's limit of 131,072 tokens")  # fmt: skip

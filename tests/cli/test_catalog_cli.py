@@ -19,6 +19,7 @@ from pagedkv.models import list_bundled_models, list_gpus
 ENV = {**os.environ, "PAGEDKV_TRANSFORMERS": "0"}
 
 
+@pytest.mark.slow
 def test_models_lists_every_bundled_model_with_kinds() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pagedkv.cli", "models", "--json"],

@@ -55,6 +55,7 @@ def test_missing_from_the_offline_cache(cache: Path, capsys: pytest.CaptureFixtu
     assert err.count("\n") == 1 and "HF_HUB_OFFLINE is set" in err
 
 
+@pytest.mark.slow
 def test_no_network_in_a_real_process_is_one_line(tmp_path: Path) -> None:
     import os
     import subprocess

@@ -28,12 +28,14 @@ def _run_blocked(argv: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_plan_runs_without_optional_packages() -> None:
     result = _run_blocked(["plan", "--json"])
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["num_blocks"] > 0
 
 
+@pytest.mark.slow
 def test_simulate_runs_without_optional_packages() -> None:
     result = _run_blocked(["simulate", "--limit", "20", "--bound", "--json"])
     assert result.returncode == 0, result.stderr
@@ -42,6 +44,7 @@ def test_simulate_runs_without_optional_packages() -> None:
     assert out["bound_hit_rate"] >= out["hit_rate"]
 
 
+@pytest.mark.slow
 def test_blocking_works() -> None:
     result = _run_blocked(["gpus"])
     assert result.returncode == 0, result.stderr

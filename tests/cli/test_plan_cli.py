@@ -41,6 +41,7 @@ def run_json(*args: str) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_plan_json_matches_the_planner() -> None:
     out = run_json("plan", "Llama-3.1-8B", "--gpu", "H100-80GB", "--max-model-len", "32768")
     layout = describe_model("Llama-3.1-8B", use_transformers=False)
@@ -82,6 +83,7 @@ def test_plan_json_matches_the_planner() -> None:
     assert out["largest_max_model_len"] == fitted.max_model_len
 
 
+@pytest.mark.slow
 def test_kv_cache_memory_skips_the_estimate() -> None:
     out = run_json("plan", "Llama-3.1-8B", "--kv-cache-memory", "40GiB", "--context-len", "2048")
     # Reference 8.1: 40 GiB / 2 MiB = 20,480 blocks; 8,192 per 131,072-token request.
@@ -93,6 +95,7 @@ def test_kv_cache_memory_skips_the_estimate() -> None:
     assert 2048 in {p["context_len"] for p in out["concurrency_by_context_len"]}
 
 
+@pytest.mark.slow
 def test_hybrid_mamba_plan_matches_reference_example() -> None:
     out = run_json("plan", "Jamba-v0.1", "--gpu", "H200", "--max-model-len", "262144")
     # Reference 8.3: attention block size bumped to 80 so a 4 KiB/token page covers
@@ -105,6 +108,7 @@ def test_hybrid_mamba_plan_matches_reference_example() -> None:
     assert mamba["padding_bytes"] == 4 * 16_384
 
 
+@pytest.mark.slow
 def test_tp_and_pp_reach_the_planner() -> None:
     out = run_json("plan", "DeepSeek-V3", "--gpu", "H200", "--tp", "8", "--pp", "2")
     assert (out["tensor_parallel_size"], out["pipeline_parallel_size"]) == (8, 2)
@@ -113,6 +117,7 @@ def test_tp_and_pp_reach_the_planner() -> None:
     assert out["groups"][0]["kind"] == "mla_attention"
 
 
+@pytest.mark.slow
 def test_default_plan_is_readable() -> None:
     proc = run("plan", env={**os.environ, "COLUMNS": "120"})  # transformers path if installed
     assert proc.returncode == 0, proc.stderr
@@ -160,6 +165,7 @@ def test_bad_input_is_one_line(
     assert "Traceback" not in out.err and out.out == ""
 
 
+@pytest.mark.slow
 def test_bad_input_in_a_real_process() -> None:
     proc = run("plan", "no-such-model")
     assert proc.returncode == 1
@@ -167,17 +173,20 @@ def test_bad_input_in_a_real_process() -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_usage_error_exit_code() -> None:
     proc = run("plan", "Llama-3.1-8B", "--tp", "0")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback() -> None:
     proc = run("plan", "Llama-3.1-8B", "--tp", "3", "--debug")
     assert proc.returncode != 0
     assert "Traceback" in proc.stderr and "ModelConfigError" in proc.stderr
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     path = tmp_path / "capacity.png"
@@ -261,6 +270,7 @@ def test_max_groups_bounds_the_hybrid_grouping(
     assert llama["num_groups"] == 1
 
 
+@pytest.mark.slow
 def test_max_groups_must_be_positive() -> None:
     proc = run("plan", "gemma-3-27b-it", "--max-groups", "0")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -301,6 +311,7 @@ def test_groups_table_waste_share_is_the_planners(
             assert f"({g['waste_fraction']:.1%})" in lines[row + 1]
 
 
+@pytest.mark.slow
 def test_plot_plans_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the curve comes from the table's own planning pass, not from planning again
     pytest.importorskip("matplotlib")

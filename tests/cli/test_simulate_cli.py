@@ -23,6 +23,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_json_summary_with_bound_on_a_synthetic_trace(tmp_path):
     steps = tmp_path / "steps.csv"
     proc = _run(*BASE, "--trace", "synthetic:40:1", "--bound", "--steps-csv", str(steps))
@@ -41,6 +42,7 @@ def test_json_summary_with_bound_on_a_synthetic_trace(tmp_path):
     assert lines[0].startswith("step,time_s,running") and len(lines) == data["steps"] + 1
 
 
+@pytest.mark.slow
 def test_malformed_trace_line_is_an_error_or_skipped(tmp_path):
     trace = tmp_path / "t.jsonl"
     good = json.dumps({"timestamp": 0, "input_length": 40, "output_length": 3, "hash_ids": [1]})
@@ -83,12 +85,14 @@ def test_bad_options_are_one_line_errors():
     assert proc.returncode != 0 and "--retention must be 'vllm' or 'dense'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_retention_choice_reaches_the_manager():
     proc = _run(*BASE, "--trace", "synthetic:5:1", "--retention", "dense")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["retention"] == "dense"
 
 
+@pytest.mark.slow
 def test_a_retention_a_plugin_adds_is_selectable():
     code = (
         "import sys; from pagedkv import config; from pagedkv.cli import main; "
@@ -132,6 +136,7 @@ def test_defaults_with_bound_and_a_planned_sweep():
     assert [r["num_blocks"] for r in rows] == [3429, 6858, 13716, 27432, 54864, 109728]
 
 
+@pytest.mark.slow
 def test_num_blocks_too_small_for_an_explicit_max_model_len_is_a_one_line_error():
     proc = _run(*BASE, "--max-model-len", "32768")
     assert proc.returncode != 0

@@ -12,6 +12,7 @@ from pagedkv.cli.simulate_fleet import replica_counts
 BASE = ["simulate", "Llama-3.1-8B", "--num-blocks", "600", "--trace", "synthetic:60:2", "--json"]
 
 
+@pytest.mark.slow
 def test_fleet_json_per_replica_and_overall(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*BASE, "--replicas", "3", "--router", "cost", "--bound"]) == 0
     (data,) = json.loads(capsys.readouterr().out)
@@ -48,6 +49,7 @@ def test_replica_counts_double_up_to_the_maximum() -> None:
     assert replica_counts(6) == [1, 2, 4, 6]
 
 
+@pytest.mark.slow
 def test_every_replica_gets_the_eviction_policy_and_host_tier(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

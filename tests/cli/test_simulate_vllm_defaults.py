@@ -45,6 +45,7 @@ def test_scheduler_limits_are_vllm_serves_for_the_gpu(capsys, gpu, expected):
     assert (got["max_num_seqs"], got["max_num_batched_tokens"]) == expected
 
 
+@pytest.mark.slow
 def test_tier_options_with_a_local_model_directory(capsys, tmp_path):
     folder = tmp_path / "my-llama"
     source = load_model_config("Llama-3.1-8B").path
@@ -77,6 +78,7 @@ def test_non_finite_tier_sizes_are_refused(capsys, option, value):
     assert "must be a finite number" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_host_tier_too_large_is_refused_before_the_replay(capsys):
     # checked with the options: the whole trace is not replayed first
     assert main([*SIM, "--host-cache-gib", "1e6"]) == 1

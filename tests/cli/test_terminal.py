@@ -16,6 +16,7 @@ from .test_plan_cli import run
 ENV = {**os.environ, "PAGEDKV_TRANSFORMERS": "0"}
 
 
+@pytest.mark.slow
 def test_version_and_python_dash_m() -> None:
     from pagedkv import __version__
 
@@ -24,6 +25,7 @@ def test_version_and_python_dash_m() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == f"pagedkv {__version__}"
 
 
+@pytest.mark.slow
 def test_shell_completion_completes_commands_and_flags() -> None:
     env = {**ENV, "_PAGEDKV_COMPLETE": "complete_bash", "COMP_CWORD": "1"}
     proc = subprocess.run(
@@ -57,6 +59,7 @@ def test_shell_completion_completes_commands_and_flags() -> None:
          ["rejected (prompt >= max_model_len)", "400 x 16 tokens"]),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_tables_fit_80_columns_when_piped(args: list[str], must_show: list[str]) -> None:
     proc = run(*args, env={**ENV, "COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
@@ -67,6 +70,7 @@ def test_tables_fit_80_columns_when_piped(args: list[str], must_show: list[str])
         assert text in proc.stdout, text
 
 
+@pytest.mark.slow
 def test_columns_is_honoured_when_piped() -> None:
     proc = run("plan", env={**ENV, "COLUMNS": "140"})
     assert max(len(line) for line in proc.stdout.splitlines()) > 80

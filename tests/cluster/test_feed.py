@@ -19,6 +19,7 @@ from .helpers import stored, wait_for  # noqa: E402
 pytestmark = pytest.mark.timeout(30)
 
 
+@pytest.mark.slow
 def test_a_silent_replay_endpoint_is_asked_less_and_less_often() -> None:
     # Each unanswered ask holds the feed thread for replay_timeout_s: asking every
     # idle_sync_s would leave the live engines' batches waiting most of the time.

@@ -62,6 +62,7 @@ def _run_child(endpoint: str, replay: str | None, num_engines: int, limit: int) 
     return done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_a_sync_of_every_engine_fits_the_descriptors_reserved() -> None:
     # A sync (or every quiet engine's idle tail) asks every engine's replay endpoint at
     # once: with a DEALER each, 200 engines held 800 descriptors and the feed thread died
@@ -74,6 +75,7 @@ def test_a_sync_of_every_engine_fits_the_descriptors_reserved() -> None:
     assert "SYNCED True ALIVE True ERROR None" in out, out
 
 
+@pytest.mark.slow
 def test_too_many_engines_for_the_limit_fail_at_start_naming_it() -> None:
     out = _run_child("tcp://127.0.0.1:9", None, 1000, 1024)
     need = descriptors_needed(1000)

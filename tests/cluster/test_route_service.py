@@ -36,6 +36,7 @@ def _cache(manager, tokens):  # type: ignore[no-untyped-def]
     return req
 
 
+@pytest.mark.slow
 def test_route_healthz_metrics_on_live_engines() -> None:
     config = KVEventsConfig(endpoint=LOOPBACK, replay_endpoint=LOOPBACK)
     with ZmqEventPublisher(config) as pub_a, ZmqEventPublisher(config) as pub_b:
@@ -101,6 +102,7 @@ def test_engine_and_listen_flags_are_parsed_and_checked() -> None:
         parse_listen("8080")
 
 
+@pytest.mark.slow
 def test_route_serve_command_serves_over_http() -> None:
     import os
     import socket

@@ -156,6 +156,7 @@ def test_old_array_layout_is_rejected_with_a_clear_error() -> None:
         decode_event_batch([b"", bytes(8), payload])
 
 
+@pytest.mark.slow
 def test_wire_and_facade_import_without_pyzmq() -> None:
     # The simulator and the cluster's hashing use the wire layer: it must not need pyzmq,
     # and the ZeroMQ classes must still fail with ImportError when it is missing.

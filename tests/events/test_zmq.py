@@ -52,6 +52,7 @@ def _apply(state: set[int], batches: list) -> None:
 
 
 @pytest.mark.parametrize("drop_every", [0, 3])
+@pytest.mark.slow
 def test_independent_checker_passes_with_and_without_drops(drop_every: int) -> None:
     manager = small_manager()
     with _publisher() as pub:

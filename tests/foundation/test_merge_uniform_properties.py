@@ -141,6 +141,7 @@ def _test_registry() -> Any:
 
 @SETTINGS
 @given(collections())
+@pytest.mark.slow
 def test_mergeable_layers_are_uniform(specs: list[KVCacheSpec]) -> None:
     merged = try_merge(specs)
     coll = as_layers(specs)
@@ -173,12 +174,14 @@ def one_field_apart(draw: st.DrawFn) -> list[KVCacheSpec]:
 
 @SETTINGS
 @given(one_field_apart())
+@pytest.mark.slow
 def test_one_field_apart_merge_implies_uniform(specs: list[KVCacheSpec]) -> None:
     test_mergeable_layers_are_uniform.hypothesis.inner_test(specs)  # type: ignore[attr-defined]
 
 
 @SETTINGS
 @given(collections(), st.randoms(use_true_random=False))
+@pytest.mark.slow
 def test_neither_depends_on_order(specs: list[KVCacheSpec], rnd: Any) -> None:
     shuffled = list(specs)
     rnd.shuffle(shuffled)
@@ -192,6 +195,7 @@ def test_neither_depends_on_order(specs: list[KVCacheSpec], rnd: Any) -> None:
 
 @SETTINGS
 @given(base_specs())
+@pytest.mark.slow
 def test_merge_is_idempotent(spec: KVCacheSpec) -> None:
     merged = type(spec).merge([spec])
     assert merged == spec

@@ -51,6 +51,7 @@ def make_spec_classes(count: int) -> list[type]:
     ]
 
 
+@pytest.mark.slow
 def test_distinct_and_identical_registrations_from_many_threads(
     empty_registry: type[KVCacheSpecRegistry],
 ) -> None:
@@ -161,6 +162,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_platform_resolution_and_registry_start_up_do_not_deadlock() -> None:
     # Thread A resolves the platform, whose detection code registers a spec; thread
     # B meanwhile triggers start-up registration, which needs the platform. With one

@@ -37,6 +37,7 @@ def test_the_shared_recordings_are_bundled() -> None:
 
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=[p.name for p in RECORDINGS])
+@pytest.mark.slow
 def test_replay_matches_vllm_op_by_op(path: Path) -> None:
     assert replay(path) > 0
 

@@ -45,6 +45,7 @@ chunk = st.tuples(st.integers(0, 40), st.integers(1, 6))  # (computed tokens, ne
     softcap=st.sampled_from([None, 3.0]),
     sinks=st.booleans(),
 )
+@pytest.mark.slow
 def test_short_chunks_together_equal_one_by_one(
     chunks: list[tuple[int, int]], window: int | None, softcap: float | None, sinks: bool
 ) -> None:

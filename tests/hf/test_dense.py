@@ -17,6 +17,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_token_identical_with_hits_and_preemption(name: str) -> None:
     case = CASES[name]
     assert_continuous_batching(case, run(case))

@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 from pagedkv.cli.app import main
 
 
+@pytest.mark.slow
 def test_json_output_with_verify(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("hello paged world\n\nhello paged cache\n")
@@ -36,6 +37,7 @@ def test_json_output_with_verify(capsys: pytest.CaptureFixture[str], tmp_path) -
     assert report["cache"]["max_blocks_used"] >= 2
 
 
+@pytest.mark.slow
 def test_text_output_prints_the_cache_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["generate", "gemma-3-27b-it", "--tiny", "--prompt", "hi"]) == 0
     out = capsys.readouterr().out
@@ -43,6 +45,7 @@ def test_text_output_prints_the_cache_line(capsys: pytest.CaptureFixture[str]) -
     assert "cache: blocks used" in out and "preemptions 0" in out
 
 
+@pytest.mark.slow
 def test_verify_names_the_prompt_and_position(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,6 +111,7 @@ def test_a_local_model_directory_with_weights_and_tokenizer(
     assert len(prompt["token_ids"]) == 3
 
 
+@pytest.mark.slow
 def test_prompts_file_lines_end_only_at_newlines(
     capsys: pytest.CaptureFixture[str], tmp_path
 ) -> None:

@@ -44,6 +44,7 @@ def test_the_penalty_changes_the_tokens() -> None:
     assert plain != penalised
 
 
+@pytest.mark.slow
 def test_beam_search_in_the_generation_config_is_refused() -> None:
     model = load_tiny_model("Llama-3.1-8B", seed=2)
     model.generation_config.num_beams = 4

@@ -47,6 +47,7 @@ def _generator(model: Any, num_blocks: int = CASE.num_blocks) -> PagedGenerator:
 
 
 @pytest.mark.parametrize("model_type", READ)
+@pytest.mark.slow
 def test_generic_reading_is_token_identical(model_type: str) -> None:
     model = tiny_model(model_type)
     gen = _generator(model, NUM_BLOCKS.get(model_type, CASE.num_blocks))

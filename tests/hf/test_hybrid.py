@@ -61,6 +61,7 @@ def test_token_identical_with_state_checkpoint_hits_and_preemption(case: Case) -
     assert_continuous_batching(case, run(case), min_hit_tokens=48)  # one checkpoint
 
 
+@pytest.mark.slow
 def test_jamba_whole_prefills_without_prefix_caching() -> None:
     gen = PagedGenerator(
         tiny(JAMBA),

@@ -20,6 +20,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_token_identical_through_the_latent_cache(name: str) -> None:
     case = CASES[name]
     assert_continuous_batching(case, run(case))

@@ -31,6 +31,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_token_identical_with_hits_preemption_and_window_frees(name: str) -> None:
     case = CASES[name]
     output = run(case)

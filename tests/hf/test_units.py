@@ -28,6 +28,7 @@ from pagedkv.tensors.workload import ScheduledChunk
     block_size=st.integers(1, 64),
     nulls=st.sets(st.integers(0, 10)),
 )
+@pytest.mark.slow
 def test_pieces_cover_the_chunk_and_cut_only_at_real_checkpoints(
     start: int, length: int, block_size: int, nulls: set[int]
 ) -> None:
@@ -111,6 +112,7 @@ def test_an_older_transformers_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
         register_attention()
 
 
+@pytest.mark.slow
 def test_generation_gives_the_model_back_its_attention_implementation() -> None:
     """After pagedkv's run the user's own generate() works as before (attention restored)."""
     model = load_tiny_model("Llama-3.1-8B", seed=1)
@@ -120,6 +122,7 @@ def test_generation_gives_the_model_back_its_attention_implementation() -> None:
     model.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=2, do_sample=False)
 
 
+@pytest.mark.slow
 def test_a_prompt_past_the_models_positions_is_refused() -> None:
     """The cache may fit more tokens than the model has positions; the model's limit holds."""
     model = load_tiny_model("Llama-3.1-8B", seed=1, max_position_embeddings=64)

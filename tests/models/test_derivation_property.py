@@ -66,6 +66,7 @@ def family_config(draw: st.DrawFn) -> dict[str, Any]:
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(cfg=st.composite(family_config)())
+@pytest.mark.slow
 def test_json_and_transformers_agree(cfg: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))

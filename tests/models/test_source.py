@@ -244,6 +244,7 @@ def test_registering_over_a_builtin_name_raises_unless_override() -> None:
         register_model_adapter("gemma3_text")(Gemma3Adapter)
 
 
+@pytest.mark.slow
 def test_a_lookup_imports_only_the_family_module_it_needs() -> None:
     code = (
         "import sys\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -124,6 +125,7 @@ def brute_force_violations(kv: KVCacheConfig) -> list[tuple[str, str]]:
 
 @SETTINGS
 @given(cluster())
+@pytest.mark.slow
 def test_planner_invariants(
     case: tuple[EngineConfig, list[dict[str, KVCacheSpec]], list[int]],
 ) -> None:
@@ -161,6 +163,7 @@ def test_regions_never_overlap_unsafely(
 
 @SETTINGS
 @given(cluster())
+@pytest.mark.slow
 def test_search_never_worse_than_vllm(
     case: tuple[EngineConfig, list[dict[str, KVCacheSpec]], list[int]],
 ) -> None:
@@ -194,6 +197,7 @@ def regions(draw: st.DrawFn) -> tuple[list[PlacedRegion], int]:
 
 @settings(max_examples=300, deadline=None)
 @given(regions())
+@pytest.mark.slow
 def test_aliasing_check_matches_brute_force(case: tuple[list[PlacedRegion], int]) -> None:
     placed, num_blocks = case
     owners: dict[int, list[tuple[int, int]]] = {}

@@ -98,6 +98,7 @@ def test_the_block_outer_placement_strides_every_group_by_the_widest() -> None:
     assert {t.size for t in kv.kv_cache_tensors} == {202752 * 42366}
 
 
+@pytest.mark.slow
 def test_pagedkv_plan_takes_the_layout_and_gives_vllms_numbers() -> None:
     env = {**os.environ, "PAGEDKV_TRANSFORMERS": "0"}
     args = [str(CONFIG), "--block-size", "256", "--max-model-len", "65536"]

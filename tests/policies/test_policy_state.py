@@ -119,6 +119,7 @@ def machine_for(name: str) -> type[PolicyMachine]:
 
 
 @pytest.mark.parametrize("name", POLICIES)
+@pytest.mark.slow
 def test_policy_state_machine(name: str) -> None:
     case = machine_for(name).TestCase
     case.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

@@ -39,6 +39,7 @@ def trace():  # type: ignore[no-untyped-def]
     return synthetic_trace(SyntheticTraceConfig(num_requests=60, seed=3))
 
 
+@pytest.mark.slow
 def test_host_tier_serves_hits_the_device_lost(engine, trace) -> None:  # type: ignore[no-untyped-def]
     settings = SchedulerSettings(max_num_seqs=8)
     lru = simulate(engine, trace, settings, bound=True)
@@ -131,6 +132,7 @@ def test_cost_model_takes_gpu_aliases(engine) -> None:  # type: ignore[no-untype
         cost_model_for(engine, "H100-80GB", pcie_gbps=float("nan"))
 
 
+@pytest.mark.slow
 def test_the_bound_is_the_same_whatever_the_policy(engine) -> None:  # type: ignore[no-untyped-def]
     trace = synthetic_trace(SyntheticTraceConfig(num_requests=80, seed=5))
     settings = SchedulerSettings(max_num_seqs=8)

@@ -231,6 +231,7 @@ def _queue_op(queue: LRUFreeQueue, model: ListModel, held: list[int], data: st.D
 
 
 @given(st.data())
+@pytest.mark.slow
 def test_any_free_block_can_be_removed_and_every_change_undone(data: st.DataObject) -> None:
     # vLLM's free list lets a hit take any free block (cached, freed uncached or never
     # used); the queue must match a plain list and undo pops and removes exactly.

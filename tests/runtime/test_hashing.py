@@ -54,6 +54,7 @@ def _child_hash(algo: str, env: dict[str, str]) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_none_hash_follows_vllms_seed_rule() -> None:
     import os
 

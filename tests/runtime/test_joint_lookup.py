@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import given, settings
 
 from pagedkv.runtime import BlockPool, FullAttentionManager, SlidingWindowManager
@@ -56,6 +57,7 @@ def layouts(draw: Any) -> tuple[list[set[int]], int, int, int, int]:
 
 @settings(max_examples=300, deadline=None)
 @given(layout=layouts(), window=st.integers(1, 12))
+@pytest.mark.slow
 def test_joint_sliding_window_hit_is_the_last_aligned_full_window(
     layout: tuple[list[set[int]], int, int, int, int], window: int
 ) -> None:
@@ -92,6 +94,7 @@ def test_joint_sliding_window_hit_is_the_last_aligned_full_window(
 
 @settings(max_examples=200, deadline=None)
 @given(layout=layouts())
+@pytest.mark.slow
 def test_joint_full_attention_hit_is_the_all_hit_prefix(
     layout: tuple[list[set[int]], int, int, int, int],
 ) -> None:

@@ -224,6 +224,7 @@ def test_mamba_align_admission_needs_one_block_per_step() -> None:
     limit=st.integers(0, 130),
 )
 @settings(max_examples=200, deadline=None)
+@pytest.mark.slow
 def test_full_attention_scan_stops_exactly_at_the_first_miss(
     run: int, tail: list[bool], limit: int
 ) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +39,7 @@ def _tokens(segments: tuple[Segment, ...]) -> list[int]:
 
 @settings(max_examples=300, deadline=None)
 @given(_SEGMENTS, _SEGMENTS)
+@pytest.mark.slow
 def test_chain_keys_are_equal_exactly_when_the_token_prefixes_are(a, b):
     tokens_a, tokens_b = _tokens(a), _tokens(b)
     keys_a, keys_b = chain_keys(a, BS, 99), chain_keys(b, BS, 99)
@@ -143,6 +145,7 @@ def _logs(draw):
 
 @settings(max_examples=150, deadline=None)
 @given(_logs())
+@pytest.mark.slow
 def test_belady_bound_is_optimal_on_small_logs(case):
     reqs, events, capacity = case
     log = AccessLog()

@@ -35,6 +35,7 @@ def _traces(draw):
     chunk=st.sampled_from([3, 4, 8, 64]),
     window=st.sampled_from([None, None, 4, 7]),
 )
+@pytest.mark.slow
 def test_bound_is_never_below_lru(trace, num_blocks, max_num_seqs, chunk, window):
     engine = make_engine(num_blocks, window=window)
     sched = SchedulerSettings(max_num_seqs=max_num_seqs, max_prefill_chunk=chunk)
@@ -55,6 +56,7 @@ def test_bound_beats_lru_when_lru_evicts_the_wrong_block():
     assert result.bound_hit_tokens == 4
 
 
+@pytest.mark.slow
 def test_sweep_is_monotone_enough_and_names_sizes():
     trace = make_trace(*[(((i % 3, 16), (10 + i, 4)), 2) for i in range(12)])
     points = sweep(make_engine(64), trace, sweep_sizes(32, 2, 1), SchedulerSettings(max_num_seqs=2))
@@ -71,6 +73,7 @@ def test_bound_needs_a_full_attention_group(monkeypatch):
         simulate(make_engine(8), make_trace((((1, 4),), 1)), bound=True)
 
 
+@pytest.mark.slow
 def test_with_room_for_everything_lru_reaches_the_bound():
     from pagedkv.sim.traces.bundled import load_trace
 

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 
+@pytest.mark.slow
 def test_sim_exports_are_lazy_and_match_pagedkv_sim():
     code = (
         "import sys, pagedkv\n"

@@ -96,6 +96,7 @@ def test_bound_of_one_larger_cache_and_bad_input() -> None:
         simulate_fleet(_engine(), TRACE, 0)
 
 
+@pytest.mark.slow
 def test_sweep_results_do_not_depend_on_what_runs_them() -> None:
     from pagedkv.sim.fleet.sweep import fleet_sweep
 
@@ -127,6 +128,7 @@ def test_sweep_on_a_local_ray_instance_gives_the_same_results() -> None:
     assert [r.replicas for r in remote] == [r.replicas for r in here]
 
 
+@pytest.mark.slow
 def test_single_engine_sweep_in_worker_processes_matches_in_process() -> None:
     from pagedkv.sim.run import sweep
 
@@ -159,6 +161,7 @@ def test_imbalance_counts_busy_time_only_not_idle_jumps_to_an_arrival() -> None:
     assert all(r.mean_running < 0.01 for r in result.replicas)  # busy well under 1 % of the time
 
 
+@pytest.mark.slow
 def test_policy_sweep_in_worker_processes_matches_in_process() -> None:
     from pagedkv.sim.tiers import tier_sweep
 

@@ -121,6 +121,7 @@ def test_azure_bad_header(tmp_path):
         read_azure(path)
 
 
+@pytest.mark.slow
 def test_bundled_traces_load():
     assert list_bundled_traces() == ["azure_code", "azure_conv", "mooncake_conversation"]
     trace = load_trace("mooncake-conversation")

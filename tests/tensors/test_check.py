@@ -107,6 +107,7 @@ def assert_exercised(report: CheckReport, windowed: bool) -> None:
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.slow
 def test_paged_attention_agrees_with_dense_every_step(model: str, device: str) -> None:
     planned = plan(model)
     assert find_unsafe_overlaps(planned[0]) == []
@@ -116,6 +117,7 @@ def test_paged_attention_agrees_with_dense_every_step(model: str, device: str) -
     assert set(report.layers_checked) == attention
 
 
+@pytest.mark.slow
 def test_hnd_layout_and_half_precision_storage() -> None:
     specs = {
         name: dataclasses.replace(s, dtype="float16") for name, s in MODELS["full+window"].items()
@@ -126,6 +128,7 @@ def test_hnd_layout_and_half_precision_storage() -> None:
     assert_exercised(run((kv_cache_config, config)), windowed=True)
 
 
+@pytest.mark.slow
 def test_hand_built_layer_outer_plan() -> None:
     """The same check on a plan built by hand, independent of the planner."""
     groups = [(attn(), ["f0", "f1"]), (WINDOW, ["w0", "w1"]), (WINDOW, ["w2", "w3"])]
@@ -186,6 +189,7 @@ def test_two_groups_writing_one_block_is_caught(monkeypatch: pytest.MonkeyPatch)
         run(plan("full+window"))
 
 
+@pytest.mark.slow
 def test_a_custom_kernel_is_checked_too() -> None:
     """A 'kernel' that ignores the last token of every context fails; the reference
     wrapped as a custom kernel passes."""
@@ -231,6 +235,7 @@ def test_workloads_that_cannot_run_are_typed_errors() -> None:
         check_paged_attention(tiny, engine(), wide)
 
 
+@pytest.mark.slow
 def test_chunk_not_a_multiple_of_the_block_size() -> None:
     spec = ChunkedLocalAttentionSpec(
         block_size=8, num_kv_heads=2, head_size=4, dtype="float32", attention_chunk_size=12

@@ -40,6 +40,7 @@ def test_digest_ignores_layer_names_but_not_blocks_or_kinds() -> None:
     assert plan_digest(config(("a",))) != plan_digest(config(("a",), num_blocks=11))
 
 
+@pytest.mark.slow
 def test_importing_pagedkv_distributed_does_not_import_torch() -> None:
     code = "import sys, pagedkv, pagedkv.distributed; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -34,6 +34,7 @@ def steps(draw: st.DrawFn) -> tuple[list[ScheduledRequest], list[int]]:
 
 @settings(max_examples=60, deadline=None)
 @given(step=steps())
+@pytest.mark.slow
 def test_every_slot_is_its_tokens_block_and_offset(step) -> None:
     requests, block_sizes = step
     metadata = build_attention_metadata(requests, block_sizes)

@@ -156,6 +156,7 @@ def _pairs(overlaps: list[UnsafeOverlap]) -> set[frozenset[str]]:
 
 @settings(max_examples=200, deadline=None)
 @given(config=arbitrary_plans())
+@pytest.mark.slow
 def test_closed_form_agrees_with_brute_force(config: KVCacheConfig) -> None:
     fast = find_unsafe_overlaps(config, limit=10**6)
     slow = sweep_unsafe_overlaps(config, limit=10**6)

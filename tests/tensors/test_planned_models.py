@@ -34,6 +34,7 @@ def planned(name: str, tp: int = 1) -> list:
 
 
 @pytest.mark.parametrize("name", models.list_bundled_models())
+@pytest.mark.slow
 def test_bundled_model_plan_views_without_overlap(name: str) -> None:
     for config in planned(name):
         assert find_unsafe_overlaps(config) == []
