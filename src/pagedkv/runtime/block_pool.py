@@ -240,7 +240,9 @@ class BlockPool:
         key_tokens = self._key_tokens
         # Position i is keyed by hash (i + 1) * scale - 1.
         new_hashes = hashes[(num_cached_blocks + 1) * scale - 1 : num_full_blocks * scale : scale]
-        keyed = zip(blocks[num_cached_blocks:num_full_blocks], new_hashes)
+        keyed: Iterable[tuple[int, BlockHash]] = zip(
+            blocks[num_cached_blocks:num_full_blocks], new_hashes, strict=True
+        )
         if keep is not None:
             keyed = (pair for i, pair in enumerate(keyed, num_cached_blocks) if i in keep)
         stored = []
