@@ -123,38 +123,20 @@ class BlockPool:
             )
         blocks, token = queue.pop(num_blocks)
         ref = self.ref_cnt
-        hashes = self.block_hash
+        hashes, groups, maps, dups = self.block_hash, self.block_group, self._maps, self._dups
         evicted: list[tuple[Any, ...]] = []
-        maps = self._maps
-        if self._events is None and not self._key_tokens and not self._extra_keys:
-            if len(maps) == 1 and not self._dups[0]:
-                # One group, every key its block's only one: a key is its map's entry.
-                m = maps[0]
-                for block in blocks:
-                    ref[block] = 1
-                    h = hashes[block]
-                    if h is not None:
-                        del m[h]
-                        hashes[block] = None
-                        evicted.append((block, h))
-            else:
-                groups, dups = self.block_group, self._dups
-                for block in blocks:
-                    ref[block] = 1
-                    h = hashes[block]
-                    if h is not None:
-                        gid = groups[block]
-                        m = maps[gid]
-                        if m.get(h) == block and h not in dups[gid]:  # _drop_key's common case
-                            del m[h]
-                            hashes[block] = None
-                            evicted.append((block, h, gid))
-                        else:
-                            evicted.append(self._drop_all_keys(block))
-        else:
-            for block in blocks:
-                ref[block] = 1
-                if hashes[block] is not None:
+        plain = self._events is None and not self._key_tokens and not self._extra_keys
+        for block in blocks:
+            ref[block] = 1
+            h = hashes[block]
+            if h is not None:
+                gid = groups[block]
+                m = maps[gid]
+                if plain and m.get(h) == block and h not in dups[gid]:  # _drop_key's common case
+                    del m[h]
+                    hashes[block] = None
+                    evicted.append((block, h, gid))
+                else:
                     evicted.append(self._drop_all_keys(block))
         self.num_evictions += len(evicted)
         if self._journal is not None:
@@ -596,7 +578,7 @@ class BlockPool:
             self._events.append(BlockRemoved(block_hashes=[h], medium=self.medium, group_idx=gid))
         return h, gid, index
 
-    def _restore_key(self, block: int, h: BlockHash, gid: int = 0, index: int = 0) -> None:
+    def _restore_key(self, block: int, h: BlockHash, gid: int, index: int = 0) -> None:
         self.block_hash[block] = h
         self.block_group[block] = gid
         m = self.hash_map(gid)
