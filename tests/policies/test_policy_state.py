@@ -1,90 +1,112 @@
-"""Each eviction policy on its own: a model of the held set, exact undo of any mix of
-pops and removals, and each policy's own ordering rule."""
+"""Each eviction policy on its own and inside the policy free queue: a model of the held
+set, exact undo of any mix of pops and removals (by replay, no undo in the policy), and
+each policy's own ordering rule."""
 
 from __future__ import annotations
 
 import copy
+import pickle
+from typing import Any
 
 import hypothesis.strategies as st
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from pagedkv.errors import ConfigError
-from pagedkv.policies import EvictionPolicy, get_policy, policy_names, register_policy
+from pagedkv.errors import ConfigError, KVCacheRuntimeError
+from pagedkv.policies import (
+    PolicyFreeQueue,
+    get_policy,
+    policy_names,
+    register_policy,
+)
+from pagedkv.policies.replay import PolicyReplay
 
 NUM_BLOCKS = 24
 POLICIES = ["lfu", "priority", "s3fifo", "s3fifo-pagedkv"]
 
 
-def snapshot(policy: EvictionPolicy) -> object:
+def snapshot(queue: PolicyFreeQueue) -> object:
+    policy = queue.policy
     state = copy.deepcopy(policy.__dict__)
     heap = state.pop("_heap", None)
-    return state, None if heap is None else dict(heap.keys), policy.order()
+    return state, None if heap is None else dict(heap.keys), queue.order()
 
 
 class PolicyMachine(RuleBasedStateMachine):
+    """The policy behind a ``PolicyFreeQueue``, driven as the pool drives it: frees
+    outside a transaction, pops and revivals inside one, hits at the commit, and a
+    rollback that must leave the policy exactly as it was."""
+
     name = "lfu"
 
     def __init__(self) -> None:
         super().__init__()
-        self.policy: EvictionPolicy = get_policy(self.name)(NUM_BLOCKS)
+        self.keys: dict[int, Any] = {}
+        policy = get_policy(self.name)(NUM_BLOCKS)
+        self.queue = PolicyFreeQueue(policy, key_of=self.keys.__getitem__)
+        self.used: set[int] = set(self.queue.pop(len(self.queue))[0])  # every block taken
         self.free: set[int] = set()
-        self.used: set[int] = set(range(NUM_BLOCKS))
-        self.undo: list[tuple[str, int, object]] | None = None
+        self.undo: list[tuple[str, list[int], object]] | None = None
         self.saved: object = None
 
-    @precondition(lambda self: self.used)
-    @rule(index=st.integers(0, 99), priority=st.integers(0, 3), key=st.integers(0, 30))
-    def free_block(self, index: int, priority: int, key: int) -> None:
-        if self.undo is not None:
-            return  # frees never happen inside an allocation
+    def _free(self, index: int) -> int:
         block = sorted(self.used)[index % len(self.used)]
-        self.policy.push(block, priority, ("h", key))
         self.used.remove(block)
         self.free.add(block)
+        return block
+
+    @precondition(lambda self: self.used and self.undo is None)
+    @rule(index=st.integers(0, 99), priority=st.integers(0, 3), key=st.integers(0, 30))
+    def free_cached(self, index: int, priority: int, key: int) -> None:
+        block = self._free(index)
+        self.keys[block] = ("h", key)
+        self.queue.push_cached([block], priority)
 
     @precondition(lambda self: self.used and self.undo is None)
     @rule(index=st.integers(0, 99))
     def free_early(self, index: int) -> None:
-        block = sorted(self.used)[index % len(self.used)]
-        self.policy.push_early(block, ("h", block))
-        self.used.remove(block)
-        self.free.add(block)
+        block = self._free(index)
+        self.keys[block] = ("h", block)
+        self.queue.push_cached([block], 0, evict_first=True)
+
+    @precondition(lambda self: self.used and self.undo is None)
+    @rule(index=st.integers(0, 99))
+    def free_uncached(self, index: int) -> None:
+        self.queue.push_uncached([self._free(index)], 0)
 
     @precondition(lambda self: self.free)
-    @rule()
-    def evict(self) -> None:
-        block, token = self.policy.pop()
-        assert block in self.free
-        self.free.remove(block)
-        self.used.add(block)
+    @rule(count=st.integers(1, 3))
+    def evict(self, count: int) -> None:
+        count = min(count, len(self.free))
+        blocks, token = self.queue.pop(count)
+        assert set(blocks) <= self.free and len(set(blocks)) == count
+        self.free -= set(blocks)
+        self.used |= set(blocks)
         if self.undo is not None:
-            self.undo.append(("pop", block, token))
-        else:
-            self.policy.forget(block)
+            self.undo.append(("pop", blocks, token))
 
     @precondition(lambda self: self.free)
     @rule(index=st.integers(0, 99))
     def revive(self, index: int) -> None:
         block = sorted(self.free)[index % len(self.free)]
-        token = self.policy.remove(block)
+        token = self.queue.remove(block)
         self.free.remove(block)
         self.used.add(block)
         if self.undo is not None:
-            self.undo.append(("remove", block, token))  # its hit waits for the commit
+            self.undo.append(("remove", [block], token))  # its hit waits for the commit
         else:
-            self.policy.hit(block)
+            self.queue.hit(block)
 
     @rule(index=st.integers(0, 99))
     def hit_in_use(self, index: int) -> None:
         if self.used and self.undo is None:
-            self.policy.hit(sorted(self.used)[index % len(self.used)])
+            self.queue.hit(sorted(self.used)[index % len(self.used)])
 
     @precondition(lambda self: self.undo is None)
     @rule()
     def begin(self) -> None:
-        self.saved = snapshot(self.policy)
+        self.saved = snapshot(self.queue)
         self.undo = []
 
     @precondition(lambda self: self.undo is not None)
@@ -92,26 +114,23 @@ class PolicyMachine(RuleBasedStateMachine):
     def end(self, commit: bool) -> None:
         undo, self.undo = self.undo or [], None
         if commit:
-            for kind, block, _ in undo:
-                if kind == "pop":
-                    self.policy.forget(block)
-                else:
-                    self.policy.hit(block)
+            for kind, blocks, _ in undo:
+                if kind == "remove":
+                    self.queue.hit(blocks[0])
             return
-        for kind, block, token in reversed(undo):
+        for kind, blocks, token in reversed(undo):
             if kind == "pop":
-                self.policy.unpop(block, token)
+                self.queue.unpop(blocks, token)
             else:
-                self.policy.restore(block, token)
-            self.used.remove(block)
-            self.free.add(block)
-        assert snapshot(self.policy) == self.saved
+                self.queue.reinsert(blocks[0], token)
+            self.used -= set(blocks)
+            self.free |= set(blocks)
+        assert snapshot(self.queue) == self.saved
 
     @invariant()
     def held_set(self) -> None:
-        assert len(self.policy) == len(self.free)
-        assert all(b in self.policy for b in self.free)
-        assert sorted(self.policy.order()) == sorted(self.free)
+        assert len(self.queue) == len(self.free)
+        assert sorted(self.queue.order()) == sorted(self.free)
 
 
 def machine_for(name: str) -> type[PolicyMachine]:
@@ -150,7 +169,7 @@ def test_lfu_keeps_hit_blocks_and_ages() -> None:
     for block in (1, 2, 3):
         policy.push(block)
     assert policy.order() == [2, 3, 1]
-    assert [policy.pop()[0] for _ in range(2)] == [2, 3]
+    assert [policy.pop() for _ in range(2)] == [2, 3]
     assert policy.age == 1
     # After aging a newcomer with one use ties with block 1's three uses only later on.
     policy.push(4)
@@ -169,7 +188,7 @@ def test_s3fifo_is_scan_resistant(name: str, hits: int) -> None:
     scan = list(range(11, 61))
     for block in scan:
         policy.push(block, key=("scan", block))
-    victims = [policy.pop()[0] for _ in range(45)]
+    victims = [policy.pop() for _ in range(45)]
     assert set(victims) <= set(scan)  # the one-off blocks go first, the hot ones stay
     lru_victims = list(range(1, 46))  # what LRU (freed order) would have evicted
     assert not set(hot) & set(victims) and set(hot) <= set(lru_victims)
@@ -184,5 +203,77 @@ def test_s3fifo_needs_more_than_one_hit_to_promote() -> None:
         policy.hit(1)
         for block in range(1, 5):
             policy.push(block, key=block)
-    assert published.pop()[0] == 1  # one hit is not enough
-    assert variant.pop()[0] == 2  # the variant promoted it
+    assert published.pop() == 1  # one hit is not enough
+    assert variant.pop() == 2  # the variant promoted it
+
+
+def test_replay_folds_its_log_and_still_undoes_the_open_change() -> None:
+    """Past the fold threshold the log restarts from a new copy; an undo inside the next
+    allocation still lands exactly, and one reaching behind the fold is refused."""
+    queue = PolicyFreeQueue(get_policy("lfu")(8))
+    queue.pop(len(queue))
+    replay: PolicyReplay = queue._replay
+    for round_ in range(600):  # 600 x (push + pop) > the 1024-call threshold
+        queue.push_cached([1 + round_ % 7], 0)
+        queue.pop(1)
+    assert replay._first > 0 and len(replay._calls) <= 1024
+    queue.push_cached([3, 4], 0)
+    before = queue.order()
+    blocks, token = queue.pop(1)
+    queue.unpop(blocks, token)
+    assert queue.order() == before
+    with pytest.raises(KVCacheRuntimeError, match="folded"):
+        replay.rewind(replay._first - 1)
+
+
+def test_a_failed_policy_pop_changes_nothing() -> None:
+    """A policy raising inside ``pop`` leaves neither its half-done change nor the
+    uncached blocks already taken from the head."""
+
+    class Flaky(get_policy("priority")):  # type: ignore[misc]
+        fail = False
+
+        def pop_blocks(self, count: int) -> list[int]:
+            victims = super().pop_blocks(1)
+            if Flaky.fail:
+                raise RuntimeError("injected")
+            return victims + super().pop_blocks(count - 1)
+
+    queue = PolicyFreeQueue(Flaky(8))
+    queue.pop(len(queue))
+    queue.push_cached([1, 2, 3], 0)
+    queue.push_uncached([4], 0)
+    before = queue.order()
+    Flaky.fail = True
+    with pytest.raises(RuntimeError, match="injected"):
+        queue.pop(3)
+    Flaky.fail = False
+    assert queue.order() == before == [4, 1, 2, 3]
+
+
+def test_an_unpicklable_policy_is_refused_by_name() -> None:
+    class Locked(get_policy("priority")):  # type: ignore[misc]
+        def __init__(self, num_blocks: int) -> None:
+            super().__init__(num_blocks)
+            self.callback = lambda: None
+
+    with pytest.raises(ConfigError, match="Locked cannot be pickled"):
+        PolicyFreeQueue(Locked(8))
+    assert pickle.dumps(get_policy("s3fifo")(8))
+
+
+def test_the_documented_rollback_example() -> None:
+    """docs/runtime.md's example: under ``lfu`` a revival of block 2 and an eviction of
+    block 1 are rolled back; both are free again in the order they had."""
+    queue = PolicyFreeQueue(get_policy("lfu")(3))
+    assert queue.pop(2)[0] == [1, 2]
+    queue.push_cached([1], 0)
+    queue.push_cached([2], 0)
+    before = snapshot(queue)
+    removed = queue.remove(2)
+    assert removed == 2  # the log position of the revival
+    blocks, token = queue.pop(1)
+    assert blocks == [1] and token.position == 3
+    queue.unpop(blocks, token)
+    queue.reinsert(2, removed)
+    assert snapshot(queue) == before and queue.order() == [1, 2]

@@ -32,7 +32,7 @@ class Injected(RuntimeError):
 def pool_snapshot(manager: KVCacheManager) -> Any:
     pool = manager.block_pool
     queue = pool.queue
-    inner = policy_snapshot(queue.policy) if isinstance(queue, PolicyFreeQueue) else None
+    inner = policy_snapshot(queue) if isinstance(queue, PolicyFreeQueue) else None
     return (
         pool.queue.order(),
         list(pool.ref_cnt),

@@ -1,19 +1,21 @@
 """EvictionPolicy: which free cached block of a pool is evicted next.
 
 A policy orders only the *cached* free blocks (the pool keeps uncached free blocks and
-never-used ones itself). The pool tells a policy of hits (``hit``) only once an
-allocation commits and frees blocks only outside one, so the only calls a failed
-allocation takes back are ``pop`` and ``remove``: each returns a token, and ``unpop`` /
-``restore`` given that token put the policy back in the state it was in, provided undos
-run newest first (as the pool's journal does). A policy that is a sort key subclasses
-``HeapPolicy`` and defines ``level``; the heap carries the undo, so it writes none.
+never-used ones itself). It writes no undo code: when an allocation that popped or
+revived blocks fails, the policy free queue rebuilds the policy from a pickled copy and
+the calls made since (``PolicyReplay``). So a policy keeps plain, picklable data and is
+deterministic: the same calls, in the same order, leave it in the same state. A policy
+that is a sort key subclasses ``HeapPolicy`` and defines ``level``.
 """
 
 from __future__ import annotations
 
+import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+from pagedkv.errors import ConfigError
 
 __all__ = [
     "EARLY_PRIORITY",
@@ -21,7 +23,11 @@ __all__ = [
     "SEQ_MASK",
     "EvictionPolicy",
     "HitCounts",
+    "freeze",
+    "thaw",
 ]
+
+E = TypeVar("E", bound="EvictionPolicy")
 
 EARLY_PRIORITY = -(2**62)  # below every request priority: freed "evict early" blocks
 # Heap policies pack (level, sequence number) into one int: level << SEQ_BITS | sequence.
@@ -57,37 +63,20 @@ class EvictionPolicy(ABC):
         """``block`` became free and should be evicted before the other cached blocks."""
 
     @abstractmethod
-    def pop(self) -> tuple[int, Any]:
-        """Remove and return the victim and a token that lets ``unpop`` undo everything
-        this call changed (other blocks moved, ghost entries, counters); IndexError if
-        empty."""
+    def pop(self) -> int:
+        """Remove and return the victim; IndexError if empty."""
 
-    def pop_blocks(self, count: int) -> tuple[list[int], list[Any]]:
-        """``count`` pops: the victims in order and their undo tokens."""
-        blocks = []
-        tokens = []
-        for _ in range(count):
-            block, token = self.pop()
-            blocks.append(block)
-            tokens.append(token)
-        return blocks, tokens
+    def pop_blocks(self, count: int) -> list[int]:
+        """``count`` pops: the victims in order."""
+        return [self.pop() for _ in range(count)]
 
     @abstractmethod
-    def unpop(self, block: int, token: Any) -> None:
-        """Undo the ``pop`` that returned ``(block, token)``."""
-
-    @abstractmethod
-    def remove(self, block: int) -> Any:
-        """``block`` was revived (a cache hit took a reference); returns a token recording
-        where it was, for ``restore``."""
-
-    @abstractmethod
-    def restore(self, block: int, token: Any) -> None:
-        """Undo the ``remove`` that returned ``token``."""
+    def remove(self, block: int) -> None:
+        """``block`` was revived (a cache hit took a reference)."""
 
     def hit(self, block: int) -> None:  # noqa: B027 - optional hook
         """A cache hit reused ``block`` (it may be free or in use); reported once the
-        allocation commits, so a hit is never undone."""
+        allocation commits."""
 
     def forget(self, block: int) -> None:  # noqa: B027 - optional hook
         """``block`` lost its content (evicted or its hash dropped): reset its history."""
@@ -96,11 +85,9 @@ class EvictionPolicy(ABC):
         raise NotImplementedError
 
     def order(self) -> list[int]:
-        """Every held block, next victim first (pops them all, then undoes the pops)."""
-        popped = [self.pop() for _ in range(len(self))]
-        for block, token in reversed(popped):
-            self.unpop(block, token)
-        return [block for block, _ in popped]
+        """Every held block, next victim first (pops them all from a copy)."""
+        copy = thaw(type(self), freeze(self))
+        return copy.pop_blocks(len(copy))
 
 
 class HitCounts(dict[int, int]):
@@ -108,3 +95,24 @@ class HitCounts(dict[int, int]):
 
     def hit(self, block: int) -> None:
         self[block] = self.get(block, 0) + 1
+
+
+def freeze(policy: EvictionPolicy) -> bytes:
+    """The policy's state (its attributes) pickled; ``thaw`` makes a copy from it. The
+    class itself is not pickled, so a policy defined anywhere (a function, a test) can be
+    copied. ConfigError when an attribute cannot be pickled."""
+    try:
+        return pickle.dumps(vars(policy), protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"eviction policy {type(policy).__qualname__} cannot be pickled ({exc}); "
+            f"a policy keeps plain data (ints, dicts, lists, sets, its keys) so that a "
+            f"rolled-back allocation can restore it"
+        ) from exc
+
+
+def thaw(cls: type[E], state: bytes) -> E:
+    """A new ``cls`` policy with the state ``freeze`` returned."""
+    policy = cls.__new__(cls)
+    vars(policy).update(pickle.loads(state))
+    return policy

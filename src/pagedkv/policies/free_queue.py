@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from pagedkv.policies.base import EvictionPolicy
 from pagedkv.policies.registry import get_policy
+from pagedkv.policies.replay import PolicyReplay
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
 
 __all__ = [
@@ -27,10 +28,11 @@ class PolicyFreeQueue(FreeQueue):
     """``key_of(block)`` gives a cached block's key (for policies with a ghost list);
     set it after the pool exists (``make_kv_cache_manager`` sets the pool's ``key_of``).
     The uncached and never-used blocks are an ``LRUFreeQueue`` that never holds a cached
-    block (``_head``)."""
+    block (``_head``). Every call that changes the policy goes through ``_replay``, which
+    undoes a rolled-back ``pop`` or ``remove`` for the policy."""
 
     def __init__(self, policy: EvictionPolicy, key_of: KeyOf | None = None) -> None:
-        self.policy = policy
+        self._replay = PolicyReplay(policy)
         self.num_blocks = policy.num_blocks
         self.key_of = key_of
         self._head = LRUFreeQueue(policy.num_blocks)
@@ -39,60 +41,96 @@ class PolicyFreeQueue(FreeQueue):
         self._forgets = cls.forget is not EvictionPolicy.forget
         self._uses_keys = cls.uses_keys
 
+    @property
+    def policy(self) -> EvictionPolicy:
+        return self._replay.policy
+
     def __len__(self) -> int:
-        return len(self._head) + len(self.policy)
+        return len(self._head) + len(self._replay.policy)
 
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
         head = self._head
         num_head = len(head)
         if num_blocks <= num_head:
             blocks, token = head.pop(num_blocks)
-            return blocks, (token, ())
+            return blocks, _Popped(token, num_blocks, None)
         blocks, token = head.pop(num_head)
-        victims, tokens = self.policy.pop_blocks(num_blocks - num_head)
-        blocks += victims
-        return blocks, (token, tokens)
+        replay = self._replay
+        position = replay.position
+        count = num_blocks - num_head
+        try:
+            victims = replay.policy.pop_blocks(count)
+        except BaseException:
+            replay.rewind(position)  # whatever the failed call changed
+            head.unpop(blocks, token)
+            raise
+        replay.log("pop_blocks", count)
+        return blocks + victims, _Popped(token, num_head, position)
 
     def unpop(self, blocks: list[int], token: Any) -> None:
-        head_token, tokens = token
-        num_head = len(blocks) - len(tokens)
-        unpop = self.policy.unpop
-        for block, t in zip(reversed(blocks[num_head:]), reversed(tokens)):
-            unpop(block, t)
-        self._head.unpop(blocks[:num_head], head_token)
+        if token.position is not None:
+            self._replay.rewind(token.position)
+        self._head.unpop(blocks[: token.num_head], token.head)
 
     def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
         if self._forgets:  # freed without a hash: its content (and hit history) is gone
-            forget = self.policy.forget
+            replay = self._replay
+            forget = replay.policy.forget
             for block in blocks:
                 forget(block)
+                replay.log("forget", block)
+            replay.fold()
         self._head.push_uncached(blocks, priority)
 
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
         key_of = self.key_of if self._uses_keys else None
-        policy = self.policy
+        replay = self._replay
+        policy = replay.policy
         if evict_first:
             for block in reversed(blocks):
-                policy.push_early(block, key_of(block) if key_of else None)
+                key = key_of(block) if key_of else None
+                policy.push_early(block, key)
+                replay.log("push_early", block, key)
         else:
-            policy.push_blocks(blocks, priority, [key_of(b) for b in blocks] if key_of else ())
+            frozen = tuple(blocks)
+            keys = tuple(key_of(b) for b in frozen) if key_of else ()
+            policy.push_blocks(frozen, priority, keys)
+            replay.log("push_blocks", frozen, priority, keys)
+        replay.fold()
 
     def remove(self, block: int) -> Any:
-        if block in self.policy:
-            return self.policy.remove(block)
+        replay = self._replay
+        policy = replay.policy
+        if block in policy:
+            position = replay.position
+            policy.remove(block)
+            replay.log("remove", block)
+            return position
         return _InHead(self._head.remove(block))  # an uncached free block handed in as a hit
 
     def reinsert(self, block: int, token: Any) -> None:
         if isinstance(token, _InHead):
             self._head.reinsert(block, token.token)
         else:
-            self.policy.restore(block, token)
+            self._replay.rewind(token)
 
     def hit(self, block: int) -> None:
-        self.policy.hit(block)
+        replay = self._replay
+        replay.policy.hit(block)
+        replay.log("hit", block)
+        replay.fold()
 
     def order(self) -> list[int]:
-        return [*self._head.order(), *self.policy.order()]
+        return [*self._head.order(), *self._replay.policy.order()]
+
+
+class _Popped(NamedTuple):
+    """The ``pop`` token: the head's token, how many blocks came from the head, and the
+    policy's position before its pops (None: none came from the policy)."""
+
+    head: Any
+    num_head: int
+    position: int | None
 
 
 class _InHead(NamedTuple):

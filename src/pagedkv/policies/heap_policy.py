@@ -1,8 +1,7 @@
 """``HeapPolicy``: the common part of the policies that evict the smallest key first.
 
 Keys are ints, ``level << SEQ_BITS | sequence number`` (the level decides, the order of
-freeing breaks ties), kept in a ``KeyedHeap``; a block's key is its undo token, since
-putting it back with the same key restores the order exactly.
+freeing breaks ties), kept in a ``KeyedHeap``.
 """
 
 from __future__ import annotations
@@ -52,18 +51,11 @@ class HeapPolicy(EvictionPolicy):
         self._seq += 1  # the latest early block goes first
         self._heap.push(block, EARLY_PRIORITY << SEQ_BITS | (-self._seq & SEQ_MASK))
 
-    def pop(self) -> tuple[int, Any]:
-        return self._heap.pop()
+    def pop(self) -> int:
+        return self._heap.pop()[0]
 
-    def pop_blocks(self, count: int) -> tuple[list[int], list[Any]]:
-        items = self._heap.pop_many(count)
-        return [block for _, block in items], [key for key, _ in items]
+    def pop_blocks(self, count: int) -> list[int]:
+        return [block for _, block in self._heap.pop_many(count)]
 
-    def unpop(self, block: int, token: Any) -> None:
-        self._heap.push(block, token)
-
-    def remove(self, block: int) -> Any:
-        return self._heap.remove(block)
-
-    def restore(self, block: int, token: Any) -> None:
-        self._heap.push(block, token)
+    def remove(self, block: int) -> None:
+        self._heap.remove(block)

@@ -1,7 +1,6 @@
 """A min-heap of blocks by sort key, with O(log n) removal of any block by lazy deletion.
 
-The order is a pure function of the live ``(key, block)`` pairs, so putting a block back
-with the key it had restores the order exactly (what a policy's undo needs).
+The order is a pure function of the live ``(key, block)`` pairs (ties: the smaller id).
 """
 
 from __future__ import annotations

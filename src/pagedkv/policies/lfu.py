@@ -9,8 +9,6 @@ get evicted in turn. O(log n) per operation (a heap with lazy deletion).
 
 from __future__ import annotations
 
-from typing import Any
-
 from pagedkv.policies.base import SEQ_BITS, HitCounts
 from pagedkv.policies.heap_policy import HeapPolicy
 from pagedkv.policies.registry import register_policy
@@ -30,26 +28,19 @@ class LFUPolicy(HeapPolicy):
     def level(self, block: int, priority: int) -> int:
         return self.age + 1 + self._hits.get(block, 0)
 
-    def pop(self) -> tuple[int, Any]:
-        blocks, tokens = self.pop_blocks(1)
-        return blocks[0], tokens[0]
+    def pop(self) -> int:
+        return self.pop_blocks(1)[0]
 
-    def pop_blocks(self, count: int) -> tuple[list[int], list[Any]]:
+    def pop_blocks(self, count: int) -> list[int]:
         hits = self._hits
-        blocks, keys = super().pop_blocks(count)
-        tokens = []
-        for key, block in zip(keys, blocks, strict=True):
-            tokens.append((key, self.age, hits.pop(block, 0)))
+        blocks = []
+        for key, block in self._heap.pop_many(count):
+            hits.pop(block, None)
             uses = key >> SEQ_BITS
             if uses > self.age:
                 self.age = uses
-        return blocks, tokens
-
-    def unpop(self, block: int, token: Any) -> None:
-        key, self.age, hits = token
-        if hits:
-            self._hits[block] = hits
-        self._heap.push(block, key)
+            blocks.append(block)
+        return blocks
 
     def hit(self, block: int) -> None:
         self._hits.hit(block)

@@ -1,7 +1,7 @@
-"""A FIFO queue of block ids with O(1) removal from the middle and exact re-insertion.
+"""A FIFO queue of block ids with O(1) removal from the middle.
 
-``remove`` returns the block's two neighbours; ``reinsert`` links it back between them,
-which is exact as long as changes are undone newest first.
+``remove`` returns the block's two neighbours; ``reinsert`` links a block in between two
+neighbours (``append`` and ``appendleft`` are its two ends).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ A block in the KV pool is evictable only while free: a hit takes it out of its q
 the next free puts it back at the tail of its queue, where the paper's cache leaves a
 hit object in place. Blocks freed with ``evict_first`` (dense retention's contract) sit
 in a queue of their own that is emptied before S or M is looked at, the latest first;
-their keys do not go to G. Every operation is amortized O(1) and undoable.
+their keys do not go to G. Every operation is amortized O(1).
 
 ``s3fifo-pagedkv`` differs in three rules: one hit promotes from S to M, the count is
 kept on promotion, and G holds as many keys as the pool has blocks.
@@ -82,16 +82,16 @@ class S3FIFOPolicy(EvictionPolicy):
         main = len(self.queues[MAIN])
         return small > 0 and (small >= self.small_fraction * (small + main) or not main)
 
-    def pop(self) -> tuple[int, Any]:
+    def pop(self) -> int:
         if not len(self):
             raise IndexError(f"pop from an empty {type(self).__name__}")
         early = self.queues[EARLY]
         if early:
             block = early.popleft()
-            return block, (EARLY, (), self.keys.pop(block, None), False, False, None)
+            self.keys.pop(block, None)
+            return block
         main = self.queues[MAIN]
         freq = self.freq
-        moves: list[tuple[int, int, int]] = []
         while True:
             region = SMALL if self._evict_from_small() else MAIN
             block = self.queues[region].popleft()
@@ -100,7 +100,6 @@ class S3FIFOPolicy(EvictionPolicy):
                 break
             if region == MAIN and count == 0:
                 break
-            moves.append((block, region, count))
             if region == SMALL:
                 self.in_main.add(block)
                 if self.clear_on_promotion:
@@ -112,48 +111,16 @@ class S3FIFOPolicy(EvictionPolicy):
             main.append(block)
         freq.pop(block, None)
         key = self.keys.pop(block, None)
-        was_main = block in self.in_main
         self.in_main.discard(block)
-        dropped = None
-        added = region == SMALL and key is not None and key not in self.ghost
-        if added:
+        if region == SMALL and key is not None and key not in self.ghost:
             self.ghost[key] = None
             if len(self.ghost) > self.ghost_size:
-                dropped = self.ghost.popitem(last=False)[0]
-        return block, (region, moves, key, was_main, added, dropped, count)
+                self.ghost.popitem(last=False)
+        return block
 
-    def unpop(self, block: int, token: Any) -> None:
-        region, moves, key, was_main, added, dropped, *rest = token
-        if key is not None:
-            self.keys[block] = key
-        if region == EARLY:
-            self.queues[EARLY].appendleft(block)
-            return
-        if rest and rest[0]:
-            self.freq[block] = rest[0]
-        if added:
-            del self.ghost[key]
-            if dropped is not None:
-                self.ghost[dropped] = None
-                self.ghost.move_to_end(dropped, last=False)
-        if was_main:
-            self.in_main.add(block)
-        self.queues[region].appendleft(block)
-        main = self.queues[MAIN]
-        for moved, src, count in reversed(moves):
-            main.pop()
-            self.freq[moved] = count
-            if src == SMALL:
-                self.in_main.discard(moved)
-            self.queues[src].appendleft(moved)
-
-    def remove(self, block: int) -> Any:
+    def remove(self, block: int) -> None:
         region = next(r for r in (SMALL, MAIN, EARLY) if block in self.queues[r])
-        return region, self.queues[region].remove(block)
-
-    def restore(self, block: int, token: Any) -> None:
-        region, neighbours = token
-        self.queues[region].reinsert(block, neighbours)
+        self.queues[region].remove(block)
 
     def hit(self, block: int) -> None:
         self.freq.hit(block)
