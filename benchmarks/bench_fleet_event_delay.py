@@ -15,11 +15,11 @@ import dataclasses
 import json
 from functools import partial
 
-from pagedkv.sim.engine import engine_from_model
 from pagedkv.sim.fleet.replicas import simulate_fleet
 from pagedkv.sim.fleet.result import FleetResult
 from pagedkv.sim.jobs import run_jobs
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.setup import setup_from_model
 from pagedkv.sim.traces.bundled import load_trace
 
 
@@ -45,19 +45,19 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None)
     args = parser.parse_args()
 
-    engine = dataclasses.replace(engine_from_model(args.model, gpu=args.gpu), hash_algo="builtin")
+    setup = dataclasses.replace(setup_from_model(args.model, gpu=args.gpu), hash_algo="builtin")
     trace = load_trace(args.trace).head(args.limit)
     settings = SchedulerSettings(arrivals="timestamp")
     delays = [float(d) for d in args.delays.split(",")]
     jobs = [
         (
             partial(simulate_fleet, event_delay_s=d),
-            (engine, trace, args.replicas, "prefix", settings),
+            (setup, trace, args.replicas, "prefix", settings),
         )
         for d in delays
     ]
     jobs += [
-        (simulate_fleet, (engine, trace, args.replicas, r, settings))
+        (simulate_fleet, (setup, trace, args.replicas, r, settings))
         for r in ("oracle", "round-robin")
     ]
     results = run_jobs(jobs, workers=args.workers)
@@ -67,7 +67,7 @@ def main() -> None:
                 "trace": trace.name,
                 "requests": len(trace.requests),
                 "replicas": args.replicas,
-                "blocks_per_replica": engine.num_blocks,
+                "blocks_per_replica": setup.num_blocks,
                 "rows": [_row(r) for r in results],
             },
             indent=1,

@@ -26,9 +26,9 @@ from typing import Any
 
 from pagedkv.config import EngineConfig
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
-from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.setup import SimSetup
 from pagedkv.sim.traces.bundled import load_trace
 from pagedkv.specs import FullAttentionSpec, SlidingWindowSpec
 
@@ -41,15 +41,13 @@ PEER_SETTINGS = SchedulerSettings(
 MAX_MODEL_LEN = 131072
 
 
-def _llama() -> SimEngine:
+def _llama() -> SimSetup:
     spec = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128)
     layers = tuple(f"model.layers.{i}.self_attn" for i in range(32))
-    return _engine(
-        "llama-3.1-8b", 10240, [KVCacheGroupSpec(layer_names=layers, kv_cache_spec=spec)]
-    )
+    return _setup("llama-3.1-8b", 10240, [KVCacheGroupSpec(layer_names=layers, kv_cache_spec=spec)])
 
 
-def _gemma() -> SimEngine:
+def _gemma() -> SimSetup:
     full = FullAttentionSpec(block_size=16, num_kv_heads=16, head_size=128)
     window = SlidingWindowSpec(block_size=16, num_kv_heads=16, head_size=128, sliding_window=1024)
     names = [f"model.layers.{i}.self_attn" for i in range(62)]
@@ -60,10 +58,10 @@ def _gemma() -> SimEngine:
         for g in range(6)
     ]
     groups.append(KVCacheGroupSpec(layer_names=full_layers, kv_cache_spec=full))
-    return _engine("gemma-3-27b-like", 16384, groups)
+    return _setup("gemma-3-27b-like", 16384, groups)
 
 
-def _engine(name: str, num_blocks: int, groups: list[KVCacheGroupSpec]) -> SimEngine:
+def _setup(name: str, num_blocks: int, groups: list[KVCacheGroupSpec]) -> SimSetup:
     cfg = KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=(),
@@ -71,15 +69,15 @@ def _engine(name: str, num_blocks: int, groups: list[KVCacheGroupSpec]) -> SimEn
         max_model_len=MAX_MODEL_LEN,
     )
     config = EngineConfig.create(block_size=16, max_model_len=MAX_MODEL_LEN)
-    return SimEngine(kv_cache_config=cfg, config=config, model_name=name, hash_algo="builtin")
+    return SimSetup(kv_cache_config=cfg, config=config, model_name=name, hash_algo="builtin")
 
 
 LAYOUTS = {"llama": _llama, "gemma": _gemma}
 
 
-def _one(engine: SimEngine, limit: int | None) -> dict[str, Any]:
+def _one(setup: SimSetup, limit: int | None) -> dict[str, Any]:
     trace = load_trace("mooncake_conversation").head(limit)
-    res = simulate(engine, trace, PEER_SETTINGS)
+    res = simulate(setup, trace, PEER_SETTINGS)
     overhead = res.overhead_seconds
     return {
         "wall_seconds": round(res.wall_seconds, 3),
@@ -130,10 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     peers = dict(item.split("=", 1) for item in args.vllm_json)
     out: dict[str, Any] = {"trace": "mooncake_conversation", "limit": args.limit, "layouts": {}}
     for name in args.layouts.split(","):
-        engine = LAYOUTS[name]()
-        runs = [_one(engine, args.limit) for _ in range(args.repeat)]
+        setup = LAYOUTS[name]()
+        runs = [_one(setup, args.limit) for _ in range(args.repeat)]
         best = sorted(runs, key=lambda r: r["manager_seconds"])[len(runs) // 2]
-        best["num_blocks"] = engine.num_blocks
+        best["num_blocks"] = setup.num_blocks
         best["manager_seconds_runs"] = [r["manager_seconds"] for r in runs]
         best["manager_seconds_median"] = statistics.median(best["manager_seconds_runs"])
         if name in peers:

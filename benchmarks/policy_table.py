@@ -5,7 +5,7 @@
         lru,lfu,s3fifo,priority 0,32,128
 
 Each run replays the first LIMIT requests of TRACE on MODEL planned for GPU, or with
-BLOCKS KV cache blocks (``engine_from_model``), default scheduler settings, with the
+BLOCKS KV cache blocks (``setup_from_model``), default scheduler settings, with the
 bound; ``hit`` and ``host``
 are fractions of prompt tokens, ``bound`` is the device-size bound, ``tiered_bound`` the
 bound of one cache as large as both tiers.
@@ -18,9 +18,9 @@ import json
 import sys
 import time
 
-from pagedkv.sim.engine import engine_from_model
 from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.setup import setup_from_model
 from pagedkv.sim.tiers import host_blocks_for
 from pagedkv.sim.traces.bundled import load_trace
 
@@ -35,14 +35,14 @@ def main(argv: list[str]) -> None:
     trace_name, model, limit, gpu, policies, hosts = argv
     trace = load_trace(trace_name).head(int(limit))
     sizing = {"num_blocks": int(gpu)} if gpu.isdigit() else {"gpu": gpu}
-    engine = dataclasses.replace(engine_from_model(model, **sizing), hash_algo="builtin")
-    groups = len(engine.kv_cache_config.kv_cache_groups)
+    setup = dataclasses.replace(setup_from_model(model, **sizing), hash_algo="builtin")
+    groups = len(setup.kv_cache_config.kv_cache_groups)
     head = {"model": model, "trace": trace_name, "limit": int(limit), "gpu": gpu}
-    print(json.dumps(head | {"num_blocks": engine.num_blocks, "groups": groups}), flush=True)
+    print(json.dumps(head | {"num_blocks": setup.num_blocks, "groups": groups}), flush=True)
     for gib in (float(x) for x in hosts.split(",")):
         for policy in policies.split(","):
             run = dataclasses.replace(
-                engine, eviction_policy=policy, host_num_blocks=host_blocks_for(engine, gib)
+                setup, eviction_policy=policy, host_num_blocks=host_blocks_for(setup, gib)
             )
             start = time.perf_counter()
             r = simulate(run, trace, PEER_SETTINGS, bound=True)

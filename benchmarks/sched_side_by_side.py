@@ -116,9 +116,9 @@ class Layout:
         self.cache_block_size = vllm_config.cache_config.block_size
         self.mamba_cache_mode = vllm_config.cache_config.mamba_cache_mode
 
-    def pagedkv_engine(self) -> Any:
+    def pagedkv_setup(self) -> Any:
         import pagedkv as pk
-        from pagedkv.sim.engine import SimEngine
+        from pagedkv.sim.setup import SimSetup
 
         groups = [
             pk.KVCacheGroupSpec(
@@ -140,7 +140,7 @@ class Layout:
         if any(type(g.kv_cache_spec).__name__ == "MambaSpec" for g in groups):
             options["mamba_cache_mode"] = self.mamba_cache_mode
         config = pk.EngineConfig.create(**options)
-        return SimEngine(kv_cache_config=kv_config, config=config, model_name=self.model_name)
+        return SimSetup(kv_cache_config=kv_config, config=config, model_name=self.model_name)
 
     def vllm_scheduler(self) -> Any:
         from vllm.v1.core.sched.scheduler import Scheduler
@@ -292,8 +292,8 @@ class PagedkvDriver:
     """pagedkv's EngineLoop, with each step's schedule and preemptions recorded."""
 
     def __init__(self, layout: Layout, trace: Any, settings: Any) -> None:
-        engine = layout.pagedkv_engine()
-        self.loop = engine.simulator(settings).loop(trace)
+        setup = layout.pagedkv_setup()
+        self.loop = setup.simulator(settings).loop(trace)
         scheduler = self.loop.scheduler
         self.preempted: list[int] = []
         self.scheduled: list[tuple[int, int, int]] = []

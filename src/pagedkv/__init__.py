@@ -236,11 +236,11 @@ __all__ = [
 _SIM_EXPORTS = frozenset(
     {
         "SchedulerSettings",
-        "SimEngine",
+        "SimSetup",
         "SimResult",
         "Trace",
         "TraceRequest",
-        "engine_from_model",
+        "setup_from_model",
         "load_trace",
         "simulate",
         "sweep",

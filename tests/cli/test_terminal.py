@@ -99,21 +99,21 @@ def test_progress_shows_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_simulate_announces_the_bound_phase() -> None:
-    from pagedkv.sim.engine import engine_from_model
     from pagedkv.sim.run import simulate
+    from pagedkv.sim.setup import setup_from_model
     from pagedkv.sim.traces.bundled import load_trace
 
     stages: list[str] = []
-    engine = engine_from_model("Llama-3.1-8B", num_blocks=300)
-    simulate(engine, load_trace("synthetic:5:1"), bound=True, stage=stages.append)
+    setup = setup_from_model("Llama-3.1-8B", num_blocks=300)
+    simulate(setup, load_trace("synthetic:5:1"), bound=True, stage=stages.append)
     assert stages == ["bound"]
 
 
 def test_notebook_reprs_and_dataframes() -> None:
     from pagedkv.cli.plan import PlanOptions, make_plan
-    from pagedkv.sim.engine import engine_from_model
     from pagedkv.sim.reports.metrics import STEP_COLUMNS
     from pagedkv.sim.run import simulate, sweep_dataframe
+    from pagedkv.sim.setup import setup_from_model
     from pagedkv.sim.traces.bundled import load_trace
 
     plan = make_plan(
@@ -122,8 +122,8 @@ def test_notebook_reprs_and_dataframes() -> None:
     html = plan._repr_html_()
     assert "<table>" in html and f"{plan.num_blocks:,}" in html
     assert dict(plan.__rich_repr__())["num_blocks"] == plan.num_blocks
-    engine = engine_from_model("Llama-3.1-8B", num_blocks=300)
-    result = simulate(engine, load_trace("synthetic:5:1"), keep_steps=True)
+    setup = setup_from_model("Llama-3.1-8B", num_blocks=300)
+    result = simulate(setup, load_trace("synthetic:5:1"), keep_steps=True)
     assert "hit rate (tokens)" in result._repr_html_()
     assert result.step_rows is not None and len(result.step_rows) == result.steps
     assert all(len(row) == len(STEP_COLUMNS) for row in result.step_rows)
@@ -136,16 +136,16 @@ def test_notebook_reprs_and_dataframes() -> None:
 
 def test_dataframe_without_pandas_or_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     from pagedkv.errors import ConfigError
-    from pagedkv.sim.engine import engine_from_model
     from pagedkv.sim.run import simulate
+    from pagedkv.sim.setup import setup_from_model
     from pagedkv.sim.traces.bundled import load_trace
 
-    result = simulate(engine_from_model("Llama-3.1-8B", num_blocks=300), load_trace("synthetic:3"))
+    result = simulate(setup_from_model("Llama-3.1-8B", num_blocks=300), load_trace("synthetic:3"))
     with pytest.raises(ConfigError, match="keep_steps=True"):
         result.to_dataframe()
     monkeypatch.setitem(sys.modules, "pandas", None)
     kept = simulate(
-        engine_from_model("Llama-3.1-8B", num_blocks=300),
+        setup_from_model("Llama-3.1-8B", num_blocks=300),
         load_trace("synthetic:3"),
         keep_steps=True,
     )
@@ -175,11 +175,11 @@ def test_plot_library_calls_return_figures_without_a_global_backend() -> None:
 
 def test_summary_takes_an_extensions_rows_after_the_hit_rates() -> None:
     from pagedkv.cli.simulate_render import summary_table
-    from pagedkv.sim.engine import engine_from_model
     from pagedkv.sim.run import simulate
+    from pagedkv.sim.setup import setup_from_model
     from pagedkv.sim.traces.bundled import load_trace
 
-    result = simulate(engine_from_model("Llama-3.1-8B", num_blocks=300), load_trace("synthetic:3"))
+    result = simulate(setup_from_model("Llama-3.1-8B", num_blocks=300), load_trace("synthetic:3"))
     names = list(summary_table(result, [("host-tier hits", "5")]).columns[0].cells)
     at = names.index("host-tier hits")
     assert (

@@ -23,9 +23,9 @@ def _engine_process(
     from pagedkv.config import EngineConfig
     from pagedkv.events import KVEventsConfig
     from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
-    from pagedkv.sim.engine import SimEngine
-    from pagedkv.sim.fleet.engine import publish_replay
+    from pagedkv.sim.fleet.publish import publish_replay
     from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+    from pagedkv.sim.setup import SimSetup
     from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
     from pagedkv.specs import FullAttentionSpec
 
@@ -34,7 +34,7 @@ def _engine_process(
     kv = KVCacheConfig(
         num_blocks=120, kv_cache_tensors=(), kv_cache_groups=(group,), max_model_len=512
     )
-    engine = SimEngine(
+    setup = SimSetup(
         kv_cache_config=kv, config=EngineConfig.create(block_size=4, max_model_len=512)
     )
     trace = synthetic_trace(
@@ -55,7 +55,7 @@ def _engine_process(
         results.put((name, sorted(run.cached_hashes), run.num_batches, run.result.evictions))
         done.wait(60)  # the parent has replayed what it missed
 
-    publish_replay(engine, trace, config, settings, on_started=started, before_close=finished)
+    publish_replay(setup, trace, config, settings, on_started=started, before_close=finished)
 
 
 def _run_fleet(drop_every: int, hwm: int) -> tuple[KVIndex, IndexFeed, dict[str, Any]]:

@@ -1,5 +1,5 @@
 """``pagedkv.plan`` is the one answer: the CLI's ``plan`` and ``simulate``, the
-simulator's ``engine_from_model`` and the library call agree on the block count for
+simulator's ``setup_from_model`` and the library call agree on the block count for
 the same inputs, and the notebook view shows rounded, labelled figures."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pagedkv
 from pagedkv.cli.app import main
 from pagedkv.deployment import DeploymentPlan, VLLMFlags
 from pagedkv.errors import ConfigError
-from pagedkv.sim.engine import engine_from_model
+from pagedkv.sim.setup import setup_from_model
 
 
 def _cli_json(*argv: str) -> dict[str, object]:
@@ -50,10 +50,10 @@ def test_library_cli_plan_simulate_and_sim_engine_agree(
     common = [model, "--gpu", gpu, "-tp", str(tp), *_flags(options)]
     planned = _cli_json("plan", *common)
     simulated = _cli_json("simulate", *common, "--trace", "synthetic:2:1", "--limit", "2")
-    engine = engine_from_model(model, gpu=gpu, tensor_parallel_size=tp, **options)  # type: ignore[arg-type]
+    setup = setup_from_model(model, gpu=gpu, tensor_parallel_size=tp, **options)  # type: ignore[arg-type]
     assert library.num_blocks == planned["num_blocks"]
     assert library.num_blocks == simulated["num_blocks"]
-    assert library.num_blocks == engine.num_blocks
+    assert library.num_blocks == setup.num_blocks
 
 
 def test_the_default_gpu_and_defaults_match_the_cli() -> None:

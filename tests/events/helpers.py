@@ -34,8 +34,8 @@ def small_manager(num_blocks: int = 24, block_size: int = 4) -> KVCacheManager:
         kv_cache_groups=(KVCacheGroupSpec(layer_names=("layer0",), kv_cache_spec=spec),),
         max_model_len=256,
     )
-    engine = EngineConfig.create(max_model_len=256, max_num_batched_tokens=256)
-    return KVCacheManager(config, engine, enable_events=True)
+    engine_config = EngineConfig.create(max_model_len=256, max_num_batched_tokens=256)
+    return KVCacheManager(config, engine_config, enable_events=True)
 
 
 def drive(manager: KVCacheManager, num_requests: int, seed: int = 0) -> list[list[KVCacheEvent]]:

@@ -25,7 +25,7 @@ from pagedkv.runtime.free_queue import FreeQueue
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.scheduling.simulator import Simulator
 from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
-from sim.helpers import make_engine
+from sim.helpers import make_setup
 
 Op = tuple[Any, ...]
 
@@ -285,13 +285,13 @@ class RefFreeQueue:
 
 
 def _record(policy: str, num_blocks: int) -> tuple[list[Op], int]:
-    engine = dataclasses.replace(
-        make_engine(num_blocks, window=8, max_model_len=512), retention="dense"
+    setup = dataclasses.replace(
+        make_setup(num_blocks, window=8, max_model_len=512), retention="dense"
     )
     recorder = OpRecorder(make_free_queue(policy, num_blocks))
     manager = KVCacheManager(
-        engine.kv_cache_config,
-        engine.config,
+        setup.kv_cache_config,
+        setup.config,
         hash_algo="builtin",
         retention="dense",
         free_queue=recorder,

@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from pagedkv.errors import ConfigError
-from pagedkv.sim.engine import engine_from_model
 from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.setup import setup_from_model
 from pagedkv.sim.tiers import (
     CostModel,
     active_params,
@@ -28,9 +28,9 @@ ENV = {**os.environ, "PAGEDKV_TRANSFORMERS": "0"}
 
 
 @pytest.fixture(scope="module")
-def engine():  # type: ignore[no-untyped-def]
+def sim_setup():  # type: ignore[no-untyped-def]
     return dataclasses.replace(
-        engine_from_model("Llama-3.1-8B", num_blocks=300), hash_algo="builtin"
+        setup_from_model("Llama-3.1-8B", num_blocks=300), hash_algo="builtin"
     )
 
 
@@ -40,11 +40,11 @@ def trace():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-def test_host_tier_serves_hits_the_device_lost(engine, trace) -> None:  # type: ignore[no-untyped-def]
+def test_host_tier_serves_hits_the_device_lost(sim_setup, trace) -> None:  # type: ignore[no-untyped-def]
     settings = SchedulerSettings(max_num_seqs=8)
-    lru = simulate(engine, trace, settings, bound=True)
+    lru = simulate(sim_setup, trace, settings, bound=True)
     tiered = simulate(
-        dataclasses.replace(engine, host_num_blocks=2000), trace, settings, bound=True
+        dataclasses.replace(sim_setup, host_num_blocks=2000), trace, settings, bound=True
     )
     assert lru.host_hit_tokens == 0 and lru.tiered_bound_hit_tokens is None
     assert tiered.host_hit_tokens > 0
@@ -54,9 +54,9 @@ def test_host_tier_serves_hits_the_device_lost(engine, trace) -> None:  # type: 
 
 
 @pytest.mark.slow
-def test_sweep_crosses_policies_and_sizes(engine, trace) -> None:  # type: ignore[no-untyped-def]
+def test_sweep_crosses_policies_and_sizes(sim_setup, trace) -> None:  # type: ignore[no-untyped-def]
     points = tier_sweep(
-        engine, trace, SchedulerSettings(max_num_seqs=8), ["lru", "s3fifo"], [150, 300], [0, 500]
+        sim_setup, trace, SchedulerSettings(max_num_seqs=8), ["lru", "s3fifo"], [150, 300], [0, 500]
     )
     assert [(p.num_blocks, p.host_num_blocks, p.policy) for p in points] == [
         (n, h, pol) for n in (150, 300) for h in (0, 500) for pol in ("lru", "s3fifo")
@@ -66,20 +66,20 @@ def test_sweep_crosses_policies_and_sizes(engine, trace) -> None:  # type: ignor
         assert p.cache_tokens == (p.num_blocks - 1) * 16 + p.host_num_blocks * 16
 
 
-def test_cost_model(engine) -> None:  # type: ignore[no-untyped-def]
+def test_cost_model(sim_setup) -> None:  # type: ignore[no-untyped-def]
     cost = CostModel(prefill_tokens_per_s=1000.0, pcie_bytes_per_s=1e6, kv_bytes_per_token=100.0)
     # 2 requests, 3000 prompt tokens, 1000 hits of which 500 from the host:
     # (2000 / 1000 s compute + 500 * 100 / 1e6 s copy) / 2 requests
     assert cost.mean_ttft_s(2, 3000, 1000, 500) == pytest.approx((2.0 + 0.05) / 2)
-    h100 = cost_model_for(engine, "H100-80GB", pcie_gbps=25)
+    h100 = cost_model_for(sim_setup, "H100-80GB", pcie_gbps=25)
     # Llama-3.1-8B: 128 KiB of KV per token (32 layers x 8 heads x 128 x 2 x bf16)
     assert h100.kv_bytes_per_token == 32 * 8 * 128 * 2 * 2
     assert 20_000 < h100.prefill_tokens_per_s < 40_000  # 0.5 x 989 TFLOP/s / 16 GFLOP
     with pytest.raises(ConfigError, match="TPU-v5e"):
-        cost_model_for(engine, "TPU-v5e")
-    assert host_blocks_for(engine, 1.0) == 2**30 // (16 * 32 * 8 * 128 * 2 * 2)
+        cost_model_for(sim_setup, "TPU-v5e")
+    assert host_blocks_for(sim_setup, 1.0) == 2**30 // (16 * 32 * 8 * 128 * 2 * 2)
     with pytest.raises(ConfigError, match="host-cache-gib"):
-        host_blocks_for(engine, -1)
+        host_blocks_for(sim_setup, -1)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -115,8 +115,8 @@ def test_cli_reports_tiers_and_sweeps(tmp_path) -> None:  # type: ignore[no-unty
 
 
 def test_cost_model_counts_tensor_parallel_gpus_and_active_params() -> None:
-    tp1 = engine_from_model("Llama-3.1-8B", num_blocks=300)
-    tp8 = engine_from_model("Llama-3.1-8B", num_blocks=300, tensor_parallel_size=8)
+    tp1 = setup_from_model("Llama-3.1-8B", num_blocks=300)
+    tp8 = setup_from_model("Llama-3.1-8B", num_blocks=300, tensor_parallel_size=8)
     one, eight = cost_model_for(tp1, "H100-80GB"), cost_model_for(tp8, "H100-80GB")
     # one token's FLOPs are split over 8 GPUs
     assert eight.prefill_tokens_per_s == pytest.approx(8 * one.prefill_tokens_per_s)
@@ -126,17 +126,17 @@ def test_cost_model_counts_tensor_parallel_gpus_and_active_params() -> None:
     assert active_params("Llama-3.1-8B") == pytest.approx(8.03e9, rel=0.01)
 
 
-def test_cost_model_takes_gpu_aliases(engine) -> None:  # type: ignore[no-untyped-def]
-    assert cost_model_for(engine, "H200") == cost_model_for(engine, "H200-141GB")
+def test_cost_model_takes_gpu_aliases(sim_setup) -> None:  # type: ignore[no-untyped-def]
+    assert cost_model_for(sim_setup, "H200") == cost_model_for(sim_setup, "H200-141GB")
     with pytest.raises(ConfigError, match="finite"):
-        cost_model_for(engine, "H100-80GB", pcie_gbps=float("nan"))
+        cost_model_for(sim_setup, "H100-80GB", pcie_gbps=float("nan"))
 
 
 @pytest.mark.slow
-def test_the_bound_is_the_same_whatever_the_policy(engine) -> None:  # type: ignore[no-untyped-def]
+def test_the_bound_is_the_same_whatever_the_policy(sim_setup) -> None:  # type: ignore[no-untyped-def]
     trace = synthetic_trace(SyntheticTraceConfig(num_requests=80, seed=5))
     settings = SchedulerSettings(max_num_seqs=8)
-    small = engine.with_num_blocks(120)
+    small = sim_setup.with_num_blocks(120)
     bounds = set()
     for policy in ("lru", "lfu", "s3fifo", "priority"):
         run = dataclasses.replace(small, eviction_policy=policy)
@@ -149,9 +149,9 @@ def test_the_bound_is_the_same_whatever_the_policy(engine) -> None:  # type: ign
 
 
 @pytest.mark.slow
-def test_tier_plot_puts_every_host_size_on_the_device_axis(engine, trace) -> None:  # type: ignore[no-untyped-def]
+def test_tier_plot_puts_every_host_size_on_the_device_axis(sim_setup, trace) -> None:  # type: ignore[no-untyped-def]
     points = tier_sweep(
-        engine, trace, SchedulerSettings(max_num_seqs=8), ["lru"], [75, 150, 300], [0, 20_000]
+        sim_setup, trace, SchedulerSettings(max_num_seqs=8), ["lru"], [75, 150, 300], [0, 20_000]
     )
     lines = tier_plot_lines(points)
     device_only = next(line for line in lines if line.label == "lru")

@@ -2,14 +2,14 @@ from __future__ import annotations
 
 from pagedkv.config import EngineConfig
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
-from pagedkv.sim.engine import SimEngine
+from pagedkv.sim.setup import SimSetup
 from pagedkv.sim.traces.trace import Segment, Trace, TraceRequest
 from pagedkv.specs import FullAttentionSpec, SlidingWindowSpec
 
 BS = 4
 
 
-def make_engine(num_blocks: int, *, window: int | None = None, max_model_len: int = 256):
+def make_setup(num_blocks: int, *, window: int | None = None, max_model_len: int = 256):
     full = FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=8)
     groups = [KVCacheGroupSpec(layer_names=("full.0",), kv_cache_spec=full)]
     if window is not None:
@@ -22,7 +22,7 @@ def make_engine(num_blocks: int, *, window: int | None = None, max_model_len: in
         max_model_len=max_model_len,
     )
     config = EngineConfig.create(block_size=BS, max_model_len=max_model_len)
-    return SimEngine(kv_cache_config=cfg, config=config, model_name="tiny")
+    return SimSetup(kv_cache_config=cfg, config=config, model_name="tiny")
 
 
 def make_trace(*requests: tuple[tuple[tuple[int, int], ...], int]) -> Trace:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pagedkv.capacity.plan import full_attention_token_capacity
 from pagedkv.config import EngineConfig
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
-from pagedkv.sim import SchedulerSettings, SimEngine, simulate
-from pagedkv.sim.engine import bound_geometry
+from pagedkv.sim import SchedulerSettings, SimSetup, simulate
+from pagedkv.sim.setup import bound_geometry
 from pagedkv.specs import FullAttentionSpec, SlidingWindowSpec
 
 from .helpers import make_trace
@@ -53,8 +53,8 @@ def test_simulated_bound_does_not_depend_on_group_order():
     rates = []
     for order in ((4, 8), (8, 4)):
         groups = [_group(f"l{i}", bs) for i, bs in enumerate(order)]
-        engine = SimEngine(kv_cache_config=_config(groups, 40), config=config)
-        result = simulate(engine, trace, settings, bound=True)
+        setup = SimSetup(kv_cache_config=_config(groups, 40), config=config)
+        result = simulate(setup, trace, settings, bound=True)
         assert result.bound_hit_rate >= result.hit_rate
         rates.append((result.hit_rate, result.bound_hit_rate))
     assert rates[0] == rates[1]

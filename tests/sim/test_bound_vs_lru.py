@@ -11,7 +11,7 @@ from pagedkv.sim.run import simulate, sweep, sweep_sizes
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.traces.trace import Segment, Trace, TraceRequest
 
-from .helpers import make_engine, make_trace
+from .helpers import make_setup, make_trace
 
 
 @st.composite
@@ -37,9 +37,9 @@ def _traces(draw):
 )
 @pytest.mark.slow
 def test_bound_is_never_below_lru(trace, num_blocks, max_num_seqs, chunk, window):
-    engine = make_engine(num_blocks, window=window)
+    setup = make_setup(num_blocks, window=window)
     sched = SchedulerSettings(max_num_seqs=max_num_seqs, max_prefill_chunk=chunk)
-    result = simulate(engine, trace, sched, bound=True)
+    result = simulate(setup, trace, sched, bound=True)
     assert result.bound_hit_tokens is not None
     assert result.bound_hit_tokens >= result.hit_tokens
     assert result.bound_hit_tokens <= result.prompt_tokens
@@ -51,7 +51,7 @@ def test_bound_beats_lru_when_lru_evicts_the_wrong_block():
     # LRU: computing B evicts both of A's blocks -> the second A misses entirely; the
     # bound never caches B (never used again) and keeps A's first block: 4 tokens hit.
     trace = make_trace((((1, 8),), 1), (((2, 8),), 1), (((1, 8),), 1))
-    result = simulate(make_engine(3), trace, SchedulerSettings(max_num_seqs=1), bound=True)
+    result = simulate(make_setup(3), trace, SchedulerSettings(max_num_seqs=1), bound=True)
     assert result.hit_tokens == 0
     assert result.bound_hit_tokens == 4
 
@@ -59,7 +59,7 @@ def test_bound_beats_lru_when_lru_evicts_the_wrong_block():
 @pytest.mark.slow
 def test_sweep_is_monotone_enough_and_names_sizes():
     trace = make_trace(*[(((i % 3, 16), (10 + i, 4)), 2) for i in range(12)])
-    points = sweep(make_engine(64), trace, sweep_sizes(32, 2, 1), SchedulerSettings(max_num_seqs=2))
+    points = sweep(make_setup(64), trace, sweep_sizes(32, 2, 1), SchedulerSettings(max_num_seqs=2))
     assert [p.num_blocks for p in points] == [8, 16, 32, 64]
     assert all(p.bound_hit_rate is not None and p.bound_hit_rate >= p.hit_rate for p in points)
     assert points[-1].hit_rate >= points[0].hit_rate
@@ -70,7 +70,7 @@ def test_bound_needs_a_full_attention_group(monkeypatch):
 
     monkeypatch.setattr(run, "bound_geometry", lambda cfg: None)
     with pytest.raises(ConfigError, match="full-attention"):
-        simulate(make_engine(8), make_trace((((1, 4),), 1)), bound=True)
+        simulate(make_setup(8), make_trace((((1, 4),), 1)), bound=True)
 
 
 @pytest.mark.slow
@@ -78,7 +78,7 @@ def test_with_room_for_everything_lru_reaches_the_bound():
     from pagedkv.sim.traces.bundled import load_trace
 
     trace = load_trace("synthetic:60:5")
-    engine = make_engine(20000, max_model_len=20000)
-    result = simulate(engine, trace, SchedulerSettings(max_num_seqs=8), bound=True)
+    setup = make_setup(20000, max_model_len=20000)
+    result = simulate(setup, trace, SchedulerSettings(max_num_seqs=8), bound=True)
     assert result.preemptions == 0 and result.hit_tokens > 0
     assert result.bound_hit_tokens == result.hit_tokens

@@ -12,7 +12,7 @@ def test_sim_exports_are_lazy_and_match_pagedkv_sim():
         "import sys, pagedkv\n"
         "assert 'pagedkv.sim' not in sys.modules\n"
         "import pagedkv.sim as sim\n"
-        "assert pagedkv.simulate is sim.simulate and pagedkv.SimEngine is sim.SimEngine\n"
+        "assert pagedkv.simulate is sim.simulate and pagedkv.SimSetup is sim.SimSetup\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

@@ -13,7 +13,7 @@ from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
 
-from .helpers import make_engine
+from .helpers import make_setup
 
 TRACE = synthetic_trace(
     SyntheticTraceConfig(
@@ -29,14 +29,14 @@ TRACE = synthetic_trace(
 SETTINGS = SchedulerSettings(max_num_seqs=8, max_num_batched_tokens=256, max_prefill_chunk=128)
 
 
-def _engine(num_blocks: int = 160):  # type: ignore[no-untyped-def]
-    return make_engine(num_blocks, max_model_len=512)
+def _setup(num_blocks: int = 160):  # type: ignore[no-untyped-def]
+    return make_setup(num_blocks, max_model_len=512)
 
 
 def test_one_replica_is_the_single_engine_simulation() -> None:
-    single = simulate(_engine(), TRACE, dataclasses.replace(SETTINGS, arrivals="timestamp"))
+    single = simulate(_setup(), TRACE, dataclasses.replace(SETTINGS, arrivals="timestamp"))
     for router in ("round-robin", "prefix", "oracle"):
-        fleet = simulate_fleet(_engine(), TRACE, 1, router, SETTINGS)
+        fleet = simulate_fleet(_setup(), TRACE, 1, router, SETTINGS)
         (replica,) = fleet.replicas
         assert replica.hit_tokens == single.hit_tokens > 0
         assert replica.prompt_tokens == single.prompt_tokens
@@ -44,19 +44,19 @@ def test_one_replica_is_the_single_engine_simulation() -> None:
 
 
 def test_runs_are_deterministic_and_round_robin_splits_evenly() -> None:
-    a = simulate_fleet(_engine(), TRACE, 4, "cost", SETTINGS).to_dict()
-    b = simulate_fleet(_engine(), TRACE, 4, "cost", SETTINGS).to_dict()
+    a = simulate_fleet(_setup(), TRACE, 4, "cost", SETTINGS).to_dict()
+    b = simulate_fleet(_setup(), TRACE, 4, "cost", SETTINGS).to_dict()
     a.pop("wall_seconds"), b.pop("wall_seconds")
     assert a == b
-    rr = simulate_fleet(_engine(), TRACE, 4, "round-robin", SETTINGS)
+    rr = simulate_fleet(_setup(), TRACE, 4, "round-robin", SETTINGS)
     assert [r.requests for r in rr.replicas] == [40] * 4
     assert rr.imbalance >= 1.0 and rr.mean_queue_delay_steps >= 0
 
 
 def test_cache_aware_routing_beats_round_robin_and_matches_the_oracle() -> None:
-    rr = simulate_fleet(_engine(), TRACE, 4, "round-robin", SETTINGS)
-    prefix = simulate_fleet(_engine(), TRACE, 4, "prefix", SETTINGS)
-    oracle = simulate_fleet(_engine(), TRACE, 4, "oracle", SETTINGS)
+    rr = simulate_fleet(_setup(), TRACE, 4, "round-robin", SETTINGS)
+    prefix = simulate_fleet(_setup(), TRACE, 4, "prefix", SETTINGS)
+    oracle = simulate_fleet(_setup(), TRACE, 4, "oracle", SETTINGS)
     assert prefix.hit_rate > rr.hit_rate
     # Events reach the index after every step, so it sees the caches as they are.
     assert abs(prefix.hit_rate - oracle.hit_rate) < 0.02
@@ -75,7 +75,7 @@ def test_index_equals_the_union_of_the_replicas_caches() -> None:
 
     fleet_module._Routing.__init__ = spy  # type: ignore[method-assign]
     try:
-        simulate_fleet(_engine(), TRACE, 3, "prefix", SETTINGS)
+        simulate_fleet(_setup(), TRACE, 3, "prefix", SETTINGS)
     finally:
         fleet_module._Routing.__init__ = original  # type: ignore[method-assign]
     routing = seen["routing"]
@@ -87,13 +87,13 @@ def test_index_equals_the_union_of_the_replicas_caches() -> None:
 
 
 def test_bound_of_one_larger_cache_and_bad_input() -> None:
-    result = simulate_fleet(_engine(), TRACE, 2, "prefix", SETTINGS, bound=True)
+    result = simulate_fleet(_setup(), TRACE, 2, "prefix", SETTINGS, bound=True)
     assert result.bound_hit_rate is not None and result.single_cache_hit_rate is not None
     assert result.bound_hit_rate >= result.single_cache_hit_rate
     with pytest.raises(ConfigError, match="unknown router"):
-        simulate_fleet(_engine(), TRACE, 2, "random")
+        simulate_fleet(_setup(), TRACE, 2, "random")
     with pytest.raises(ConfigError, match="replicas"):
-        simulate_fleet(_engine(), TRACE, 0)
+        simulate_fleet(_setup(), TRACE, 0)
 
 
 @pytest.mark.slow
@@ -101,8 +101,8 @@ def test_sweep_results_do_not_depend_on_what_runs_them() -> None:
     from pagedkv.sim.fleet.sweep import fleet_sweep
 
     small = TRACE.head(60)
-    here = fleet_sweep(_engine(), small, [1, 2], ["round-robin", "prefix"], SETTINGS, workers=1)
-    pool = fleet_sweep(_engine(), small, [1, 2], ["round-robin", "prefix"], SETTINGS, workers=2)
+    here = fleet_sweep(_setup(), small, [1, 2], ["round-robin", "prefix"], SETTINGS, workers=1)
+    pool = fleet_sweep(_setup(), small, [1, 2], ["round-robin", "prefix"], SETTINGS, workers=2)
     strip = [{k: v for k, v in r.to_dict().items() if k != "wall_seconds"} for r in here]
     assert strip == [{k: v for k, v in r.to_dict().items() if k != "wall_seconds"} for r in pool]
     assert [(r.num_replicas, r.router) for r in here] == [
@@ -118,7 +118,7 @@ def test_sweep_on_a_local_ray_instance_gives_the_same_results() -> None:
     from pagedkv.sim.fleet.sweep import fleet_sweep
 
     small = TRACE.head(40)
-    args = (_engine(), small, [2], ["prefix"], SETTINGS)
+    args = (_setup(), small, [2], ["prefix"], SETTINGS)
     here = fleet_sweep(*args, workers=1, bound=False)
     try:
         remote = fleet_sweep(*args, ray_address="local", bound=False)
@@ -133,19 +133,19 @@ def test_single_engine_sweep_in_worker_processes_matches_in_process() -> None:
     from pagedkv.sim.run import sweep
 
     small = TRACE.head(40)
-    here = sweep(_engine(), small, [40, 80], SETTINGS, workers=1)
-    pool = sweep(_engine(), small, [40, 80], SETTINGS, workers=2)
+    here = sweep(_setup(), small, [40, 80], SETTINGS, workers=1)
+    pool = sweep(_setup(), small, [40, 80], SETTINGS, workers=2)
     assert here == pool and [p.num_blocks for p in here] == [40, 80]
 
 
 def test_late_events_cost_hits_and_never_reach_a_blind_index() -> None:
-    fresh = simulate_fleet(_engine(), TRACE, 4, "prefix", SETTINGS)
-    soon = simulate_fleet(_engine(), TRACE, 4, "prefix", SETTINGS, event_delay_s=0.01)
-    late = simulate_fleet(_engine(), TRACE, 4, "prefix", SETTINGS, event_delay_s=1e9)
+    fresh = simulate_fleet(_setup(), TRACE, 4, "prefix", SETTINGS)
+    soon = simulate_fleet(_setup(), TRACE, 4, "prefix", SETTINGS, event_delay_s=0.01)
+    late = simulate_fleet(_setup(), TRACE, 4, "prefix", SETTINGS, event_delay_s=1e9)
     assert late.index_entries == 0 and late.event_delay_s == 1e9
     assert soon.index_entries and late.hit_rate < soon.hit_rate <= fresh.hit_rate
     with pytest.raises(ConfigError, match="event_delay_s"):
-        simulate_fleet(_engine(), TRACE, 2, "prefix", event_delay_s=-1.0)
+        simulate_fleet(_setup(), TRACE, 2, "prefix", event_delay_s=-1.0)
 
 
 def test_imbalance_counts_busy_time_only_not_idle_jumps_to_an_arrival() -> None:
@@ -155,7 +155,7 @@ def test_imbalance_counts_busy_time_only_not_idle_jumps_to_an_arrival() -> None:
         "gaps",
         tuple(TraceRequest(100.0 * i, (Segment(i, 40),), 4, -1 - i) for i in range(4)),
     )
-    result = simulate_fleet(_engine(), far_apart, 2, "round-robin", SETTINGS)
+    result = simulate_fleet(_setup(), far_apart, 2, "round-robin", SETTINGS)
     assert [r.requests for r in result.replicas] == [2, 2]
     assert result.imbalance == pytest.approx(1.0, abs=0.05)
     assert all(r.mean_running < 0.01 for r in result.replicas)  # busy well under 1 % of the time
@@ -165,7 +165,7 @@ def test_imbalance_counts_busy_time_only_not_idle_jumps_to_an_arrival() -> None:
 def test_policy_sweep_in_worker_processes_matches_in_process() -> None:
     from pagedkv.sim.tiers import tier_sweep
 
-    args = (_engine(), TRACE.head(40), SETTINGS, ["lru", "lfu"], [40, 80], [0, 30])
+    args = (_setup(), TRACE.head(40), SETTINGS, ["lru", "lfu"], [40, 80], [0, 30])
     here = tier_sweep(*args)
     pool = tier_sweep(*args, workers=2)
     assert here == pool and len(here) == 8

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 
-from .helpers import make_engine, make_trace
+from .helpers import make_setup, make_trace
 
 
 def test_stepping_by_hand_matches_run():
     trace = make_trace((((1, 8),), 5), (((2, 8),), 5), (((1, 8), (3, 4)), 2))
     settings = SchedulerSettings(max_num_seqs=2)
-    expected = make_engine(5).simulator(settings).run(trace)
-    loop = make_engine(5).simulator(settings).loop(trace)
+    expected = make_setup(5).simulator(settings).run(trace)
+    loop = make_setup(5).simulator(settings).loop(trace)
     finished: list[int] = []
     while loop.has_work:
         outcome = loop.step()
@@ -25,7 +25,7 @@ def test_stepping_by_hand_matches_run():
 def test_independent_loops_share_nothing():
     # two replicas fed by hand: each sees only what was submitted to it
     trace = make_trace((((1, 8),), 1), (((1, 8),), 1), (((1, 8),), 1))
-    loops = [make_engine(64).simulator(SchedulerSettings(max_num_seqs=1)).loop() for _ in "ab"]
+    loops = [make_setup(64).simulator(SchedulerSettings(max_num_seqs=1)).loop() for _ in "ab"]
     for index, request in enumerate(trace.requests):
         loops[index % 2].submit(index, request)
     while any(loop.has_work for loop in loops):

@@ -1,4 +1,4 @@
-"""``build_replay``: the engine and the trace of one replay, as ``pagedkv simulate`` makes them."""
+"""``build_replay``: the setup and the trace of one replay, as ``pagedkv simulate`` makes them."""
 
 from __future__ import annotations
 
@@ -18,16 +18,16 @@ from pagedkv.sim.replay_inputs import (
 MODEL = "Llama-3.1-8B"
 
 
-def test_blocks_trace_and_cache_options_reach_the_engine() -> None:
+def test_blocks_trace_and_cache_options_reach_the_setup() -> None:
     cache = CacheOptions(
         block_size=32, enable_prefix_caching=False, hash_algo="sha256", retention="dense"
     )
     replay = build_replay(MODEL, TraceOptions("synthetic:50:3", limit=20), cache, num_blocks=400)
-    assert replay.engine.num_blocks == 400
-    assert replay.engine.config.block_size == 32
-    assert replay.engine.hash_algo == "sha256"
-    assert replay.engine.retention == "dense"
-    assert replay.engine.config.cache.enable_prefix_caching is False
+    assert replay.setup.num_blocks == 400
+    assert replay.setup.config.block_size == 32
+    assert replay.setup.hash_algo == "sha256"
+    assert replay.setup.retention == "dense"
+    assert replay.setup.config.cache.enable_prefix_caching is False
     assert len(replay.trace.requests) == 20
     assert replay.model.name == MODEL
 
@@ -96,7 +96,7 @@ def test_a_max_model_len_above_the_models_limit_is_warned_once(
         **where,
     )
     assert calls == [(MODEL, LONG)]
-    assert replay.engine.max_model_len == LONG
+    assert replay.setup.max_model_len == LONG
 
 
 def test_a_max_model_len_within_the_models_limit_is_not_warned() -> None:

@@ -9,13 +9,13 @@ import pytest
 from pagedkv.errors import ConfigError
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
 
-from .helpers import make_engine, make_trace
+from .helpers import make_setup, make_trace
 
 
-def _run(engine, trace, **settings):
+def _run(setup, trace, **settings):
     # the hand-worked cases below have every request waiting at t=0
     settings.setdefault("arrivals", "all")
-    return engine.simulator(SchedulerSettings(**settings)).run(trace)
+    return setup.simulator(SchedulerSettings(**settings)).run(trace)
 
 
 def test_second_request_hits_the_first_ones_full_blocks():
@@ -23,7 +23,7 @@ def test_second_request_hits_the_first_ones_full_blocks():
     # One request at a time: R0 prefill (step 1), decode (step 2, done), R1 prefill (step 3).
     # R1 may hit at most 11 tokens -> the 2 cached blocks = 8 tokens.
     trace = make_trace((((1, 8),), 2), (((1, 8), (2, 4)), 1))
-    res = _run(make_engine(64), trace, max_num_seqs=1)
+    res = _run(make_setup(64), trace, max_num_seqs=1)
     assert (res.prompt_tokens, res.hit_tokens, res.hit_requests, res.admitted_requests) == (
         20,
         8,
@@ -46,7 +46,7 @@ def test_second_request_hits_the_first_ones_full_blocks():
 def test_last_token_is_always_recomputed():
     # the same 8-token prompt twice: at most 7 tokens may hit -> only 1 block (4 tokens)
     trace = make_trace((((1, 8),), 1), (((1, 8),), 1))
-    res = _run(make_engine(64), trace, max_num_seqs=1)
+    res = _run(make_setup(64), trace, max_num_seqs=1)
     assert res.hit_tokens == 4
 
 
@@ -59,7 +59,7 @@ def test_preemption_by_recomputation_and_readmission():
     #   its first block but needs 3 blocks with only 1 free.
     # step 6: R1 re-admitted: 9 tokens, hit 4 (block 0), decodes in steps 7-9.
     trace = make_trace((((1, 8),), 5), (((2, 8),), 5))
-    res = _run(make_engine(5), trace, max_num_seqs=2)
+    res = _run(make_setup(5), trace, max_num_seqs=2)
     assert res.preemptions == 1
     assert (res.prompt_tokens, res.hit_tokens) == (16, 0)
     assert (res.readmission_tokens, res.readmission_hit_tokens) == (9, 4)
@@ -77,7 +77,7 @@ def test_preemption_by_recomputation_and_readmission():
 
 
 def test_evictions_come_from_the_manager_counter_without_events():
-    sim = make_engine(5).simulator(SchedulerSettings(arrivals="all", max_num_seqs=2))
+    sim = make_setup(5).simulator(SchedulerSettings(arrivals="all", max_num_seqs=2))
     trace = make_trace((((1, 8),), 5), (((2, 8),), 5))
     assert sim.run(trace).evictions == sim.mgr.num_evictions == 3
     assert sim.mgr.take_events() == []  # events off: no event handling in manager time
@@ -86,14 +86,14 @@ def test_evictions_come_from_the_manager_counter_without_events():
 def test_request_that_never_fits_is_dropped_and_counted():
     # 12 tokens need 3 blocks; only 2 usable -> unservable, the next one still runs
     trace = make_trace((((1, 12),), 1), (((2, 4),), 1))
-    res = _run(make_engine(3), trace)
+    res = _run(make_setup(3), trace)
     assert res.requests_unservable == 1 and res.requests_done == 1
     assert res.prompt_tokens == 4
 
 
 def test_too_long_requests_are_rejected():
     trace = make_trace((((1, 64),), 1), (((2, 4),), 1))
-    res = _run(make_engine(64, max_model_len=64), trace)
+    res = _run(make_setup(64, max_model_len=64), trace)
     assert res.requests_rejected_too_long == 1 and res.requests_done == 1
 
 
@@ -101,7 +101,7 @@ def test_chunked_prefill_and_token_budget():
     # 20-token prompt, chunks of 8 within a 8-token budget: 8 + 8 + 4 -> 3 prefill steps,
     # then 2 decode steps for 3 outputs
     trace = make_trace((((1, 20),), 3))
-    res = _run(make_engine(64), trace, max_prefill_chunk=8, max_num_batched_tokens=8)
+    res = _run(make_setup(64), trace, max_prefill_chunk=8, max_num_batched_tokens=8)
     assert res.steps == 5
     assert res.manager_calls_by_kind["allocate_slots"] == 5
     settings = SchedulerSettings(arrivals="all", max_prefill_chunk=8, max_num_batched_tokens=8)
@@ -116,12 +116,12 @@ def test_hybrid_sliding_window_frees_out_of_window_blocks_and_hits():
     # a hit at R0's prompt end (token 31 -> 28) needs, so R1 hits 28 tokens, not 32, and
     # holds 9 full + 3 window blocks (6, 7, 8) = 12 at its peak.
     trace = make_trace((((1, 32),), 1), (((1, 32), (2, 4)), 1))
-    hybrid = make_engine(64, window=4)
+    hybrid = make_setup(64, window=4)
     res = _run(hybrid, trace, max_num_seqs=1, max_prefill_chunk=8)
     assert res.peak_used_blocks == 12
     assert res.hit_tokens == 28 and res.prompt_tokens == 68
     assert res.kv_cache_groups == ("FullAttentionSpecx1", "SlidingWindowSpecx1")
-    full_only = _run(make_engine(64), trace, max_num_seqs=1, max_prefill_chunk=8)
+    full_only = _run(make_setup(64), trace, max_num_seqs=1, max_prefill_chunk=8)
     # without a window group the peak is R1's 36 tokens = 9 blocks (R0's 32 took 8)
     assert full_only.peak_used_blocks == 9
     assert full_only.hit_tokens == 32
@@ -132,11 +132,11 @@ def test_dense_retention_keeps_every_window_block():
     # cached, so R1 hits 32 tokens and needs 9 full + 2 window blocks (8, and the cached
     # 7 it hit) = 11 at its peak; the choice survives re-planning for another block count
     trace = make_trace((((1, 32),), 1), (((1, 32), (2, 4)), 1))
-    dense = dataclasses.replace(make_engine(64, window=4), retention="dense")
+    dense = dataclasses.replace(make_setup(64, window=4), retention="dense")
     res = _run(dense, trace, max_num_seqs=1, max_prefill_chunk=8)
     assert (res.hit_tokens, res.peak_used_blocks, res.retention) == (32, 11, "dense")
     assert dense.with_num_blocks(32).simulator().mgr.retention == "dense"
-    assert _run(make_engine(64, window=4), trace).retention == "vllm"
+    assert _run(make_setup(64, window=4), trace).retention == "vllm"
 
 
 def test_timestamp_arrivals_wait_for_the_clock():
@@ -144,7 +144,7 @@ def test_timestamp_arrivals_wait_for_the_clock():
     trace = trace._replace(
         requests=tuple(r._replace(arrival_s=10.0 * i) for i, r in enumerate(trace.requests))
     )
-    res = _run(make_engine(64), trace, arrivals="timestamp")
+    res = _run(make_setup(64), trace, arrivals="timestamp")
     assert res.steps == 2 and res.requests_done == 2
     assert res.peak_running == 1
 
@@ -174,7 +174,7 @@ def test_mamba_align_mode_cuts_prefill_chunks_at_block_boundaries(tmp_path):
     cfg = KVCacheConfig(
         num_blocks=64, kv_cache_tensors=(), kv_cache_groups=groups, max_model_len=64
     )
-    plain = make_engine(64, max_model_len=64)
+    plain = make_setup(64, max_model_len=64)
     hybrid = dataclasses.replace(plain, kv_cache_config=cfg)
     trace = make_trace((((1, 10),), 1))
     tight = {"max_prefill_chunk": 3, "max_num_batched_tokens": 3}
@@ -184,9 +184,9 @@ def test_mamba_align_mode_cuts_prefill_chunks_at_block_boundaries(tmp_path):
     # 17 tokens in chunks of 9: plain 9 + 8; aligned 8 (cut to a boundary), 8 (stops at
     # 16, the last boundary before the final token), 1
     longer = make_trace((((1, 17),), 1))
-    for engine, expected in ((plain, ["9", "8"]), (hybrid, ["8", "8", "1"])):
+    for setup, expected in ((plain, ["9", "8"]), (hybrid, ["8", "8", "1"])):
         path = tmp_path / "steps.csv"
-        engine.simulator(SchedulerSettings(max_prefill_chunk=9)).run(longer, steps_path=str(path))
+        setup.simulator(SchedulerSettings(max_prefill_chunk=9)).run(longer, steps_path=str(path))
         rows = [line.split(",") for line in path.read_text().splitlines()[1:]]
         assert [row[4] for row in rows] == expected
 
@@ -231,7 +231,7 @@ def test_admission_tells_the_manager_whether_anything_runs():
     # then). K=2. Step 1 admits R0 (nothing runs) and R1 (R0 runs); R0 finishes in step 1.
     # Step 2 admits R2 while R1 decodes.
     trace = make_trace((((1, 4),), 1), (((2, 4),), 2), (((3, 4),), 1))
-    sim = make_engine(64).simulator(SchedulerSettings(arrivals="all", max_num_seqs=2))
+    sim = make_setup(64).simulator(SchedulerSettings(arrivals="all", max_num_seqs=2))
     recorder = _AdmissionRecorder(sim.mgr)
     sim.mgr = recorder
     res = sim.run(trace)
@@ -254,7 +254,7 @@ class _BoundaryReturning(_AdmissionRecorder):
 
 def test_a_boundary_returned_by_the_lookup_is_kept_on_the_request():
     # Mamba align mode reads the junction from the request (vLLM's Scheduler stores it)
-    sim = make_engine(64).simulator(SchedulerSettings())
+    sim = make_setup(64).simulator(SchedulerSettings())
     recorder = _BoundaryReturning(sim.mgr)
     sim.mgr = recorder
     res = sim.run(make_trace((((1, 12),), 1)))
@@ -276,16 +276,16 @@ def test_admission_waits_until_the_whole_prompt_fits():
     # and nothing is preempted. Admitting on the first chunk alone over-commits the cache.
     trace = make_trace((((1, 4),), 8), (((2, 20),), 1))
     settings = SchedulerSettings(arrivals="all", max_prefill_chunk=4)
-    sim = make_engine(6).simulator(settings)
+    sim = make_setup(6).simulator(settings)
     res = sim.run(trace)
     assert (res.requests_done, res.preemptions, res.steps) == (2, 0, 8 + 5)
-    eager = make_engine(6).simulator(settings)
+    eager = make_setup(6).simulator(settings)
     eager.mgr = _IgnoresFullSequence(eager.mgr)
     assert eager.run(trace).preemptions > 0
 
 
-def _finish_order(engine, trace, settings):
-    loop = engine.simulator(settings).loop(trace)
+def _finish_order(setup, trace, settings):
+    loop = setup.simulator(settings).loop(trace)
     order: list[int] = []
     while loop.has_work:
         order += loop.step().finished
@@ -299,9 +299,9 @@ def test_priority_policy_serves_the_lowest_priority_value_first():
         requests=tuple(r._replace(arrival_s=0.0, priority=p) for r, p in zip(reqs, (2, 0, 1)))
     )
     fcfs = SchedulerSettings(arrivals="all", max_num_seqs=1)
-    assert _finish_order(make_engine(64), trace, fcfs)[0] == [0, 1, 2]
+    assert _finish_order(make_setup(64), trace, fcfs)[0] == [0, 1, 2]
     priority = dataclasses.replace(fcfs, policy="priority")
-    assert _finish_order(make_engine(64), trace, priority)[0] == [1, 2, 0]
+    assert _finish_order(make_setup(64), trace, priority)[0] == [1, 2, 0]
 
 
 def test_priority_policy_preempts_the_largest_priority_value():
@@ -315,7 +315,7 @@ def test_priority_policy_preempts_the_largest_priority_value():
         )
         settings = SchedulerSettings(arrivals="all", max_num_seqs=2, policy="priority")
         seen: list[int] = []
-        loop = make_engine(5).simulator(settings).loop(trace)
+        loop = make_setup(5).simulator(settings).loop(trace)
         loop.scheduler.on_preempt = lambda seq, seen=seen: seen.append(seq.index)
         while loop.has_work:
             loop.step()
@@ -326,18 +326,18 @@ def test_long_prefill_threshold_applies_only_while_another_request_is_eligible()
     # vLLM: a long prefill alone may use the whole budget; beside another it is capped
     alone = make_trace((((1, 20),), 1))
     settings = SchedulerSettings(arrivals="all", long_prefill_token_threshold=8)
-    assert _run(make_engine(64), alone, arrivals="all", long_prefill_token_threshold=8).steps == 1
+    assert _run(make_setup(64), alone, arrivals="all", long_prefill_token_threshold=8).steps == 1
     both = make_trace((((1, 20),), 1), (((2, 20),), 1))
-    loop = make_engine(64).simulator(settings).loop(both)
+    loop = make_setup(64).simulator(settings).loop(both)
     assert loop.step().num_scheduled_tokens == 16  # 8 + 8
     adaptive = dataclasses.replace(settings, long_prefill_token_threshold_adaptive=True,
                                    max_num_batched_tokens=40)  # fmt: skip
-    loop = make_engine(64).simulator(adaptive).loop(both)
+    loop = make_setup(64).simulator(adaptive).loop(both)
     assert loop.step().num_scheduled_tokens == 40  # floor: 40 // 2 requests = 20 each
 
 
 def test_no_per_request_prefill_cap_by_default():
     # vLLM has no per-request chunk limit: a 5000-token prompt takes the 8192 budget
     trace = make_trace((((1, 5000),), 1))
-    res = _run(make_engine(2048, max_model_len=8192), trace, arrivals="all")
+    res = _run(make_setup(2048, max_model_len=8192), trace, arrivals="all")
     assert res.steps == 1 and res.settings["max_prefill_chunk"] is None

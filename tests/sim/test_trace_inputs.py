@@ -16,7 +16,7 @@ from pagedkv.sim.traces.bundled import load_trace
 from pagedkv.sim.traces.readers import read_mooncake
 from pagedkv.sim.traces.tokens import prompt_tokens
 
-from .helpers import make_engine
+from .helpers import make_setup
 
 
 def _write(path: Path, records: list[dict]) -> Path:
@@ -51,8 +51,8 @@ def test_the_trace_block_size_option_reads_hash_ids_as_that_many_tokens(tmp_path
     a, b = (prompt_tokens(r) for r in trace.requests[:2])
     shared = next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)
     assert shared == 320
-    engine = make_engine(4096, max_model_len=1024)
-    res = engine.simulator(SchedulerSettings(max_num_seqs=1)).run(trace)
+    setup = make_setup(4096, max_model_len=1024)
+    res = setup.simulator(SchedulerSettings(max_num_seqs=1)).run(trace)
     # 5 of 6 requests hit the 320 shared tokens (block size 4: all 80 blocks)
     assert res.hit_tokens == 5 * 320
 
@@ -68,7 +68,7 @@ def test_token_id_records_share_exactly_their_common_prefix(tmp_path):
     assert prompt_tokens(first) == records[0]["token_ids"]
     assert prompt_tokens(second) == records[1]["prompt_token_ids"]
     assert (second.num_output_tokens, second.arrival_s) == (3, 0.005)
-    res = make_engine(256).simulator(SchedulerSettings(max_num_seqs=1)).run(trace)
+    res = make_setup(256).simulator(SchedulerSettings(max_num_seqs=1)).run(trace)
     assert res.hit_tokens == 40  # 10 blocks of 4 tokens: the common prefix exactly
 
 
@@ -155,6 +155,6 @@ def test_a_limit_keeps_count_of_the_whole_trace():
     assert load_trace("synthetic:50:1", limit=10).total_requests == 50
     assert load_trace("synthetic:50:1").total_requests == 50
     cut = load_trace("synthetic:50:1", limit=7)
-    res = make_engine(4096).simulator(SchedulerSettings()).run(cut)
+    res = make_setup(4096).simulator(SchedulerSettings()).run(cut)
     rows = dict(res.summary_rows())
     assert rows["replayed of the trace"] == "7 of 50 requests"

@@ -218,14 +218,12 @@ def simulate_engine_command(
     import time
 
     from pagedkv.events import KVEventsConfig
-    from pagedkv.sim.engine import engine_from_model
-    from pagedkv.sim.fleet.engine import publish_replay
+    from pagedkv.sim.fleet.publish import publish_replay
+    from pagedkv.sim.setup import setup_from_model
     from pagedkv.sim.traces.bundled import load_trace
 
     config = KVEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint or None, topic=topic)
-    engine = dataclasses.replace(
-        engine_from_model(model, num_blocks=num_blocks), hash_algo=hash_algo
-    )
+    setup = dataclasses.replace(setup_from_model(model, num_blocks=num_blocks), hash_algo=hash_algo)
     console = stderr_console()
 
     def started(publisher: object) -> None:
@@ -236,7 +234,7 @@ def simulate_engine_command(
         time.sleep(wait_s)
 
     run = publish_replay(
-        engine, load_trace(trace), config, step_delay_s=step_delay_ms / 1000,
+        setup, load_trace(trace), config, step_delay_s=step_delay_ms / 1000,
         on_started=started, before_close=lambda _: time.sleep(wait_s),
     )  # fmt: skip
     console.print(

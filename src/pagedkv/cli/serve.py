@@ -19,7 +19,7 @@ __all__ = [
 API_KEY_ENV = "PAGEDKV_API_KEY"
 
 
-def _engine(model: str, tiny: bool, seed: int, vocab_size: int) -> Any:
+def _load_model(model: str, tiny: bool, seed: int, vocab_size: int) -> Any:
     from pagedkv.hf.load import load_pretrained, load_tiny_model, use_one_thread
 
     if tiny:
@@ -88,7 +88,7 @@ def serve_command(
 
     key = api_key or os.environ.get(API_KEY_ENV) or None
     tokenizer = load_chat_tokenizer(model, tiny=tiny)
-    hf_model = _engine(model, tiny, seed, tokenizer.vocab_size)
+    hf_model = _load_model(model, tiny, seed, tokenizer.vocab_size)
     generator = PagedGenerator(
         hf_model,
         kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes, "--kv-cache-memory-bytes"),

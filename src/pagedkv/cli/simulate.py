@@ -39,7 +39,7 @@ from pagedkv.cli.simulate_tiers import (
     TierOptions,
     parse_tier_options,
     run_tier_sweep,
-    single_engine,
+    single_setup,
     tier_rows,
 )
 from pagedkv.errors import ConfigError
@@ -318,9 +318,9 @@ def _with_cost_model(tiers: TierOptions, replay: Replay) -> TierOptions:
         return tiers
     from pagedkv.sim.tiers import cost_model_for, host_blocks_for
 
-    cost = cost_model_for(replay.engine, tiers.gpu, tiers.pcie_gbps, model=replay.model)
+    cost = cost_model_for(replay.setup, tiers.gpu, tiers.pcie_gbps, model=replay.model)
     for gib in tiers.host_gib:
-        host_blocks_for(replay.engine, gib)
+        host_blocks_for(replay.setup, gib)
     return tiers._replace(cost=cost)
 
 
@@ -338,7 +338,7 @@ def _run(
     elif outputs.sweep and tiers.active:
         progress = functools.partial(_tier_phase, show=show)
         run_tier_sweep(
-            replay.engine, replay.trace, settings, tiers, outputs.plot, outputs.json_output,
+            replay.setup, replay.trace, settings, tiers, outputs.plot, outputs.json_output,
             progress, fleet.workers, fleet.ray_address,
         )  # fmt: skip
     elif outputs.sweep:
@@ -355,9 +355,9 @@ def _run_fleet(
     outputs: OutputOptions,
 ) -> None:
     # Every replica gets the policy / host tier (one value each).
-    engine = single_engine(replay.engine, tiers) if tiers.active else replay.engine
+    setup = single_setup(replay.setup, tiers) if tiers.active else replay.setup
     run_fleet(
-        engine, replay.trace, settings, replicas=fleet.replicas, router=fleet.router,
+        setup, replay.trace, settings, replicas=fleet.replicas, router=fleet.router,
         sweep=outputs.sweep, bound=outputs.bound or outputs.sweep, plot=outputs.plot,
         json_output=outputs.json_output, workers=fleet.workers, ray_address=fleet.ray_address,
     )  # fmt: skip
@@ -372,10 +372,10 @@ def _run_single(
 ) -> None:
     from pagedkv.sim.run import simulate
 
-    engine = single_engine(replay.engine, tiers) if tiers.active else replay.engine
+    setup = single_setup(replay.setup, tiers) if tiers.active else replay.setup
     with phase("replaying", len(replay.trace.requests), show) as bar:
         result = simulate(
-            engine,
+            setup,
             replay.trace,
             settings,
             bound=outputs.bound,
@@ -383,7 +383,7 @@ def _run_single(
             progress=bar,
             stage=lambda name: bar.stage(f"computing the {name}"),
         )
-    extra_rows, extra = tier_rows(result, engine, tiers) if tiers.active else ([], {})
+    extra_rows, extra = tier_rows(result, setup, tiers) if tiers.active else ([], {})
     loaded = replay.trace
     if outputs.json_output:
         data = result.to_dict() | extra
@@ -407,17 +407,17 @@ def _run_sweep(
     fleet: FleetOptions,
     show: bool,
 ) -> None:
-    from pagedkv.sim.engine import bound_geometry
     from pagedkv.sim.run import sweep as run_sweep
     from pagedkv.sim.run import sweep_sizes
+    from pagedkv.sim.setup import bound_geometry
 
-    engine, loaded = replay.engine, replay.trace
-    sizes = sweep_sizes(engine.num_blocks)
-    geometry = bound_geometry(engine.kv_cache_config)
-    block_size = geometry.block_size if geometry else engine.config.block_size
+    setup, loaded = replay.setup, replay.trace
+    sizes = sweep_sizes(setup.num_blocks)
+    geometry = bound_geometry(setup.kv_cache_config)
+    block_size = geometry.block_size if geometry else setup.config.block_size
     with phase("sweeping cache sizes", len(sizes), show) as update:
         points = run_sweep(
-            engine,
+            setup,
             loaded,
             sizes,
             settings,
@@ -429,10 +429,10 @@ def _run_sweep(
     if outputs.plot is not None:
         from pagedkv.sim.reports.plot import plot_sweep
 
-        title = f"{engine.model_name}, {loaded.name} ({len(loaded.requests)} requests)"
+        title = f"{setup.model_name}, {loaded.name} ({len(loaded.requests)} requests)"
         plot_sweep(points, outputs.plot, title=title, block_size=block_size)
     if outputs.json_output:
         rows = [p._asdict() | {"tokens": p.num_blocks * block_size} for p in points]
-        print(json.dumps({"model": engine.model_name, "trace": loaded.name, "sweep": rows}))
+        print(json.dumps({"model": setup.model_name, "trace": loaded.name, "sweep": rows}))
     else:
         print_sweep(points, block_size)

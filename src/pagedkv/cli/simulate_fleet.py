@@ -47,7 +47,7 @@ def replica_counts(max_replicas: int) -> list[int]:
 
 
 def run_fleet(
-    engine: Any,
+    setup: Any,
     trace: Any,
     settings: Any,
     *,
@@ -63,7 +63,7 @@ def run_fleet(
     """Simulate one fleet, or (``sweep``) every router at 1, 2, 4 .. ``replicas``.
 
     Args:
-        engine: the engine every replica copies.
+        setup: what every replica runs on.
         trace: the requests, arriving at their timestamps.
         settings: the scheduler settings.
         replicas: engines in the fleet (with ``sweep``: the largest count).
@@ -80,15 +80,15 @@ def run_fleet(
 
     if sweep:
         results = fleet_sweep(
-            engine, trace, replica_counts(replicas), settings=settings, bound=bound,
+            setup, trace, replica_counts(replicas), settings=settings, bound=bound,
             workers=workers, ray_address=ray_address,
         )  # fmt: skip
     else:
-        results = [simulate_fleet(engine, trace, replicas, router, settings, bound=bound)]
+        results = [simulate_fleet(setup, trace, replicas, router, settings, bound=bound)]
     if plot is not None:
         from pagedkv.sim.fleet.plot import plot_fleet_sweep
 
-        title = f"{engine.model_name}, {trace.name} ({len(trace.requests)} requests)"
+        title = f"{setup.model_name}, {trace.name} ({len(trace.requests)} requests)"
         plot_fleet_sweep(results, plot, title=title)
     if json_output:
         print(json.dumps([r.to_dict() for r in results], indent=1))

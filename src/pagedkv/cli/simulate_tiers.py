@@ -13,7 +13,7 @@ from pagedkv.errors import ConfigError
 __all__ = [
     "TierOptions",
     "parse_tier_options",
-    "single_engine",
+    "single_setup",
     "tier_rows",
     "run_tier_sweep",
 ]
@@ -69,24 +69,24 @@ def parse_tier_options(
     return TierOptions(policies, sizes, host_policy, pcie_gbps, gpu)
 
 
-def single_engine(engine: Any, opts: TierOptions) -> Any:
-    """The engine of one run; a list of values belongs to --sweep."""
+def single_setup(setup: Any, opts: TierOptions) -> Any:
+    """The setup of one run; a list of values belongs to --sweep."""
     from pagedkv.sim.tiers import host_blocks_for, with_tiers
 
     if len(opts.policies) > 1 or len(opts.host_gib) > 1:
         raise ConfigError("several --policy or --host-cache-gib values need --sweep")
-    host = host_blocks_for(engine, opts.host_gib[0])
-    return with_tiers(engine, opts.policies[0], host, opts.host_policy)
+    host = host_blocks_for(setup, opts.host_gib[0])
+    return with_tiers(setup, opts.policies[0], host, opts.host_policy)
 
 
 def tier_rows(
-    result: Any, engine: Any, opts: TierOptions
+    result: Any, setup: Any, opts: TierOptions
 ) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     """Summary rows and JSON fields: hits per tier, prefill saved, estimated TTFT."""
     from pagedkv.sim.tiers import cost_model_for, point_of
 
-    cost = opts.cost or cost_model_for(engine, opts.gpu, opts.pcie_gbps)
-    point = point_of(result, engine, cost)
+    cost = opts.cost or cost_model_for(setup, opts.gpu, opts.pcie_gbps)
+    point = point_of(result, setup, cost)
     prompt = result.prompt_tokens or 1
     device_hits = result.hit_tokens - result.host_hit_tokens
     no_cache = cost.mean_ttft_s(result.admitted_requests, result.prompt_tokens, 0, 0)
@@ -95,11 +95,11 @@ def tier_rows(
     if best is not None:
         bound_ttft = cost.mean_ttft_s(result.admitted_requests, result.prompt_tokens, best, 0)
     rows = [
-        ("eviction policy", engine.eviction_policy),
+        ("eviction policy", setup.eviction_policy),
         (
             "host tier",
-            f"{format_int(engine.host_num_blocks)} blocks ({engine.host_policy})"
-            if engine.host_num_blocks
+            f"{format_int(setup.host_num_blocks)} blocks ({setup.host_policy})"
+            if setup.host_num_blocks
             else "none",
         ),
         (
@@ -119,9 +119,9 @@ def tier_rows(
     if bound_ttft is not None:
         rows.append(("est. mean TTFT at the bound", f"{1000 * bound_ttft:.1f} ms"))
     data = {
-        "eviction_policy": engine.eviction_policy,
-        "host_num_blocks": engine.host_num_blocks,
-        "host_policy": engine.host_policy,
+        "eviction_policy": setup.eviction_policy,
+        "host_num_blocks": setup.host_num_blocks,
+        "host_policy": setup.host_policy,
         "device_hit_tokens": device_hits,
         "prefill_tokens_saved": result.hit_tokens,
         "cost_model": cost._asdict(),
@@ -133,7 +133,7 @@ def tier_rows(
 
 
 def run_tier_sweep(
-    engine: Any,
+    setup: Any,
     loaded: Any,
     settings: Any,
     opts: TierOptions,
@@ -146,7 +146,7 @@ def run_tier_sweep(
     """Every policy x device size (1/8x .. 4x) x host size; a table (or JSON) and a plot.
 
     Args:
-        engine: the simulated engine; each point resizes it.
+        setup: what the simulation runs on; each point resizes it.
         loaded: the trace replayed.
         settings: the scheduler settings.
         opts: the policies, host sizes and cost inputs from the command line.
@@ -156,17 +156,17 @@ def run_tier_sweep(
         workers: local processes (None: one per CPU, 1: this process).
         ray_address: a Ray cluster to run on instead (None: local).
     """
-    from pagedkv.sim.engine import bound_geometry
     from pagedkv.sim.run import sweep_sizes
+    from pagedkv.sim.setup import bound_geometry
     from pagedkv.sim.tiers import cost_model_for, host_blocks_for, plot_tier_sweep, tier_sweep
 
-    sizes = sweep_sizes(engine.num_blocks)
-    hosts = sorted({host_blocks_for(engine, g) for g in opts.host_gib})
-    cost = opts.cost or cost_model_for(engine, opts.gpu, opts.pcie_gbps)
+    sizes = sweep_sizes(setup.num_blocks)
+    hosts = sorted({host_blocks_for(setup, g) for g in opts.host_gib})
+    cost = opts.cost or cost_model_for(setup, opts.gpu, opts.pcie_gbps)
     total = len(sizes) * len(hosts) * len(opts.policies)
     with progress(total, "sweeping policies and sizes") as update:
         points = tier_sweep(
-            engine,
+            setup,
             loaded,
             settings,
             opts.policies,
@@ -175,17 +175,17 @@ def run_tier_sweep(
             host_policy=opts.host_policy,
             cost=cost,
             # as the plain sweep: no bound without a full-attention group
-            bound=bound_geometry(engine.kv_cache_config) is not None,
+            bound=bound_geometry(setup.kv_cache_config) is not None,
             progress=update,
             workers=workers,
             ray_address=ray_address,
         )
     if plot is not None:
-        title = f"{engine.model_name}, {loaded.name} ({len(loaded.requests)} requests)"
+        title = f"{setup.model_name}, {loaded.name} ({len(loaded.requests)} requests)"
         plot_tier_sweep(points, plot, title=title)
     if json_output:
         rows = [p._asdict() for p in points]
-        print(json.dumps({"model": engine.model_name, "trace": loaded.name, "sweep": rows}))
+        print(json.dumps({"model": setup.model_name, "trace": loaded.name, "sweep": rows}))
         return
     _tier_table(points)
 

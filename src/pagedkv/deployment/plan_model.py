@@ -1,7 +1,7 @@
 """``pagedkv.plan``: plan a model's KV cache on given GPUs with given vLLM flags.
 
 The one place that turns a model, a device and flags into a plan: the CLI's ``plan``
-and ``simulate``, the simulator's ``engine_from_model`` and a notebook all call it, so
+and ``simulate``, the simulator's ``setup_from_model`` and a notebook all call it, so
 they agree on every default and every number.
 """
 

@@ -7,16 +7,6 @@ from pagedkv.models.adapters import (
     registered_adapter_names,
     unregister_model_adapter,
 )
-from pagedkv.models.engine import (
-    MemoryBudget,
-    activation_reserve_bytes,
-    engine_config_for,
-    estimate_weight_bytes,
-    get_kv_cache_specs,
-    memory_budgets,
-    pipeline_stages,
-    weight_bytes_per_worker,
-)
 from pagedkv.models.gpus import GPU, get_gpu, list_gpus
 from pagedkv.models.layers import (
     AttentionLayer,
@@ -29,6 +19,16 @@ from pagedkv.models.layers import (
 )
 from pagedkv.models.source import ConfigView, ModelSource, list_bundled_models, load_model_config
 from pagedkv.models.states import GatedDeltaNetState, Mamba1State, Mamba2State
+from pagedkv.models.workers import (
+    MemoryBudget,
+    activation_reserve_bytes,
+    engine_config_for,
+    estimate_weight_bytes,
+    get_kv_cache_specs,
+    memory_budgets,
+    pipeline_stages,
+    weight_bytes_per_worker,
+)
 
 __all__ = [
     "GPU",

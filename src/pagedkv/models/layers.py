@@ -1,7 +1,7 @@
 """A model's cache-holding layers, architecture-neutral, and the KV cache spec each
 gives on one tensor-parallel rank.
 
-Adapters turn a config into a ModelLayout of these; ``models.engine`` splits it over
+Adapters turn a config into a ModelLayout of these; ``models.workers`` splits it over
 pipeline stages and asks each layer for its spec.
 """
 

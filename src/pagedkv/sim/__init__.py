@@ -1,12 +1,12 @@
 """Trace-driven simulation: trace readers, the scheduler loop, metrics, the bound, sweeps."""
 
-from pagedkv.sim.engine import SimEngine, engine_from_model, engine_from_plan
 from pagedkv.sim.planned import PlanInputs, plan_with_num_blocks
 from pagedkv.sim.reports.bound import AccessLog, BoundResult, belady_bound
 from pagedkv.sim.reports.metrics import SimResult
 from pagedkv.sim.run import SweepPoint, simulate, sweep, sweep_sizes
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings, SimulationError
 from pagedkv.sim.scheduling.simulator import Simulator
+from pagedkv.sim.setup import SimSetup, setup_from_model, setup_from_plan
 from pagedkv.sim.traces.bundled import list_bundled_traces, load_trace
 from pagedkv.sim.traces.readers import read_azure, read_mooncake
 from pagedkv.sim.traces.synthetic import SyntheticTraceConfig, synthetic_trace
@@ -18,7 +18,7 @@ __all__ = [
     "PlanInputs",
     "Segment",
     "SchedulerSettings",
-    "SimEngine",
+    "SimSetup",
     "SimResult",
     "SimulationError",
     "Simulator",
@@ -27,8 +27,8 @@ __all__ = [
     "Trace",
     "TraceRequest",
     "belady_bound",
-    "engine_from_model",
-    "engine_from_plan",
+    "setup_from_model",
+    "setup_from_plan",
     "list_bundled_traces",
     "load_trace",
     "plan_with_num_blocks",

@@ -1,6 +1,6 @@
-"""What one replay runs on: the engine planned for a model and the trace read for it.
+"""What one replay runs on: the setup planned for a model and the trace read for it.
 
-``build_replay`` is ``pagedkv simulate``'s setup as a library call: the model's config
+``build_replay`` is ``pagedkv simulate``'s preparation as a library call: the model's config
 is read once, the trace is tokenized with the model's tokenizer, and the cache is
 planned as ``pagedkv plan`` plans it for a GPU, or with a given block count.
 """
@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError
 from pagedkv.models import ModelLayout, ModelSource
-from pagedkv.sim.engine import SimEngine
+from pagedkv.sim.setup import SimSetup
 from pagedkv.sim.traces.trace import Trace
 
 __all__ = [
@@ -71,9 +71,9 @@ class CacheOptions:
 
 
 class Replay(NamedTuple):
-    """An engine, the trace to replay on it and the model both were made for."""
+    """A setup, the trace to replay on it and the model both were made for."""
 
-    engine: SimEngine
+    setup: SimSetup
     trace: Trace
     model: ModelSource
 
@@ -99,7 +99,7 @@ def build_replay(
     reading: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
     warn_long: LongModelWarning = _no_warning,
 ) -> Replay:
-    """Read ``model`` and ``trace``, and plan the engine the trace replays on.
+    """Read ``model`` and ``trace``, and plan the setup the trace replays on.
 
     Args:
         model: bundled name, directory, config.json or Hub id (at ``cache.revision``).
@@ -138,22 +138,22 @@ def build_replay(
             tokenize=tokenizer,
         )
     if num_blocks is not None:
-        engine = _engine_with_blocks(source, num_blocks, cache, warn_long)
+        setup = _setup_with_blocks(source, num_blocks, cache, warn_long)
     else:
         flags = (max_num_seqs, max_num_batched_tokens)
-        engine = _planned_engine(source, gpu, cache, flags, warn_long)
-    config = engine.config
+        setup = _planned_setup(source, gpu, cache, flags, warn_long)
+    config = setup.config
     if cache.enable_prefix_caching is not None:
         config = config.replace(enable_prefix_caching=cache.enable_prefix_caching)
-    engine = dataclasses.replace(
-        engine, hash_algo=cache.hash_algo, config=config, retention=cache.retention
+    setup = dataclasses.replace(
+        setup, hash_algo=cache.hash_algo, config=config, retention=cache.retention
     )
-    return Replay(engine, loaded, source)
+    return Replay(setup, loaded, source)
 
 
 def check_fits(replay: Replay, num_blocks: int | None) -> None:
     """Refuse a replay in which every request would be rejected (a table of zeros)."""
-    max_len = replay.engine.max_model_len
+    max_len = replay.setup.max_model_len
     requests = replay.trace.requests
     shortest = min((r.num_prompt_tokens for r in requests), default=0)
     if not requests or shortest < max_len:
@@ -170,17 +170,17 @@ def check_fits(replay: Replay, num_blocks: int | None) -> None:
     )
 
 
-def _engine_with_blocks(
+def _setup_with_blocks(
     source: ModelSource, num_blocks: int, cache: CacheOptions, warn_long: LongModelWarning
-) -> SimEngine:
+) -> SimSetup:
     from pagedkv.deployment import check_model_limit
     from pagedkv.models import describe_model
-    from pagedkv.sim.engine import engine_from_model
+    from pagedkv.sim.setup import setup_from_model
 
     layout = describe_model(source)
     if check_model_limit(layout, cache.max_model_len):
         warn_long(layout, cache.max_model_len)
-    return engine_from_model(
+    return setup_from_model(
         source,  # type: ignore[arg-type]
         num_blocks=num_blocks,
         tensor_parallel_size=cache.tensor_parallel_size,
@@ -191,15 +191,15 @@ def _engine_with_blocks(
     )
 
 
-def _planned_engine(
+def _planned_setup(
     source: ModelSource,
     gpu: str | None,
     cache: CacheOptions,
     scheduler_flags: tuple[int | None, int | None],
     warn_long: LongModelWarning,
-) -> SimEngine:
+) -> SimSetup:
     from pagedkv.deployment import PlanRequest, VLLMFlags
-    from pagedkv.sim.engine import engine_from_request
+    from pagedkv.sim.setup import setup_from_request
 
     max_num_seqs, max_num_batched_tokens = scheduler_flags
     flags = VLLMFlags(
@@ -217,7 +217,7 @@ def _planned_engine(
         pipeline_parallel_size=cache.pipeline_parallel_size,
         flags=flags,
     )
-    engine, result = engine_from_request(request)
+    setup, result = setup_from_request(request)
     if result.above_model_limit:
         warn_long(result.layout, cache.max_model_len)
-    return engine
+    return setup

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError
-from pagedkv.sim.engine import SimEngine, bound_geometry, host_block_tokens
 from pagedkv.sim.reports.bound import AccessLog, belady_bound
 from pagedkv.sim.reports.metrics import SimResult
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.setup import SimSetup, bound_geometry, host_block_tokens
 from pagedkv.sim.traces.trace import Trace
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
 
 
 def simulate(
-    engine: SimEngine,
+    setup: SimSetup,
     trace: Trace,
     settings: SchedulerSettings | None = None,
     *,
@@ -42,7 +42,7 @@ def simulate(
     replay, so every policy is measured against the same bound.
 
     Args:
-        engine: the simulated engine (manager, policy, host tier).
+        setup: what the simulation runs on (KV cache config, policy, host tier).
         trace: the requests replayed.
         settings: the scheduler settings (None: the defaults).
         bound: also compute the clairvoyant (Belady) hit count.
@@ -51,16 +51,16 @@ def simulate(
         progress: called with the requests done, every 256 steps.
         stage: called with a phase's name when a phase after the replay starts.
     """
-    geometry = bound_geometry(engine.kv_cache_config) if bound else None
+    geometry = bound_geometry(setup.kv_cache_config) if bound else None
     if bound and geometry is None:
         raise ConfigError(
             "the prefix-cache bound needs a full-attention KV cache group (a window hit "
             "does not need the whole prefix cached)"
         )
-    reference = dataclasses.replace(engine, eviction_policy="lru", host_num_blocks=0)
-    own_log = bound and engine.eviction_policy == "lru" and not engine.host_num_blocks
+    reference = dataclasses.replace(setup, eviction_policy="lru", host_num_blocks=0)
+    own_log = bound and setup.eviction_policy == "lru" and not setup.host_num_blocks
     log = AccessLog() if own_log else None
-    result = engine.simulator(settings).run(
+    result = setup.simulator(settings).run(
         trace, access_log=log, steps_path=steps_path, keep_steps=keep_steps, progress=progress
     )
     if not bound or geometry is None:
@@ -73,8 +73,8 @@ def simulate(
         reference.simulator(settings).run(trace, access_log=log)
     found = belady_bound(trace.requests, log, block_size, capacity)
     result = dataclasses.replace(result, bound_hit_tokens=found.hit_tokens)
-    if engine.host_num_blocks:  # the bound of one cache as large as both tiers
-        host = engine.host_num_blocks * host_block_tokens(engine) // block_size
+    if setup.host_num_blocks:  # the bound of one cache as large as both tiers
+        host = setup.host_num_blocks * host_block_tokens(setup) // block_size
         both = belady_bound(trace.requests, log, block_size, capacity + host)
         result = dataclasses.replace(result, tiered_bound_hit_tokens=both.hit_tokens)
     return result
@@ -95,7 +95,7 @@ def sweep_dataframe(points: Sequence[SweepPoint]) -> Any:
 
 
 def sweep(
-    engine: SimEngine,
+    setup: SimSetup,
     trace: Trace,
     sizes: Sequence[int],
     settings: SchedulerSettings | None = None,
@@ -110,7 +110,7 @@ def sweep(
     1: this process) or on a Ray cluster (``ray_address``), same results either way.
 
     Args:
-        engine: the simulated engine; each point resizes it.
+        setup: what the simulation runs on; each point resizes it.
         trace: the requests replayed.
         sizes: block counts to simulate.
         settings: the scheduler settings (None: the defaults).
@@ -121,18 +121,18 @@ def sweep(
     """
     from pagedkv.sim.jobs import run_jobs
 
-    jobs = [(_sweep_point, (engine, trace, n, settings, bound)) for n in sizes]
+    jobs = [(_sweep_point, (setup, trace, n, settings, bound)) for n in sizes]
     return run_jobs(jobs, workers=workers, ray_address=ray_address, progress=progress)
 
 
 def _sweep_point(
-    engine: SimEngine,
+    setup: SimSetup,
     trace: Trace,
     num_blocks: int,
     settings: SchedulerSettings | None,
     bound: bool,
 ) -> SweepPoint:
-    result = simulate(engine.with_num_blocks(num_blocks), trace, settings, bound=bound)
+    result = simulate(setup.with_num_blocks(num_blocks), trace, settings, bound=bound)
     return SweepPoint(num_blocks, result.hit_rate, result.bound_hit_rate, result.preemptions)
 
 

@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from pagedkv.errors import ConfigError
-from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.reports.metrics import SimResult
 from pagedkv.sim.run import simulate
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.setup import SimSetup
 from pagedkv.sim.traces.trace import Trace
 
 __all__ = [
@@ -78,9 +78,9 @@ _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 _EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k")
 
 
-def kv_bytes_per_token(engine: SimEngine) -> float:
+def kv_bytes_per_token(setup: SimSetup) -> float:
     """KV bytes one token takes on one worker, every layer of every group."""
-    groups = engine.kv_cache_config.kv_cache_groups
+    groups = setup.kv_cache_config.kv_cache_groups
     return sum(
         g.kv_cache_spec.page_size_bytes * len(g.layer_names) / g.kv_cache_spec.block_size
         for g in groups
@@ -93,11 +93,11 @@ def check_host_gib(host_gib: float) -> None:
         raise ConfigError(f"--host-cache-gib must be a finite number >= 0, got {host_gib}")
 
 
-def host_blocks_for(engine: SimEngine, host_gib: float) -> int:
+def host_blocks_for(setup: SimSetup, host_gib: float) -> int:
     """Host blocks that ``host_gib`` GiB per worker holds (0 for 0); more than
     ``MAX_HOST_BLOCKS`` is refused here, before any replay allocates them."""
     check_host_gib(host_gib)
-    groups = [g for g in engine.kv_cache_config.kv_cache_groups if g.layer_names]
+    groups = [g for g in setup.kv_cache_config.kv_cache_groups if g.layer_names]
     per_block = max(g.kv_cache_spec.page_size_bytes * len(g.layer_names) for g in groups)
     blocks = int(host_gib * 2**30 // per_block)
     if blocks > MAX_HOST_BLOCKS:
@@ -174,30 +174,30 @@ def peak_tflops(gpu: str) -> float:
 
 
 def cost_model_for(
-    engine: SimEngine,
+    setup: SimSetup,
     gpu: str,
     pcie_gbps: float = DEFAULT_PCIE_GBPS,
     mfu: float = DEFAULT_MFU,
     *,
     model: Any = None,
 ) -> CostModel:
-    """The TTFT cost model of ``engine`` on ``gpu``; ``model`` is what the engine was
-    planned from (a ModelSource, directory or name; default: the engine's model name).
+    """The TTFT cost model of ``setup`` on ``gpu``; ``model`` is what the setup was
+    planned from (a ModelSource, directory or name; default: the setup's model name).
     Tensor parallelism is the engine config's.
 
     Args:
-        engine: the simulated engine (config, KV bytes per token).
+        setup: what the simulation runs on (config, KV bytes per token).
         gpu: the GPU's name, for its peak TFLOPS.
         pcie_gbps: host-to-device bandwidth, in GB/s.
         mfu: the fraction of the GPU's peak FLOPS prefill achieves.
-        model: what the engine was planned from (None: the engine's model name).
+        model: what the setup was planned from (None: the setup's model name).
     """
     check_pcie_gbps(pcie_gbps)
     tflops = peak_tflops(gpu)
-    params = active_params(engine.model_name if model is None else model)
-    tp = engine.config.parallel.tensor_parallel_size
+    params = active_params(setup.model_name if model is None else model)
+    tp = setup.config.parallel.tensor_parallel_size
     return CostModel(
-        mfu * tflops * 1e12 * tp / (2 * params), pcie_gbps * 1e9, kv_bytes_per_token(engine)
+        mfu * tflops * 1e12 * tp / (2 * params), pcie_gbps * 1e9, kv_bytes_per_token(setup)
     )
 
 
@@ -216,21 +216,21 @@ class TierPoint(NamedTuple):
     device_tokens: int = 0  # device capacity alone
 
 
-def with_tiers(engine: SimEngine, policy: str, host_num_blocks: int, host_policy: str) -> SimEngine:
-    """``engine`` with a device eviction policy and a host tier.
+def with_tiers(setup: SimSetup, policy: str, host_num_blocks: int, host_policy: str) -> SimSetup:
+    """``setup`` with a device eviction policy and a host tier.
 
     Args:
-        engine: the simulated engine.
+        setup: what the simulation runs on.
         policy: the device pool's eviction policy.
         host_num_blocks: host tier blocks (0: none).
         host_policy: the host tier's eviction policy.
     """
     return dataclasses.replace(
-        engine, eviction_policy=policy, host_num_blocks=host_num_blocks, host_policy=host_policy
+        setup, eviction_policy=policy, host_num_blocks=host_num_blocks, host_policy=host_policy
     )
 
 
-def point_of(result: SimResult, engine: SimEngine, cost: CostModel | None) -> TierPoint:
+def point_of(result: SimResult, setup: SimSetup, cost: CostModel | None) -> TierPoint:
     prompt = result.prompt_tokens or 1
     tiered = result.tiered_bound_hit_tokens
     ttft = None
@@ -241,14 +241,14 @@ def point_of(result: SimResult, engine: SimEngine, cost: CostModel | None) -> Ti
             result.hit_tokens,
             result.host_hit_tokens,
         )
-    from pagedkv.sim.engine import host_block_tokens
+    from pagedkv.sim.setup import host_block_tokens
 
-    device = (engine.num_blocks - 1) * result.block_size
-    tokens = device + engine.host_num_blocks * host_block_tokens(engine)
+    device = (setup.num_blocks - 1) * result.block_size
+    tokens = device + setup.host_num_blocks * host_block_tokens(setup)
     return TierPoint(
-        engine.eviction_policy,
-        engine.num_blocks,
-        engine.host_num_blocks,
+        setup.eviction_policy,
+        setup.num_blocks,
+        setup.host_num_blocks,
         tokens,
         result.hit_rate,
         result.host_hit_tokens / prompt,
@@ -260,7 +260,7 @@ def point_of(result: SimResult, engine: SimEngine, cost: CostModel | None) -> Ti
 
 
 def tier_sweep(
-    engine: SimEngine,
+    setup: SimSetup,
     trace: Trace,
     settings: SchedulerSettings,
     policies: Sequence[str],
@@ -279,7 +279,7 @@ def tier_sweep(
     per CPU; or a Ray cluster), same results either way.
 
     Args:
-        engine: the simulated engine; each point resizes it.
+        setup: what the simulation runs on; each point resizes it.
         trace: the requests replayed.
         settings: the scheduler settings.
         policies: device eviction policies to run.
@@ -294,24 +294,24 @@ def tier_sweep(
     """
     from pagedkv.sim.jobs import run_jobs
 
-    engines = [
-        with_tiers(engine.with_num_blocks(device), policy, host, host_policy)
+    setups = [
+        with_tiers(setup.with_num_blocks(device), policy, host, host_policy)
         for device in device_sizes
         for host in host_sizes
         for policy in policies
     ]
-    jobs = [(_tier_point, (e, trace, settings, bound, cost)) for e in engines]
+    jobs = [(_tier_point, (e, trace, settings, bound, cost)) for e in setups]
     return run_jobs(jobs, workers=workers, ray_address=ray_address, progress=progress)
 
 
 def _tier_point(
-    engine: SimEngine,
+    setup: SimSetup,
     trace: Trace,
     settings: SchedulerSettings,
     bound: bool,
     cost: CostModel | None,
 ) -> TierPoint:
-    return point_of(simulate(engine, trace, settings, bound=bound), engine, cost)
+    return point_of(simulate(setup, trace, settings, bound=bound), setup, cost)
 
 
 class PlotLine(NamedTuple):

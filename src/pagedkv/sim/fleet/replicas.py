@@ -19,10 +19,10 @@ from pagedkv.cluster import EngineLoad, KVIndex, Router, make_router
 from pagedkv.cluster.routing import PrefixRouter
 from pagedkv.errors import ConfigError
 from pagedkv.events.wire import external_block_hash
-from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.fleet.result import FleetResult, ReplicaStats
 from pagedkv.sim.scheduling.loop import EngineLoop
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.setup import SimSetup
 from pagedkv.sim.traces.tokens import prompt_tokens
 from pagedkv.sim.traces.trace import Trace
 
@@ -38,12 +38,12 @@ FLEET_ROUTERS = ("round-robin", "least-loaded", "prefix", "cost", "balanced", "o
 class _Replica:
     """One replica's loop plus what the fleet measures about it."""
 
-    def __init__(self, engine: SimEngine, settings: SchedulerSettings, trace_name: str) -> None:
-        sim = engine.simulator(settings, enable_events=True)
+    def __init__(self, setup: SimSetup, settings: SchedulerSettings, trace_name: str) -> None:
+        sim = setup.simulator(settings, enable_events=True)
         self.mgr = sim.mgr
         self.loop: EngineLoop = sim.loop()
         self.loop.trace_name = trace_name
-        self.usable_blocks = max(engine.num_blocks - 1, 1)
+        self.usable_blocks = max(setup.num_blocks - 1, 1)
         self.running_time = 0.0  # integral of running requests over simulated time
         self.submitted_at: dict[int, int] = {}  # trace index -> replica step at arrival
         self.delays: list[int] = []
@@ -83,7 +83,7 @@ class _Replica:
 
 
 def simulate_fleet(
-    engine: SimEngine,
+    setup: SimSetup,
     trace: Trace,
     num_replicas: int,
     router: str = "round-robin",
@@ -93,14 +93,14 @@ def simulate_fleet(
     bound: bool = False,
     event_delay_s: float = 0.0,
 ) -> FleetResult:
-    """Replay ``trace`` on ``num_replicas`` copies of ``engine`` behind ``router``
+    """Replay ``trace`` on ``num_replicas`` copies of ``setup`` behind ``router``
     (``FLEET_ROUTERS``); arrivals follow the trace's timestamps. With ``bound``, also
     the hit rate of one cache of N times the blocks (LRU and clairvoyant bound).
     ``event_delay_s``: a step's events reach the index this much simulated time after the
     step ends (0: before the next routing decision).
 
     Args:
-        engine: the engine every replica copies.
+        setup: what every replica runs on.
         trace: the requests, arriving at their timestamps.
         num_replicas: engines in the fleet.
         router: the routing policy's name (``FLEET_ROUTERS``).
@@ -119,7 +119,7 @@ def simulate_fleet(
     settings = dataclasses.replace(settings or SchedulerSettings(), arrivals="timestamp")
     policy: Router = PrefixRouter() if router == "oracle" else make_router(router, **options)
     wall0 = time.perf_counter()
-    replicas = [_Replica(engine, settings, trace.name) for _ in range(num_replicas)]
+    replicas = [_Replica(setup, settings, trace.name) for _ in range(num_replicas)]
     index = KVIndex() if policy.uses_cache and router != "oracle" else None
     router_state = _Routing(replicas, policy, index, router == "oracle", event_delay_s)
     order = sorted(range(len(trace.requests)), key=lambda i: trace.requests[i].arrival_s)
@@ -143,7 +143,7 @@ def simulate_fleet(
     result = FleetResult(
         router=router,
         num_replicas=num_replicas,
-        num_blocks_per_replica=engine.num_blocks,
+        num_blocks_per_replica=setup.num_blocks,
         trace=trace.name,
         requests=len(trace.requests),
         replicas=tuple(r.stats(makespan) for r in replicas),
@@ -154,7 +154,7 @@ def simulate_fleet(
         router_options=options,
         event_delay_s=event_delay_s,
     )
-    return _with_bound(result, engine, trace, settings) if bound else result
+    return _with_bound(result, setup, trace, settings) if bound else result
 
 
 class _Routing:
@@ -234,25 +234,25 @@ class _Routing:
 
 
 def single_cache(
-    engine: SimEngine, trace: Trace, settings: SchedulerSettings, num_replicas: int
+    setup: SimSetup, trace: Trace, settings: SchedulerSettings, num_replicas: int
 ) -> tuple[float, float | None]:
     """LRU and clairvoyant-bound hit rates of one cache holding N replicas' blocks.
 
     Args:
-        engine: the engine every replica copies.
+        setup: what every replica runs on.
         trace: the requests replayed.
         settings: the scheduler settings.
         num_replicas: how many replicas' usable blocks the one cache holds.
     """
     from pagedkv.sim.run import simulate
 
-    usable = (engine.num_blocks - 1) * num_replicas
-    big = simulate(engine.with_num_blocks(usable + 1), trace, settings, bound=True)
+    usable = (setup.num_blocks - 1) * num_replicas
+    big = simulate(setup.with_num_blocks(usable + 1), trace, settings, bound=True)
     return big.hit_rate, big.bound_hit_rate
 
 
 def _with_bound(
-    result: FleetResult, engine: SimEngine, trace: Trace, settings: SchedulerSettings
+    result: FleetResult, setup: SimSetup, trace: Trace, settings: SchedulerSettings
 ) -> FleetResult:
-    lru, best = single_cache(engine, trace, settings, result.num_replicas)
+    lru, best = single_cache(setup, trace, settings, result.num_replicas)
     return dataclasses.replace(result, single_cache_hit_rate=lru, bound_hit_rate=best)

@@ -7,11 +7,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from pagedkv.errors import ConfigError
-from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.fleet.replicas import FLEET_ROUTERS, simulate_fleet, single_cache
 from pagedkv.sim.fleet.result import FleetResult
 from pagedkv.sim.jobs import Job, run_jobs
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.setup import SimSetup
 from pagedkv.sim.traces.trace import Trace
 
 __all__ = [
@@ -24,7 +24,7 @@ SWEEP_ROUTERS = ("round-robin", "least-loaded", "prefix", "cost", "oracle")
 
 
 def fleet_sweep(
-    engine: SimEngine,
+    setup: SimSetup,
     trace: Trace,
     replica_counts: Sequence[int],
     routers: Sequence[str] = SWEEP_ROUTERS,
@@ -39,7 +39,7 @@ def fleet_sweep(
     (LRU and clairvoyant bound) when ``bound``; results ordered by count, then router.
 
     Args:
-        engine: the engine every replica copies.
+        setup: what every replica runs on.
         trace: the requests, arriving at their timestamps.
         replica_counts: fleet sizes to run.
         routers: routing policies' names (``FLEET_ROUTERS``).
@@ -54,9 +54,9 @@ def fleet_sweep(
             raise ConfigError(f"unknown router {router!r}; known: {', '.join(FLEET_ROUTERS)}")
     settings = dataclasses.replace(settings or SchedulerSettings(), arrivals="timestamp")
     points = [(n, r) for n in replica_counts for r in routers]
-    jobs: list[Job] = [(simulate_fleet, (engine, trace, n, r, settings)) for n, r in points]
+    jobs: list[Job] = [(simulate_fleet, (setup, trace, n, r, settings)) for n, r in points]
     if bound:
-        jobs += [(single_cache, (engine, trace, settings, n)) for n in replica_counts]
+        jobs += [(single_cache, (setup, trace, settings, n)) for n in replica_counts]
     results = run_jobs(jobs, workers=workers, ray_address=ray_address, progress=progress)
     fleets: list[FleetResult] = results[: len(points)]
     if not bound:

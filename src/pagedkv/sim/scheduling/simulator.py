@@ -18,7 +18,7 @@ __all__ = [
 
 
 class Simulator:
-    """Replays a trace through one ``KVCacheManager`` (fresh per run; see ``engine.py``).
+    """Replays a trace through one ``KVCacheManager`` (fresh per run; see ``sim/setup.py``).
 
     ``make_request(request_id, token_ids)`` builds the runtime ``Request``;
     ``block_size`` is the block size of the access log and bound. Evictions are the

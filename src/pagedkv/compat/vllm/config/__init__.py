@@ -7,7 +7,7 @@ from typing import Any
 
 from pagedkv.compat.vllm._outside import outside_class
 from pagedkv.compat.vllm.config._base import ConfigPart
-from pagedkv.compat.vllm.config._engine import engine_config
+from pagedkv.compat.vllm.config._engine_config import engine_config
 from pagedkv.compat.vllm.config.attention import AttentionConfig, HiSparseConfig
 from pagedkv.compat.vllm.config.cache import CacheConfig
 from pagedkv.compat.vllm.config.kv_events import KVEventsConfig

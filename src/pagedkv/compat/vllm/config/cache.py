@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pagedkv.compat.vllm.config._base import ConfigPart
-from pagedkv.compat.vllm.config._engine import layout_name
+from pagedkv.compat.vllm.config._engine_config import layout_name
 from pagedkv.compat.vllm.v1.kv_cache_layout import KVCacheLayout
 
 __all__ = ["CacheConfig"]

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from pagedkv.compat.vllm.config._engine import as_engine_config
+from pagedkv.compat.vllm.config._engine_config import as_engine_config
 from pagedkv.dtypes import canonical_dtype_name
 from pagedkv.errors import KVCacheSpecError
 from pagedkv.specs import full as _specs_full

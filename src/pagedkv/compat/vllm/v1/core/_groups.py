@@ -6,16 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pagedkv.compat.vllm.config._engine import as_engine_config
+from pagedkv.compat.vllm.config._engine_config import as_engine_config
 from pagedkv.compat.vllm.v1 import kv_cache_interface as _iface
 from pagedkv.config import EngineConfig
 from pagedkv.planning import builder as _builder
 from pagedkv.specs import KVCacheSpec, UniformTypeKVCacheSpecs
 
-__all__ = ["engine", "get_kv_cache_groups", "vllm_group"]
+__all__ = ["engine_config_of", "get_kv_cache_groups", "vllm_group"]
 
 
-def engine(vllm_config: Any, **changes: Any) -> EngineConfig:
+def engine_config_of(vllm_config: Any, **changes: Any) -> EngineConfig:
+    """The EngineConfig read off ``vllm_config``, with ``changes`` applied."""
     config: EngineConfig = as_engine_config(vllm_config)
     return config.replace(**changes) if changes else config
 
@@ -46,5 +47,5 @@ def get_kv_cache_groups(
     if not kv_cache_spec:
         return []
     builder = _builder.DefaultKVCacheConfigBuilder()
-    groups = builder.choose_kv_cache_groups(engine(vllm_config), kv_cache_spec).groups
+    groups = builder.choose_kv_cache_groups(engine_config_of(vllm_config), kv_cache_spec).groups
     return [vllm_group(g) for g in groups]

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pagedkv.compat.vllm._outside import outside_function
-from pagedkv.compat.vllm.config._engine import layout_name
+from pagedkv.compat.vllm.config._engine_config import layout_name
 from pagedkv.compat.vllm.v1 import kv_cache_interface as _iface
-from pagedkv.compat.vllm.v1.core._groups import engine as _engine
+from pagedkv.compat.vllm.v1.core._groups import engine_config_of as _engine_config_of
 from pagedkv.compat.vllm.v1.core._groups import get_kv_cache_groups
 from pagedkv.compat.vllm.v1.core._groups import vllm_group as _vllm_group
 from pagedkv.compat.vllm.v1.core.kv_cache_config_builder import (
@@ -289,7 +289,7 @@ def get_kv_cache_config_from_groups(
         raise ValueError(str(exc)) from exc
     bpb = _placement.bytes_per_block(groups, block_outer=layout.is_block_outermost)
     num_blocks = _override(vllm_config) or available_memory // bpb
-    config = _engine(vllm_config, kv_cache_layout=layout.name)
+    config = _engine_config_of(vllm_config, kv_cache_layout=layout.name)
     placed = _placement.place_groups(config, groups, num_blocks)
     return _iface.KVCacheConfig(
         num_blocks=num_blocks,
@@ -377,7 +377,7 @@ def estimate_max_model_len(
 ) -> int:
     """Largest model length whose request fits ``available_memory`` bytes, each layer
     taking its own pages (vLLM's estimate; 0 when one token does not fit)."""
-    config = _engine(vllm_config)
+    config = _engine_config_of(vllm_config)
     upper = vllm_config.model_config.max_model_len
 
     def need_bytes(length: int) -> int:
@@ -401,7 +401,7 @@ def check_enough_kv_cache_memory(
         return
     groups = get_kv_cache_groups(vllm_config, dict(kv_cache_spec))
     bpb = _pool_bytes_per_block(vllm_config, groups) if groups else 0
-    config = _engine(vllm_config)
+    config = _engine_config_of(vllm_config)
     usable = available_memory - bpb
     if usable <= 0:
         _check_enough_memory(groups, config, usable, max(bpb, 1))
@@ -427,7 +427,7 @@ def _auto_fit_max_model_len(
     """``max_model_len`` lowered in place to the longest request every worker holds."""
     if all(not groups for groups in groups_per_worker):
         return
-    config = _engine(vllm_config)
+    config = _engine_config_of(vllm_config)
     upper = vllm_config.model_config.max_model_len
     fitted = upper
     for groups, free, per_block in zip(groups_per_worker, usable, bpb, strict=True):
@@ -468,7 +468,7 @@ def get_kv_cache_configs(
     usable = [m - b if groups else m for groups, b, m in zip(per_worker, bpb, memory)]
     if getattr(vllm_config.model_config, "original_max_model_len", None) == -1:
         _auto_fit_max_model_len(vllm_config, per_worker, usable, [max(b, 1) for b in bpb])
-    config = _engine(vllm_config)
+    config = _engine_config_of(vllm_config)
     for groups, free, per_block in zip(per_worker, usable, bpb, strict=True):
         if groups:
             _check_enough_memory(groups, config, free, per_block)

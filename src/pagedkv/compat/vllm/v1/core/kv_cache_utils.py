@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, NewType
 
-from pagedkv.compat.vllm.config._engine import as_engine_config
+from pagedkv.compat.vllm.config._engine_config import as_engine_config
 from pagedkv.compat.vllm.v1.core._dcp import dcp_kv_cache_config
 from pagedkv.runtime import hashing as _hashing
 from pagedkv.runtime.block_sizes import resolve_block_sizes

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pagedkv.compat.vllm._outside import outside_function
-from pagedkv.compat.vllm.config._engine import engine_config
+from pagedkv.compat.vllm.config._engine_config import engine_config
 from pagedkv.compat.vllm.v1.core._groups import get_kv_cache_groups
 from pagedkv.compat.vllm.v1.hisparse import runtime as _runtime
 from pagedkv.compat.vllm.v1.kv_cache_interface import (

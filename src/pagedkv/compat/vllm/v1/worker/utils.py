@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pagedkv.compat.vllm.config._engine import layout_name
+from pagedkv.compat.vllm.config._engine_config import layout_name
 from pagedkv.planning.sharing import layer_names_with_sharing
 
 __all__ = ["add_kv_sharing_layers_to_kv_cache_groups", "allocate_kv_cache"]

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pagedkv.compat.vllm.config._engine import layout_name
+from pagedkv.compat.vllm.config._engine_config import layout_name
 from pagedkv.compat.vllm.v1.kv_cache_layout import KVCacheLayout
 from pagedkv.errors import ConfigError
 from pagedkv.planning.layout import choose_kv_cache_layout

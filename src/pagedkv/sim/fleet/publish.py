@@ -11,9 +11,9 @@ from typing import NamedTuple
 from pagedkv.events import KVEventsConfig, ZmqEventPublisher
 from pagedkv.events.wire import external_block_hash
 from pagedkv.runtime.events import ExternalBlockHash
-from pagedkv.sim.engine import SimEngine
 from pagedkv.sim.reports.metrics import SimResult
 from pagedkv.sim.scheduling.scheduler import SchedulerSettings
+from pagedkv.sim.setup import SimSetup
 from pagedkv.sim.traces.trace import Trace
 
 __all__ = [
@@ -32,7 +32,7 @@ class PublishedRun(NamedTuple):
 
 
 def publish_replay(
-    engine: SimEngine,
+    setup: SimSetup,
     trace: Trace,
     config: KVEventsConfig,
     settings: SchedulerSettings | None = None,
@@ -49,7 +49,7 @@ def publish_replay(
     steps in wall time.
 
     Args:
-        engine: the simulated engine.
+        setup: what the simulated engine runs on.
         trace: the requests replayed.
         config: the event endpoints, topic and queue sizes.
         settings: the scheduler settings (None: the defaults).
@@ -57,7 +57,7 @@ def publish_replay(
         on_started: called with the publisher once its sockets are bound.
         before_close: called with the run's result after the last batch is sent.
     """
-    sim = engine.simulator(settings, enable_events=True)
+    sim = setup.simulator(settings, enable_events=True)
     loop = sim.loop(trace)
     with ZmqEventPublisher(config) as publisher:
         if on_started is not None:

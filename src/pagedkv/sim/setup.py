@@ -21,11 +21,11 @@ __all__ = [
     "BoundGeometry",
     "bound_geometry",
     "host_block_tokens",
-    "SimEngine",
-    "engine_from_plan",
-    "engine_from_deployment",
-    "engine_from_model",
-    "engine_from_request",
+    "SimSetup",
+    "setup_from_plan",
+    "setup_from_deployment",
+    "setup_from_model",
+    "setup_from_request",
 ]
 
 
@@ -62,10 +62,10 @@ def bound_geometry(kv_cache_config: KVCacheConfig) -> BoundGeometry | None:
     return BoundGeometry(block_size, num_tokens // block_size)
 
 
-def host_block_tokens(engine: SimEngine) -> int:
+def host_block_tokens(setup: SimSetup) -> int:
     """Tokens one host block holds: each full-attention group's block goes to a host block
     of its own, so a token takes one host block slot per group."""
-    groups = [g for g in engine.kv_cache_config.kv_cache_groups if g.layer_names]
+    groups = [g for g in setup.kv_cache_config.kv_cache_groups if g.layer_names]
     size = groups[0].kv_cache_spec.block_size if groups else 1
     return max(size // max(len(groups), 1), 1)
 
@@ -82,8 +82,11 @@ def _mamba_align_block_size(kv_cache_config: KVCacheConfig) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SimEngine:
-    """A KV cache config plus engine options; ``simulator()`` builds a fresh manager."""
+class SimSetup:
+    """What a simulation runs on: a KV cache config plus the engine options.
+
+    Not an engine itself: each ``simulator()`` builds a fresh simulated engine (a new
+    manager and its scheduler loop) from it; a fleet's replicas all start from one."""
 
     kv_cache_config: KVCacheConfig
     config: EngineConfig
@@ -107,9 +110,9 @@ class SimEngine:
         planned = self.kv_cache_config.max_model_len
         return planned if planned and planned > 0 else self.config.max_model_len
 
-    def with_num_blocks(self, num_blocks: int) -> SimEngine:
+    def with_num_blocks(self, num_blocks: int) -> SimSetup:
         """The same model with another block count (sweeps): planned again through the
-        planner when the engine knows its planning inputs, so tensors, block count and
+        planner when the setup knows its planning inputs, so tensors, block count and
         ``max_model_len`` agree. A hand-built config is resized only if it has no tensors
         (a layout-only config: nothing else depends on the block count)."""
         if self.plan_inputs is not None:
@@ -117,9 +120,9 @@ class SimEngine:
             return dataclasses.replace(self, kv_cache_config=plan.configs[0], config=config)
         if self.kv_cache_config.kv_cache_tensors:
             raise ConfigError(
-                "SimEngine.with_num_blocks: this hand-built KVCacheConfig has tensors sized "
+                "SimSetup.with_num_blocks: this hand-built KVCacheConfig has tensors sized "
                 "for its block count and no planning inputs to plan it again; build it with "
-                "engine_from_model, or pass a config without tensors"
+                "setup_from_model, or pass a config without tensors"
             )
         cfg = dataclasses.replace(self.kv_cache_config, num_blocks=num_blocks)
         return dataclasses.replace(self, kv_cache_config=cfg)
@@ -167,12 +170,12 @@ class SimEngine:
         )
 
 
-def engine_from_plan(
+def setup_from_plan(
     plan: KVCachePlan,
     config: EngineConfig,
     model_name: str,
     plan_inputs: PlanInputs | None = None,
-) -> SimEngine:
+) -> SimSetup:
     """Simulate on worker 0's planned config (every worker has the same block count);
     with ``plan_inputs`` (what the plan was made from) ``with_num_blocks`` plans again.
 
@@ -182,7 +185,7 @@ def engine_from_plan(
         model_name: the model's name, for reports.
         plan_inputs: what the plan was made from (None: ``with_num_blocks`` cannot plan again).
     """
-    return SimEngine(
+    return SimSetup(
         kv_cache_config=plan.configs[0],
         config=config,
         model_name=model_name,
@@ -190,27 +193,27 @@ def engine_from_plan(
     )
 
 
-def engine_from_deployment(result: DeploymentPlan, *, fixed_max_model_len: bool) -> SimEngine:
+def setup_from_deployment(result: DeploymentPlan, *, fixed_max_model_len: bool) -> SimSetup:
     """Simulate on a ``pagedkv.plan`` result: its worker-0 config, at the planned
     max_model_len, able to plan again for another block count (sweeps)."""
     inputs = PlanInputs(
         result.config, result.kv_cache_specs, result.model_limit, fixed_max_model_len
     )
     config = result.config.replace(max_model_len=result.kv_cache.max_model_len)
-    return engine_from_plan(result.kv_cache, config, result.layout.name, inputs)
+    return setup_from_plan(result.kv_cache, config, result.layout.name, inputs)
 
 
-def engine_from_request(request: PlanRequest) -> tuple[SimEngine, DeploymentPlan]:
+def setup_from_request(request: PlanRequest) -> tuple[SimSetup, DeploymentPlan]:
     """Plan ``request`` as ``pagedkv plan`` does and simulate on the plan; returns the
-    engine and the plan (whose ``above_model_limit`` a caller may warn about)."""
+    setup and the plan (whose ``above_model_limit`` a caller may warn about)."""
     from pagedkv.deployment import plan_model
 
     result = plan_model(request)
     fixed = request.flags.max_model_len not in (None, -1)
-    return engine_from_deployment(result, fixed_max_model_len=fixed), result
+    return setup_from_deployment(result, fixed_max_model_len=fixed), result
 
 
-def engine_from_model(
+def setup_from_model(
     model: str,
     *,
     gpu: str | None = None,
@@ -224,7 +227,7 @@ def engine_from_model(
     gpu_memory_utilization: float = 0.9,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
-) -> SimEngine:
+) -> SimSetup:
     """Plan the model's KV cache as ``pagedkv.plan`` (and ``pagedkv plan``) does: for
     ``gpu`` (its memory minus weights and the activation reserve), for ``kv_cache_bytes``
     per worker, or with ``num_blocks`` given directly (``num_gpu_blocks_override``).
@@ -271,7 +274,7 @@ def engine_from_model(
             pipeline_parallel_size=pipeline_parallel_size,
             flags=flags,
         )
-        return engine_from_request(request)[0]
+        return setup_from_request(request)[0]
     fixed = max_model_len not in (None, -1)
     layout = describe_model(model)
     options: dict[str, Any] = {
@@ -286,4 +289,4 @@ def engine_from_model(
     config = engine_config_for(layout, **options)
     inputs = plan_inputs_for(layout, config, fixed_max_model_len=fixed)
     plan, planned_config = plan_with_num_blocks(inputs, num_blocks)
-    return engine_from_plan(plan, planned_config, layout.name, inputs)
+    return setup_from_plan(plan, planned_config, layout.name, inputs)

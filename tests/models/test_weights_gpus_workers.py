@@ -20,7 +20,7 @@ from pagedkv.models import (
     memory_budgets,
     weight_bytes_per_worker,
 )
-from pagedkv.models.engine import startup_terms
+from pagedkv.models.workers import startup_terms
 
 # Published total parameter counts (billions), language model only.
 PUBLISHED_PARAMS = {
