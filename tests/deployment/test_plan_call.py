@@ -43,7 +43,7 @@ def _flags(options: dict[str, int]) -> list[str]:
 
 
 @pytest.mark.parametrize(("model", "gpu", "tp", "options"), CASES)
-def test_library_cli_plan_simulate_and_sim_engine_agree(
+def test_library_cli_plan_simulate_and_sim_setup_agree(
     model: str, gpu: str, tp: int, options: dict[str, int]
 ) -> None:
     library = pagedkv.plan(model, gpu=gpu, tensor_parallel_size=tp, **options)  # type: ignore[arg-type]
