@@ -91,6 +91,11 @@ class PolicyFreeQueue(FreeQueue):
                 key = key_of(block) if key_of else None
                 policy.push_early(block, key)
                 replay.log("push_early", block, key)
+        elif len(blocks) == 1:  # ints only in the log: nothing kept alive
+            block = blocks[0]
+            key = key_of(block) if key_of else None
+            policy.push(block, priority, key)
+            replay.log("push", block, priority, key)
         else:
             frozen = tuple(blocks)
             keys = tuple(key_of(b) for b in frozen) if key_of else ()
