@@ -75,6 +75,7 @@ def test_default_plan_output_is_todays(doc: str) -> None:
     assert _shown_output(doc, "gemma-3-27b-it on H100-80GB") == _printed("plan")
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_default_simulate_output_is_todays() -> None:
     # One test for both documents: the whole-trace run happens once, whatever worker

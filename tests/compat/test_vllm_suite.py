@@ -29,6 +29,7 @@ def _suite_dir() -> Path | None:
 SUITE = _suite_dir()
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.skipif(SUITE is None, reason="../shared/tools/vllm_tests is not present")
 def test_vllm_suite_count_does_not_fall_below_floor(tmp_path: Path) -> None:

@@ -93,6 +93,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_cli_reports_tiers_and_sweeps(tmp_path) -> None:  # type: ignore[no-untyped-def]
     proc = _cli("--policy", "lfu", "--host-cache-gib", "0.25", "--bound", "--json")

@@ -20,11 +20,10 @@ pytest.importorskip("transformers")
 pytest.importorskip("zmq")
 pytest.importorskip("uvicorn")
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from tests.serve.live import START_TIMEOUT_S, Engine, Router, free_ports, wait_until
+from tests.serve.live import HTTP, START_TIMEOUT_S, Engine, Router, free_ports, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(2400)]
 
 NUM_SYSTEMS = 4
 NUM_USERS = 25  # per system prompt: 100 chats, sent alone, through round robin, balanced
@@ -45,7 +44,7 @@ def chat_body(tag: str, system: int, user: int) -> dict[str, Any]:
 
 
 def metric_sums(url: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics", timeout=5).text
+    text = HTTP.get(f"{url}/metrics", timeout=5).text
     sums: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -54,7 +53,7 @@ def metric_sums(url: str) -> dict[str, float]:
 
 
 def answer(url: str, body: dict[str, Any]) -> str:
-    reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+    reply = HTTP.post(f"{url}/v1/chat/completions", json=body, timeout=120)
     assert reply.status_code == 200, reply.text
     return str(reply.json()["choices"][0]["message"]["content"])
 
@@ -110,7 +109,7 @@ def start_router(engines: list[Engine], router: str, log: Path) -> Router:
 
 def reset_caches(engines: list[Engine]) -> None:
     for e in engines:
-        assert httpx.post(f"{e.url}/reset_prefix_cache", timeout=30).status_code == 200
+        assert HTTP.post(f"{e.url}/reset_prefix_cache", timeout=30).status_code == 200
 
 
 def test_router_end_to_end(fleet: list[Engine], tmp_path: Path) -> None:
@@ -126,7 +125,7 @@ def test_router_end_to_end(fleet: list[Engine], tmp_path: Path) -> None:
         routed = run_workload(router.url, "chat")
         hits[policy] = total(engines, "vllm:prefix_cache_hits_total") - before
         assert routed == alone
-        text = httpx.get(f"{router.url}/metrics", timeout=5).text
+        text = HTTP.get(f"{router.url}/metrics", timeout=5).text
         names = {f.name for f in text_string_to_metric_families(text)}
         assert {"pagedkv_route_requests", "pagedkv_engine_up", "pagedkv_feed_batches"} <= names
         if policy == "round-robin":

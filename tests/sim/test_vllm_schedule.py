@@ -19,6 +19,7 @@ VENV = Path(os.environ.get("PEER_VENV", "/tmp/vllm-peer-venv"))
 PEER_DIRS = [up / "shared" / "tools" / "vllm_peer" for up in ROOT.parents[:2]]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.skipif(
     not (VENV / "bin" / "python").exists() or not any(p.is_dir() for p in PEER_DIRS),

@@ -9,9 +9,9 @@ feasible policy on the same log. A block only counts if every block before it is
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from pagedkv.sim.traces.keys import chain_keys, full_sequence
@@ -53,12 +53,11 @@ class BoundResult(NamedTuple):
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
-class _Keys:
-    """Per-request chain keys, computed on first use and dropped after the last event."""
+class _Chains:
+    """Per-request chain keys, computed once on first use and dropped after the request's
+    last event."""
 
-    def __init__(
-        self, requests: Sequence[TraceRequest], events: list[Any], block_size: int
-    ) -> None:
+    def __init__(self, requests: Sequence[TraceRequest], events: list[Any], block_size: int):
         self.requests = requests
         self.block_size = block_size
         self.need: dict[int, int] = {}
@@ -80,32 +79,62 @@ class _Keys:
             self.live.pop(r, None)
 
 
-def _future_uses(
+class _Lookup(NamedTuple):
+    keys: list[int]  # the chain up to its first block never inserted before
+    next_uses: list[float]  # each key's next lookup after this one (inf: none)
+
+
+class _Insert(NamedTuple):
+    keys: list[int]  # the blocks inserted
+    parent: int | None  # the block before the first one (None at depth 0)
+    parent_next_insert: float  # the parent's first insertion after this event (inf: none)
+
+
+def _prepare(
     requests: Sequence[TraceRequest], events: list[Any], block_size: int
-) -> tuple[Any, ...]:
-    """Lookup times per key, each lookup's chain cut at its first never-inserted block, and
-    insert times per key."""
-    keys = _Keys(requests, events, block_size)
+) -> tuple[list[_Lookup | _Insert], dict[int, float]]:
+    """Each event's keys with the future the bound needs there (a lookup's chain is cut at
+    its first block never inserted before it), and each key's first lookup.
+
+    Chain keys are computed once per request; the next uses and next insertions come from
+    one pass backwards, so the replay reads them instead of searching per block."""
+    chains = _Chains(requests, events, block_size)
     seen: set[int] = set()
-    uses: dict[int, list[int]] = {}
-    inserts: dict[int, list[int]] = {}
-    effective: dict[int, int] = {}
+    keys_of: list[list[int]] = []
+    parents: dict[int, int] = {}  # insert event -> the key before its first block
     for t, (kind, r, a, b) in enumerate(events):
-        chain = keys.get(r)
+        chain = chains.get(r)
         if kind == INSERT:
-            seen.update(chain[a:b])
-            for key in chain[a:b]:
-                inserts.setdefault(key, []).append(t)
+            keys = chain[a:b]
+            seen.update(keys)
+            if a:
+                parents[t] = chain[a - 1]
         else:
             n = 0
             for key in chain[:a]:
                 if key not in seen:
                     break
-                uses.setdefault(key, []).append(t)
                 n += 1
-            effective[t] = n
-        keys.done(r, t)
-    return uses, effective, inserts
+            keys = chain[:n]
+        keys_of.append(keys)
+        chains.done(r, t)
+    # Backwards: the next lookup of every key, and the next insertion of every parent.
+    prepared: list[Any] = [None] * len(events)
+    next_use: dict[int, float] = {}
+    wanted = set(parents.values())
+    next_insert: dict[int, float] = {}
+    for t in range(len(events) - 1, -1, -1):
+        keys = keys_of[t]
+        if events[t][0] == INSERT:
+            parent = parents.get(t)
+            after = _INF if parent is None else next_insert.get(parent, _INF)
+            prepared[t] = _Insert(keys, parent, after)
+            for key in wanted.intersection(keys):
+                next_insert[key] = t
+        else:
+            prepared[t] = _Lookup(keys, list(map(next_use.get, keys, repeat(_INF))))
+            next_use.update(dict.fromkeys(keys, t))
+    return prepared, next_use
 
 
 def belady_bound(
@@ -120,53 +149,52 @@ def belady_bound(
         capacity_blocks: blocks the clairvoyant cache holds.
     """
     events = log.events
-    uses, effective, inserts = _future_uses(requests, events, block_size)
-    keys = _Keys(requests, events, block_size)
-    pointer: dict[int, int] = {}
+    prepared, next_use = _prepare(requests, events, block_size)
+    # next_use now holds each key's first lookup; each lookup moves its keys' on.
     cached: dict[int, tuple[float, int]] = {}  # key -> (next use, depth)
     heap: list[tuple[float, int, int]] = []
     hit_blocks = prompt_tokens = 0
-
-    def next_use(key: int) -> float:
-        times = uses.get(key)
-        i = pointer.get(key, 0)
-        return times[i] if times is not None and i < len(times) else _INF
-
-    for t, (kind, r, a, b) in enumerate(events):
-        chain = keys.get(r)
+    for (kind, _, a, b), step in zip(events, prepared, strict=True):
+        keys = step.keys
         if kind == LOOKUP:
+            assert isinstance(step, _Lookup)
             prompt_tokens += b
-            n = effective[t]
             h = 0
-            while h < n and chain[h] in cached:
+            for key in keys:
+                if key not in cached:
+                    break
                 h += 1
             hit_blocks += h
-            for depth in range(n):
-                key = chain[depth]
-                pointer[key] = pointer.get(key, 0) + 1
+            nexts = step.next_uses
+            for depth, key in enumerate(keys):
                 if key in cached:
-                    entry = (next_use(key), depth)
-                    cached[key] = entry
-                    heapq.heappush(heap, (-entry[0], -depth, key))
+                    nu = nexts[depth]
+                    cached[key] = (nu, depth)
+                    heapq.heappush(heap, (-nu, -depth, key))
+            next_use.update(zip(keys, nexts))
         else:
-            for depth in range(a, b):
-                key = chain[depth]
+            assert isinstance(step, _Insert)
+            for i, key in enumerate(keys):
                 if key in cached:
                     continue
-                nu = next_use(key)
+                nu = next_use.get(key, _INF)
                 if nu == _INF:
                     break
-                if depth and chain[depth - 1] not in cached:
-                    # Useless unless the parent comes in again before this block's next use.
-                    times = inserts[chain[depth - 1]]
-                    i = bisect.bisect_right(times, t)
-                    if i == len(times) or times[i] > nu:
-                        break
+                # Useless unless the parent comes in again before this block's next use.
+                # Past the first block the parent is always cached: it was cached or
+                # admitted one step before, and nothing was evicted since.
+                if (
+                    i == 0
+                    and step.parent is not None
+                    and step.parent not in cached
+                    and step.parent_next_insert > nu
+                ):
+                    break
+                depth = a + i
                 if len(cached) >= capacity_blocks and not _evict_for(heap, cached, nu, depth):
                     break
                 cached[key] = (nu, depth)
                 heapq.heappush(heap, (-nu, -depth, key))
-        keys.done(r, t)
     return BoundResult(hit_blocks * block_size, prompt_tokens, capacity_blocks, block_size)
 
 
