@@ -20,7 +20,7 @@ from pagedkv.policies import (
     policy_names,
     register_policy,
 )
-from pagedkv.policies.replay import PolicyReplay
+from pagedkv.runtime.replay import CallReplay
 
 NUM_BLOCKS = 24
 POLICIES = ["lfu", "priority", "s3fifo", "s3fifo-pagedkv"]
@@ -212,11 +212,11 @@ def test_replay_folds_its_log_and_still_undoes_the_open_change() -> None:
     allocation still lands exactly, and one reaching behind the fold is refused."""
     queue = PolicyFreeQueue(get_policy("lfu")(8))
     queue.pop(len(queue))
-    replay: PolicyReplay = queue._replay
-    for round_ in range(600):  # 600 x (push + pop) > the 1024-call threshold
+    replay: CallReplay[Any] = queue._replay
+    for round_ in range(1200):  # 2,400 calls: past the 1,024-call threshold
         queue.push_cached([1 + round_ % 7], 0)
         queue.pop(1)
-    assert replay._first > 0 and len(replay._calls) <= 1024
+    assert replay._first > 0 and len(replay._calls) <= replay._fold_after_entries
     queue.push_cached([3, 4], 0)
     before = queue.order()
     blocks, token = queue.pop(1)

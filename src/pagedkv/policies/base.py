@@ -3,19 +3,18 @@
 A policy orders only the *cached* free blocks (the pool keeps uncached free blocks and
 never-used ones itself). It writes no undo code: when an allocation that popped or
 revived blocks fails, the policy free queue rebuilds the policy from a pickled copy and
-the calls made since (``PolicyReplay``). So a policy keeps plain, picklable data and is
+the calls made since (``pagedkv.runtime.replay``). So a policy keeps plain, picklable data and is
 deterministic: the same calls, in the same order, leave it in the same state. A policy
 that is a sort key subclasses ``HeapPolicy`` and defines ``level``.
 """
 
 from __future__ import annotations
 
-import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-from pagedkv.errors import ConfigError
+from pagedkv.runtime.replay import freeze, thaw
 
 __all__ = [
     "EARLY_PRIORITY",
@@ -23,11 +22,7 @@ __all__ = [
     "SEQ_MASK",
     "EvictionPolicy",
     "HitCounts",
-    "freeze",
-    "thaw",
 ]
-
-E = TypeVar("E", bound="EvictionPolicy")
 
 EARLY_PRIORITY = -(2**62)  # below every request priority: freed "evict early" blocks
 # Heap policies pack (level, sequence number) into one int: level << SEQ_BITS | sequence.
@@ -95,24 +90,3 @@ class HitCounts(dict[int, int]):
 
     def hit(self, block: int) -> None:
         self[block] = self.get(block, 0) + 1
-
-
-def freeze(policy: EvictionPolicy) -> bytes:
-    """The policy's state (its attributes) pickled; ``thaw`` makes a copy from it. The
-    class itself is not pickled, so a policy defined anywhere (a function, a test) can be
-    copied. ConfigError when an attribute cannot be pickled."""
-    try:
-        return pickle.dumps(vars(policy), protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        raise ConfigError(
-            f"eviction policy {type(policy).__qualname__} cannot be pickled ({exc}); "
-            f"a policy keeps plain data (ints, dicts, lists, sets, its keys) so that a "
-            f"rolled-back allocation can restore it"
-        ) from exc
-
-
-def thaw(cls: type[E], state: bytes) -> E:
-    """A new ``cls`` policy with the state ``freeze`` returned."""
-    policy = cls.__new__(cls)
-    vars(policy).update(pickle.loads(state))
-    return policy

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 from pagedkv.policies.base import EvictionPolicy
 from pagedkv.policies.registry import get_policy
-from pagedkv.policies.replay import PolicyReplay
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
+from pagedkv.runtime.replay import CallReplay
 
 __all__ = [
     "KeyOf",
@@ -32,7 +32,7 @@ class PolicyFreeQueue(FreeQueue):
     undoes a rolled-back ``pop`` or ``remove`` for the policy."""
 
     def __init__(self, policy: EvictionPolicy, key_of: KeyOf | None = None) -> None:
-        self._replay = PolicyReplay(policy)
+        self._replay = CallReplay(policy, _POLICY_ARITY, max(1024, 2 * policy.num_blocks))
         self.num_blocks = policy.num_blocks
         self.key_of = key_of
         self._head = LRUFreeQueue(policy.num_blocks)
@@ -43,10 +43,10 @@ class PolicyFreeQueue(FreeQueue):
 
     @property
     def policy(self) -> EvictionPolicy:
-        return self._replay.policy
+        return self._replay.target
 
     def __len__(self) -> int:
-        return len(self._head) + len(self._replay.policy)
+        return len(self._head) + len(self._replay.target)
 
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
         head = self._head
@@ -59,7 +59,7 @@ class PolicyFreeQueue(FreeQueue):
         position = replay.position
         count = num_blocks - num_head
         try:
-            victims = replay.policy.pop_blocks(count)
+            victims = replay.target.pop_blocks(count)
         except BaseException:
             replay.rewind(position)  # whatever the failed call changed
             head.unpop(blocks, token)
@@ -75,7 +75,7 @@ class PolicyFreeQueue(FreeQueue):
     def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
         if self._forgets:  # freed without a hash: its content (and hit history) is gone
             replay = self._replay
-            forget = replay.policy.forget
+            forget = replay.target.forget
             for block in blocks:
                 forget(block)
                 replay.log("forget", block)
@@ -85,7 +85,7 @@ class PolicyFreeQueue(FreeQueue):
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
         key_of = self.key_of if self._uses_keys else None
         replay = self._replay
-        policy = replay.policy
+        policy = replay.target
         if evict_first:
             for block in reversed(blocks):
                 key = key_of(block) if key_of else None
@@ -105,7 +105,7 @@ class PolicyFreeQueue(FreeQueue):
 
     def remove(self, block: int) -> Any:
         replay = self._replay
-        policy = replay.policy
+        policy = replay.target
         if block in policy:
             position = replay.position
             policy.remove(block)
@@ -121,12 +121,24 @@ class PolicyFreeQueue(FreeQueue):
 
     def hit(self, block: int) -> None:
         replay = self._replay
-        replay.policy.hit(block)
+        replay.target.hit(block)
         replay.log("hit", block)
         replay.fold()
 
     def order(self) -> list[int]:
-        return [*self._head.order(), *self._replay.policy.order()]
+        return [*self._head.order(), *self._replay.target.order()]
+
+
+# The policy calls the queue logs, and their number of arguments.
+_POLICY_ARITY = {
+    "push": 3,
+    "push_blocks": 3,
+    "push_early": 2,
+    "pop_blocks": 1,
+    "remove": 1,
+    "hit": 1,
+    "forget": 1,
+}
 
 
 class _Popped(NamedTuple):

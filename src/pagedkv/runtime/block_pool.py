@@ -19,6 +19,7 @@ from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
 from pagedkv.runtime.hashing import BlockHash, event_extra_keys
+from pagedkv.runtime.replay_queue import undoable
 
 __all__ = [
     "NULL_BLOCK",
@@ -43,7 +44,8 @@ class BlockPool:
             block. None: every group's block size is the hash block size.
         enable_events: record KV cache events (``take_events`` drains them).
         free_queue: the free-block order (eviction policy); None: vLLM's LRU queue. It
-            must hold every block but the null block.
+            must hold every block but the null block; one without ``unpop`` and
+            ``reinsert`` is undone by replay (``ReplayFreeQueue``).
     """
 
     def __init__(
@@ -66,7 +68,7 @@ class BlockPool:
         self.ref_cnt: list[int] = [0] * num_blocks
         self.block_hash: list[BlockHash | None] = [None] * num_blocks  # None: not cached
         self.block_group: list[int] = [0] * num_blocks
-        self.queue = LRUFreeQueue(num_blocks) if free_queue is None else free_queue
+        self.queue = LRUFreeQueue(num_blocks) if free_queue is None else undoable(free_queue)
         if len(self.queue) != num_blocks - 1:
             raise KVCacheRuntimeError(
                 f"BlockPool: the free queue holds {len(self.queue)} blocks, expected "

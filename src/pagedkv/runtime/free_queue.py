@@ -1,8 +1,9 @@
 """The free queue: the order in which the block pool hands out (and evicts) free blocks.
 
 A rolled-back allocation calls ``unpop`` / ``reinsert`` newest first, so each undo sees the
-queue as it was right after the call it undoes. Those are the only undos a queue writes:
-frees never happen inside an allocation and hits are reported once it commits.
+queue as it was right after the call it undoes. Those are the only undos a queue can
+write (frees never happen inside an allocation and hits are reported once it commits),
+and they are optional: the pool wraps a queue without them in ``ReplayFreeQueue``.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ class FreeQueue(ABC):
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
         """Take ``num_blocks`` blocks from the head; returns them and a token for ``unpop``."""
 
-    @abstractmethod
     def unpop(self, blocks: list[int], token: Any) -> None:
-        """Undo of ``pop``: ``blocks`` back at the head, ``blocks[0]`` first."""
+        """Undo of ``pop``: ``blocks`` back at the head, ``blocks[0]`` first. Optional:
+        the pool undoes a queue without ``unpop`` and ``reinsert`` by replay
+        (``ReplayFreeQueue``)."""
+        raise NotImplementedError
 
     @abstractmethod
     def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
@@ -56,9 +59,15 @@ class FreeQueue(ABC):
         twice; override to batch)."""
         return [self.remove(block) for block in blocks]
 
-    @abstractmethod
     def reinsert(self, block: int, token: Any) -> None:
-        """Undo of ``remove``: ``block`` back at the position ``token`` records."""
+        """Undo of ``remove``: ``block`` back at the position ``token`` records. Optional,
+        as ``unpop``."""
+        raise NotImplementedError
+
+    @classmethod
+    def writes_undo(cls) -> bool:
+        """The class undoes its own ``pop`` and ``remove`` (``unpop``, ``reinsert``)."""
+        return cls.unpop is not FreeQueue.unpop and cls.reinsert is not FreeQueue.reinsert
 
     def hit(self, block: int) -> None:  # noqa: B027 - optional hook
         """A cache hit on ``block`` (free or in use); called only if ``wants_hits``, once
