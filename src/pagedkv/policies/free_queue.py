@@ -57,14 +57,11 @@ class PolicyFreeQueue(FreeQueue):
         blocks, token = head.pop(num_head)
         replay = self._replay
         position = replay.position
-        count = num_blocks - num_head
         try:
-            victims = replay.target.pop_blocks(count)
+            victims = replay.call("pop_blocks", num_blocks - num_head)
         except BaseException:
-            replay.rewind(position)  # whatever the failed call changed
             head.unpop(blocks, token)
             raise
-        replay.log("pop_blocks", count)
         return blocks + victims, _Popped(token, num_head, position)
 
     def unpop(self, blocks: list[int], token: Any) -> None:
@@ -75,41 +72,31 @@ class PolicyFreeQueue(FreeQueue):
     def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
         if self._forgets:  # freed without a hash: its content (and hit history) is gone
             replay = self._replay
-            forget = replay.target.forget
             for block in blocks:
-                forget(block)
-                replay.log("forget", block)
+                replay.call("forget", block)
             replay.fold()
         self._head.push_uncached(blocks, priority)
 
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
         key_of = self.key_of if self._uses_keys else None
         replay = self._replay
-        policy = replay.target
         if evict_first:
             for block in reversed(blocks):
-                key = key_of(block) if key_of else None
-                policy.push_early(block, key)
-                replay.log("push_early", block, key)
+                replay.call("push_early", block, key_of(block) if key_of else None)
         elif len(blocks) == 1:  # ints only in the log: nothing kept alive
             block = blocks[0]
-            key = key_of(block) if key_of else None
-            policy.push(block, priority, key)
-            replay.log("push", block, priority, key)
+            replay.call("push", block, priority, key_of(block) if key_of else None)
         else:
             frozen = tuple(blocks)
             keys = tuple(key_of(b) for b in frozen) if key_of else ()
-            policy.push_blocks(frozen, priority, keys)
-            replay.log("push_blocks", frozen, priority, keys)
+            replay.call("push_blocks", frozen, priority, keys)
         replay.fold()
 
     def remove(self, block: int) -> Any:
         replay = self._replay
-        policy = replay.target
-        if block in policy:
+        if block in replay.target:
             position = replay.position
-            policy.remove(block)
-            replay.log("remove", block)
+            replay.call("remove", block)
             return position
         return _InHead(self._head.remove(block))  # an uncached free block handed in as a hit
 
@@ -120,10 +107,8 @@ class PolicyFreeQueue(FreeQueue):
             self._replay.rewind(token)
 
     def hit(self, block: int) -> None:
-        replay = self._replay
-        replay.target.hit(block)
-        replay.log("hit", block)
-        replay.fold()
+        self._replay.call("hit", block)
+        self._replay.fold()
 
     def order(self) -> list[int]:
         return [*self._head.order(), *self._replay.target.order()]

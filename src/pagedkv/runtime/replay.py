@@ -1,7 +1,7 @@
 """Undo by replay: exact undo for plugin state whose author writes no undo code.
 
-A ``CallReplay`` logs every call that changes its target (an eviction policy, a free
-queue) beside a pickled copy of the target's state as it stood when the log began.
+A ``CallReplay`` makes every call that changes its target (an eviction policy, a free
+queue) and logs it beside a pickled copy of the target's state as it stood when the log began.
 Rewinding to a position drops the log's tail and marks the target stale; its next use
 rebuilds it from the copy by replaying the log. The target is deterministic (the same
 calls leave it in the same state), so the rebuilt target is exactly the one that stood at
@@ -65,11 +65,18 @@ class CallReplay(Generic[T]):
         """Where the log ends now, counted over the target's whole life."""
         return self._first + len(self._calls)
 
-    def log(self, method: str, *args: Any) -> None:
-        """``target.<method>(*args)`` was just called (and changed the target)."""
+    def call(self, method: str, *args: Any) -> Any:
+        """``target.<method>(*args)``, logged; a call that raises is undone, then re-raised."""
+        position = self.position
+        try:
+            result = getattr(self.target, method)(*args)
+        except BaseException:
+            self.rewind(position)  # whatever the failed call changed
+            raise
         calls = self._calls
         calls.append(method)
         calls += args
+        return result
 
     def rewind(self, position: int) -> None:
         """Back to the target as it stood when ``position`` was read."""

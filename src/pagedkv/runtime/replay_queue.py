@@ -52,58 +52,35 @@ class ReplayFreeQueue(FreeQueue):
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
         replay = self._replay
         position = replay.position
-        try:
-            blocks = replay.target.pop(num_blocks)[0]
-        except BaseException:
-            replay.rewind(position)  # whatever the failed call changed
-            raise
-        replay.log("pop", num_blocks)
-        return blocks, position
+        return replay.call("pop", num_blocks)[0], position
 
     def unpop(self, blocks: list[int], token: Any) -> None:
         self._replay.rewind(token)
 
     def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
-        frozen = tuple(blocks)
-        replay = self._replay
-        replay.target.push_uncached(frozen, priority)
-        replay.log("push_uncached", frozen, priority)
-        replay.fold()
+        self._replay.call("push_uncached", tuple(blocks), priority)
+        self._replay.fold()
 
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
-        frozen = tuple(blocks)
-        replay = self._replay
-        replay.target.push_cached(frozen, priority, evict_first)
-        replay.log("push_cached", frozen, priority, evict_first)
-        replay.fold()
+        self._replay.call("push_cached", tuple(blocks), priority, evict_first)
+        self._replay.fold()
 
     def remove(self, block: int) -> Any:
-        replay = self._replay
-        position = replay.position
-        replay.target.remove(block)
-        replay.log("remove", block)
+        position = self._replay.position
+        self._replay.call("remove", block)
         return position
 
     def remove_many(self, blocks: Sequence[int]) -> list[Any]:
-        replay = self._replay
-        position = replay.position
-        frozen = tuple(blocks)
-        try:
-            replay.target.remove_many(frozen)
-        except BaseException:
-            replay.rewind(position)
-            raise
-        replay.log("remove_many", frozen)
-        return [position] * len(frozen)
+        position = self._replay.position
+        self._replay.call("remove_many", tuple(blocks))
+        return [position] * len(blocks)
 
     def reinsert(self, block: int, token: Any) -> None:
         self._replay.rewind(token)
 
     def hit(self, block: int) -> None:
-        replay = self._replay
-        replay.target.hit(block)
-        replay.log("hit", block)
-        replay.fold()
+        self._replay.call("hit", block)
+        self._replay.fold()
 
     def order(self) -> list[int]:
         return self._replay.target.order()
