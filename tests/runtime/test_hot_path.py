@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pagedkv import KVCacheSpec
 from pagedkv.runtime import KVCacheManager, Request
+from pagedkv.runtime.coordinators import UnitaryCoordinator
+from pagedkv.runtime.managers.base import Retention
+from pagedkv.runtime.managers.full import FullAttentionManager
 
-from .helpers import full, make_manager, mamba, swa
+from .helpers import cached_blocks, check_invariants, full, kv_config, make_manager, mamba, swa
 
 
 def count_begins(manager: KVCacheManager) -> list[int]:
@@ -63,3 +70,115 @@ def test_decode_steps_journal_only_when_tables_change(
     assert num_quiet and num_changed  # both kinds of step were exercised
     manager.free(req)
     assert calls[0] == num_changed  # freeing journals nothing
+
+
+@pytest.mark.parametrize(
+    ("specs", "kwargs", "plain"),
+    [
+        ([full()], {}, True),
+        ([swa(8)], {}, False),  # sparse retention thins what it caches
+        ([mamba()], {}, False),
+        ([full()], {"retention": "dense"}, False),  # a retention plugin decides
+        ([full(), full()], {}, False),  # two groups: the coordinator's own path
+        ([full()], {"enable_caching": False}, False),
+    ],
+    ids=["full", "window", "mamba", "dense", "two-groups", "no-caching"],
+)
+def test_plain_steps_are_taken_where_nothing_overrides_them(
+    specs: list[KVCacheSpec], kwargs: dict[str, Any], plain: bool
+) -> None:
+    manager = make_manager(specs, num_blocks=64, **kwargs)
+    assert (manager._step_plainly is not None) == plain
+
+
+def test_a_group_keying_partial_tails_takes_no_plain_steps() -> None:
+    m = make_manager([full()], num_blocks=64).managers[0]
+    assert isinstance(m, FullAttentionManager) and m.takes_plain_steps()
+    m.keys_partial_tails = True  # hashes finer than the block (hybrid models only)
+    assert not m.takes_plain_steps()
+
+
+def test_a_retention_that_overrides_caching_keeps_the_general_path() -> None:
+    class EveryOther(Retention):
+        def blocks_to_cache(
+            self, manager: Any, request: Request, start: int, end: int
+        ) -> set[int] | None:
+            return set(range(start, end, 2))
+
+    coordinator = UnitaryCoordinator(
+        kv_config([full()], 64),
+        max_model_len=256,
+        enable_caching=True,
+        hash_block_size=4,
+        alignment_tokens=4,
+        retention=EveryOther,
+        retention_interval=0,
+    )
+    assert coordinator.plain_step is None
+
+
+ops = st.lists(
+    st.tuples(st.sampled_from(["admit", "step", "decode", "free"]), st.integers(0, 5)),
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ops, events=st.booleans(), lookahead=st.integers(0, 2))
+def test_plain_steps_change_what_the_general_path_changes(
+    ops: list[tuple[str, int]], events: bool, lookahead: int
+) -> None:
+    plain = make_manager([full()], num_blocks=24, enable_events=events)
+    general = make_manager([full()], num_blocks=24, enable_events=events)
+    general._step_plainly = None
+    prompts = [[i % 3] * 6 + list(range(i, i + 9)) for i in range(6)]
+    for op, i in ops:
+        results = []
+        for manager in (plain, general):
+            results.append(_apply(manager, op, i, prompts[i], lookahead))
+        assert results[0] == results[1]
+        assert _state(plain) == _state(general)
+        check_invariants(plain)
+
+
+def _apply(manager: KVCacheManager, op: str, i: int, prompt: list[int], lookahead: int) -> Any:
+    live: dict[str, Request] = manager.__dict__.setdefault("_test_requests", {})
+    rid = str(i)
+    req = live.get(rid)
+    if op == "admit" or req is None:
+        if req is not None:
+            return "running"
+        req = Request(rid, prompt, hasher=manager.hasher)
+        hit, num_hit = manager.get_computed_blocks(req)
+        num_new = min(7, req.num_tokens - num_hit)
+        out = manager.allocate_slots(req, num_new, num_hit, hit, full_sequence_must_fit=True)
+        if out is None:
+            return None
+        live[rid] = req
+        req.num_computed_tokens = num_hit + num_new
+        return out.get_block_ids()
+    if op == "free":
+        manager.free(req)
+        del live[rid]
+        return "freed"
+    if req.num_computed_tokens >= req.num_tokens:
+        req.append_output_token_ids(i + req.num_tokens)
+    num_new = 1 if op == "decode" else min(5, req.num_tokens - req.num_computed_tokens)
+    out = manager.allocate_slots(req, num_new, num_lookahead_tokens=lookahead)
+    if out is not None:
+        req.num_computed_tokens += num_new
+        return out.get_block_ids()
+    return None
+
+
+def _state(manager: KVCacheManager) -> tuple[Any, ...]:
+    pool = manager.block_pool
+    return (
+        pool.queue.order(),
+        list(pool.ref_cnt),
+        cached_blocks(pool),
+        {r: list(t) for r, t in manager.managers[0].req_to_blocks.items()},
+        dict(manager.managers[0].num_cached_block),
+        manager.num_evictions,
+        manager.take_events(),
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
 from pagedkv.errors import ConfigError, KVCacheRuntimeError, RegistryError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
@@ -127,6 +127,12 @@ SkipStep = tuple[
     dict[str, int] | None,
     Callable[[int], int | None],
 ]
+
+
+# A unitary coordinator's group that takes plain steps: (block tables by request id,
+# leading blocks already cached by request id, block size, hash block size, group id,
+# whether it caches).
+PlainStep = tuple[dict[str, list[int]], dict[str, int], int, int, int, bool]
 
 
 class IdleStepCheck(NamedTuple):
@@ -681,10 +687,60 @@ class UnitaryCoordinator(KVCacheCoordinator):
 
     eagle_margin = False
 
+    def _setup_request_steps(self, partial_hash_hits: bool, retention_interval: int | None) -> None:
+        super()._setup_request_steps(partial_hash_hits, retention_interval)
+        # The group's kind takes plain steps: ``step_plainly`` does a running request's
+        # step in one call (most engines' most frequent call that changes anything).
+        m = self.managers[0]
+        self.plain_step: PlainStep | None = None
+        if m.takes_plain_steps() and not self._encoder[0]:
+            self.plain_step = (
+                m.req_to_blocks,
+                m.num_cached_block,
+                m.block_size,
+                m.hash_block_size,
+                m.kv_cache_group_id,
+                m.enable_caching,
+            )
+
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         num_tokens = max(0, num_computed_tokens - self.num_reprefillable_tokens)
         for m in self._caching:
             m.cache_blocks(request, num_tokens)
+
+    def step_plainly(
+        self, request: Request, num_tokens: int, num_computed_tokens: int, cache: bool
+    ) -> tuple[list[int], ...]:
+        """A running request's step when the group takes plain steps (``plain_step`` set):
+        ``journal_tables``, ``allocate_new_blocks`` and ``cache_blocks`` in one call, inside
+        the pool's transaction. Returns the new blocks (one list).
+
+        Args:
+            request: the running request.
+            num_tokens: tokens that need a slot, those already allocated included.
+            num_computed_tokens: tokens computed after the step (``cache_blocks``').
+            cache: cache the blocks that became full.
+        """
+        tables, cached_by_request, block_size, hash_block_size, group_id, caches = cast(
+            PlainStep, self.plain_step
+        )
+        request_id = request.request_id
+        pool = self.block_pool
+        table = tables[request_id]
+        length = len(table)
+        num_cached = cached_by_request[request_id]
+        pool.record(_restore_plain_table, table, length, cached_by_request, request_id, num_cached)
+        num_new = -(-num_tokens // block_size) - length  # cdiv inline: see _grow_table
+        new = pool.get_new_blocks(num_new) if num_new > 0 else []
+        table.extend(new)
+        if cache and caches:
+            num_final = num_computed_tokens - self.num_reprefillable_tokens
+            num_hashed = len(request.block_hashes) * hash_block_size
+            num_full = (num_final if num_final < num_hashed else num_hashed) // block_size
+            if num_full > num_cached:
+                pool.cache_full_blocks(request, table, num_cached, num_full, block_size, group_id)
+                cached_by_request[request_id] = num_full
+        return (new,)
 
 
 class HybridCoordinator(KVCacheCoordinator):
@@ -763,6 +819,17 @@ def _restore_tables(
             m.num_cached_block.pop(request_id, None)
         else:
             m.num_cached_block[request_id] = num_cached
+
+
+def _restore_plain_table(
+    table: list[int],
+    length: int,
+    cached_by_request: dict[str, int],
+    request_id: str,
+    num_cached: int,
+) -> None:
+    del table[length:]
+    cached_by_request[request_id] = num_cached
 
 
 def _shares_skips(first: SingleTypeKVCacheManager, other: SingleTypeKVCacheManager) -> bool:

@@ -14,6 +14,7 @@ from pagedkv.runtime.blocks import KVCacheBlocks
 from pagedkv.runtime.coordinators import (
     SpeculativeGrowth,
     TableGrowth,
+    UnitaryCoordinator,
     make_coordinator,
     resolve_caching,
 )
@@ -234,6 +235,9 @@ class KVCacheManager:
             self._idle_cache_step = check.cache_step
             self._idle_tail_keyers = check.tail_keyers
             self._idle_counts_new_blocks = check.counts_new_blocks
+        self._step_plainly = None
+        if isinstance(coordinator, UnitaryCoordinator) and coordinator.plain_step is not None:
+            self._step_plainly = coordinator.step_plainly
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
         self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
@@ -423,6 +427,7 @@ class KVCacheManager:
                 return None
         cache = self.enable_caching and not delay_cache_blocks
         needed: int | None = None  # free blocks the step takes, once counted
+        grows = caches = True  # the step may grow a table, may cache a block
         if running:
             if self._skip_steps:  # the coordinator's remove_skipped_blocks, inline
                 num_prompt = request.num_prompt_tokens
@@ -441,30 +446,32 @@ class KVCacheManager:
                 if self._idle_cache_step > 1:
                     cache_tokens -= cache_tokens % self._idle_cache_step
                 num_new_blocks = 0
-                idle = True
+                caches = False
                 # cdiv written inline below: this check runs every decode step.
                 for block_size, tables, num_cached, encoder in idle_groups:
                     tokens = num_encoder_tokens if encoder else num_slots
                     num_new = -(-tokens // block_size) - len(tables[request_id])
                     if num_new > 0:
                         num_new_blocks += num_new
-                        idle = False
-                    elif cache_tokens // block_size > num_cached[request_id]:
-                        idle = False
+                    if cache_tokens // block_size > num_cached[request_id]:
+                        caches = True
+                grows = num_new_blocks > 0
                 for block_size, tables, spec_blocks, align in self._idle_speculative:
                     tokens = num_main if align else num_slots
                     if -(-tokens // block_size) + spec_blocks > len(tables[request_id]):
-                        idle = False
-                if idle and self._idle_tail_keyers:
-                    idle = not any(
+                        grows = True
+                if not caches and self._idle_tail_keyers:
+                    caches = any(
                         m.tail_key_pending(request, cache_tokens) for m in self._idle_tail_keyers
                     )
-                if idle:
+                if not (grows or caches):
                     if reserved_blocks and reserved_blocks > self.num_free_blocks:
                         return None  # vLLM's: nothing to allocate still needs the reserve
                     return self._empty
                 if self._idle_counts_new_blocks:
                     needed = num_new_blocks
+                else:
+                    grows = True  # the count is a lower bound: every group is asked
         if needed is None:
             coordinator = self.coordinator
             needed = self._reserve(running, has_scheduled_reqs) + (
@@ -491,8 +498,9 @@ class KVCacheManager:
             num_slots,
             num_main,
             num_encoder_tokens,
-            cache,
+            cache and caches,
             external,
+            grows,
         )
 
     def _allocate(
@@ -506,21 +514,33 @@ class KVCacheManager:
         num_encoder_tokens: int,
         cache: bool,
         external: int,
+        grows: bool,
     ) -> KVCacheBlocks:
-        # One transaction of the block pool: anything raising midway is undone.
+        # One transaction of the block pool: anything raising midway is undone. A running
+        # request's step that the idle check found grows no table (``grows`` False) skips
+        # the growth; one that caches nothing comes with ``cache`` False.
         request_id = request.request_id
         coordinator = self.coordinator
         pool = self.block_pool
+        num_computed = min(num_main, len(request.all_token_ids))
+        step_plainly = self._step_plainly
         savepoint = pool.begin()
         try:
-            coordinator.journal_tables(request_id)
-            if not running:
-                coordinator.allocate_new_computed_blocks(request_id, hits, total_computed, external)
-            new_blocks = coordinator.allocate_new_blocks(
-                request_id, num_slots, num_main, num_encoder_tokens
-            )
-            if cache:
-                coordinator.cache_blocks(request, min(num_main, len(request.all_token_ids)))
+            if running and step_plainly is not None:
+                new_blocks = step_plainly(request, num_slots, num_computed, cache)
+            else:
+                coordinator.journal_tables(request_id)
+                if not running:
+                    coordinator.allocate_new_computed_blocks(
+                        request_id, hits, total_computed, external
+                    )
+                new_blocks = self._no_hits
+                if grows:
+                    new_blocks = coordinator.allocate_new_blocks(
+                        request_id, num_slots, num_main, num_encoder_tokens
+                    )
+                if cache:
+                    coordinator.cache_blocks(request, num_computed)
         except BaseException:
             pool.rollback(savepoint)
             raise

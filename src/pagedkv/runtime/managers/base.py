@@ -361,6 +361,23 @@ class SingleTypeKVCacheManager(ABC):
         )
         self.num_cached_block[request_id] = num_full
 
+    def takes_plain_steps(self) -> bool:
+        """Whether a running request's step here is only: grow the table to
+        ``cdiv(tokens, block_size)`` blocks, then cache every block that became full, as
+        ``cache_blocks`` counts them (a unitary coordinator then takes the step itself).
+        False for a kind or retention that overrides any part of it."""
+        kind = type(self)
+        return kind.cache_blocks is SingleTypeKVCacheManager.cache_blocks and self._plain_parts()
+
+    def _plain_parts(self) -> bool:
+        kind = type(self)
+        return (
+            kind.plain_growth
+            and kind.reachable_blocks is SingleTypeKVCacheManager.reachable_blocks
+            and type(self.retention).blocks_to_cache is Retention.blocks_to_cache
+            and not self.records_new_block_ids
+        )
+
     def reachable_blocks(self, request: Request, start: int, end: int) -> set[int] | None:
         """Table positions in ``[start, end)`` vLLM's retention caches (None: every one).
         Kinds with ``sparse_retention`` thin them by ``retention_interval``."""

@@ -62,6 +62,13 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         if self.keys_partial_tails:
             self._cache_partial_tail(request, num_tokens)
 
+    def takes_plain_steps(self) -> bool:
+        return (
+            type(self).cache_blocks is FullAttentionManager.cache_blocks
+            and not self.keys_partial_tails
+            and self._plain_parts()
+        )
+
     def _cache_partial_tail(self, request: Request, num_tokens: int) -> None:
         """Key the block holding the prompt's last hash boundary at that boundary, so a
         request sharing the prompt hits inside the block."""
