@@ -125,6 +125,38 @@ class BlockPool:
             )
         blocks, token = queue.pop(num_blocks)
         ref = self.ref_cnt
+        hashes, maps, dups = self.block_hash, self._maps, self._dups
+        undo: tuple[Callable[..., None], tuple[Any, ...]]
+        plain = self._events is None and not self._key_tokens and not self._extra_keys
+        if plain and len(maps) == 1 and not dups[0]:
+            # One hash map, no duplicate keys, one key per block: a keyed block is its
+            # key's only entry.
+            m = maps[0]
+            evicted_blocks: list[int] = []
+            evicted_hashes: list[BlockHash] = []
+            for block in blocks:
+                ref[block] = 1
+                h = hashes[block]
+                if h is not None:
+                    del m[h]
+                    hashes[block] = None
+                    evicted_blocks.append(block)
+                    evicted_hashes.append(h)
+            num_evicted = len(evicted_blocks)
+            undo = (self._undo_pop_one_map, (blocks, evicted_blocks, evicted_hashes, token))
+        else:
+            evicted = self._evict_popped(blocks)
+            num_evicted = len(evicted)
+            undo = (self._undo_pop, (blocks, evicted, token))
+        self.num_evictions += num_evicted
+        if self._journal is not None:
+            self._journal.append(undo)
+        return blocks
+
+    def _evict_popped(self, blocks: list[int]) -> list[tuple[Any, ...]]:
+        """Take one reference on each popped block and drop its keys; returns what undoes
+        each drop (``_drop_all_keys``)."""
+        ref = self.ref_cnt
         hashes, groups, maps, dups = self.block_hash, self.block_group, self._maps, self._dups
         evicted: list[tuple[Any, ...]] = []
         plain = self._events is None and not self._key_tokens and not self._extra_keys
@@ -140,10 +172,7 @@ class BlockPool:
                     evicted.append((block, h, gid))
                 else:
                     evicted.append(self._drop_all_keys(block))
-        self.num_evictions += len(evicted)
-        if self._journal is not None:
-            self._journal.append((self._undo_pop, (blocks, evicted, token)))
-        return blocks
+        return evicted
 
     def touch(self, blocks: Sequence[int]) -> None:
         """Take one more reference on each (non-null) block; free ones leave the queue."""
@@ -643,6 +672,23 @@ class BlockPool:
             else:
                 self._restore_key(*key)
         self.num_evictions -= len(evicted)
+        for block in blocks:
+            self.ref_cnt[block] = 0
+        self.queue.unpop(blocks, token)
+
+    def _undo_pop_one_map(
+        self,
+        blocks: list[int],
+        evicted_blocks: list[int],
+        evicted_hashes: list[BlockHash],
+        token: Any,
+    ) -> None:
+        m = self._maps[0]
+        hashes = self.block_hash
+        for block, h in zip(reversed(evicted_blocks), reversed(evicted_hashes)):
+            hashes[block] = h
+            m[h] = block
+        self.num_evictions -= len(evicted_blocks)
         for block in blocks:
             self.ref_cnt[block] = 0
         self.queue.unpop(blocks, token)
