@@ -59,8 +59,8 @@ def test_remove_and_pop_undone_in_reverse_restore_the_exact_order(
             assert blocks == free[:n]
             undo.append(("pop", (blocks, token)))
             held += blocks
-        elif op == 1 and queue._lru:
-            block = data.draw(st.sampled_from(list(queue._lru)))
+        elif op == 1 and queue.cached_order():
+            block = data.draw(st.sampled_from(list(queue.cached_order())))
             undo.append(("remove", (block, queue.remove(block))))
     for kind, arg in reversed(undo):
         if kind == "pop":

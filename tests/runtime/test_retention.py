@@ -29,7 +29,7 @@ def test_out_of_window_blocks_are_evicted_before_other_cached_blocks() -> None:
     table = manager.get_block_ids("a")[0]
     manager.allocate_slots(req, 8)  # 25 tokens skipped: blocks 0-5 leave the window
     queue = manager.block_pool.queue.order()
-    cached_part = queue[-len(manager.block_pool.queue._lru) :]
+    cached_part = queue[-len(manager.block_pool.queue.cached_order()) :]
     # Blocks 5..0 out of the window sit at the front of the cached part, except those
     # covering the window before the prompt end (39 -> blocks 7-8), none here.
     assert cached_part[:6] == table[:6][::-1]  # highest index first, as freed
@@ -48,7 +48,7 @@ def test_window_before_prompt_end_and_shared_junction_keeps_normal_priority() ->
     table = manager.get_block_ids("a")[0]  # blocks 0-2 already left the window at 24
     req.num_computed_tokens = 40
     sw.remove_skipped_blocks("a", 40)  # 33 skipped: blocks 0-7
-    lru = list(manager.block_pool.queue._lru)
+    lru = manager.block_pool.queue.cached_order()
     # Block 3 (left at 24 tokens) and block 4 (now) are at the tail; 5-7 in front.
     assert set(lru[:3]) == {table[5], table[6], table[7]}
     assert table[:3] == [0, 0, 0] and lru[-1] == table[4]
@@ -96,7 +96,7 @@ def test_mamba_superseded_checkpoints_are_evicted_early_except_at_the_prompt_end
         req.num_computed_tokens += chunk
     req.append_output_token_ids(1)
     manager.allocate_slots(req, 1)  # 21 computed: the states up to token 20 are freed
-    lru = list(manager.block_pool.queue._lru)
+    lru = manager.block_pool.queue.cached_order()
     # prompt end 20 -> the state after token 20 (states[2]) keeps normal priority
     assert lru == [states[1], states[0], states[2]]
 
@@ -115,7 +115,7 @@ def test_adopted_hit_keeps_normal_priority_when_it_leaves_the_window() -> None:
     b.num_computed_tokens = 25
     b.append_output_token_ids(1)
     manager.allocate_slots(b, 1)  # the adopted checkpoint is superseded and freed
-    assert list(manager.block_pool.queue._lru)[-1] == checkpoint  # tail, not the front
+    assert manager.block_pool.queue.cached_order()[-1] == checkpoint  # tail, not the front
 
 
 def test_freed_window_blocks_outside_retained_points_are_evicted_first() -> None:
@@ -129,7 +129,7 @@ def test_freed_window_blocks_outside_retained_points_are_evicted_first() -> None
     req.num_computed_tokens = 16
     window_table = manager.get_block_ids("a")[1]
     manager.free(req)
-    lru = list(manager.block_pool.queue._lru)
+    lru = manager.block_pool.queue.cached_order()
     early = {b for b in window_table[2:] if b}
     assert set(lru[: len(early)]) == early  # blocks no retained point needs go first
     assert set(prompt_window) <= set(lru[len(early) :])  # the prompt-end window stays

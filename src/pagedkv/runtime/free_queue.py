@@ -9,12 +9,11 @@ and they are optional: the pool wraps a queue without them in ``ReplayFreeQueue`
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from collections.abc import Sequence
-from itertools import islice
 from typing import Any, ClassVar, NamedTuple
 
 from pagedkv.errors import KVCacheRuntimeError
+from pagedkv.runtime.cached_log import CachedLog, CachedPop
 
 __all__ = [
     "FreeQueue",
@@ -81,7 +80,7 @@ class FreeQueue(ABC):
 class LRUFreeQueue(FreeQueue):
     """vLLM's order: freed uncached blocks at the head (LIFO), freed cached ones at the
     tail (LRU). Three parts concatenate to vLLM's one list: ``_stack`` (head at its end),
-    the never-used ids ``[_next_fresh, num_blocks)`` and ``_lru`` (block -> sequence).
+    the never-used ids ``[_next_fresh, num_blocks)`` and ``_cached`` (a ``CachedLog``).
 
     A hit is normally a cached block (the LRU part). One on an uncached free block takes
     it out in O(1) too, lazily: a never-used id becomes a hole (``_holes``), a stack entry
@@ -93,17 +92,15 @@ class LRUFreeQueue(FreeQueue):
         self.num_blocks = num_blocks
         self._stack: list[int] = []
         self._next_fresh = 1  # block 0 is the null block
-        self._lru: OrderedDict[int, int] = OrderedDict()
-        self._seq = 0  # next tail sequence number
-        self._front_seq = 0  # sequence numbers below every other (evict_first)
+        self._cached = CachedLog(num_blocks)
         self._holes: set[int] = set()  # never-used ids >= _next_fresh taken by a hit
         self._stale: dict[int, int] = {}
         self._relive: set[int] = set()
         self._num_gone = 0  # holes plus stale stack entries
 
     def __len__(self) -> int:
-        stack_and_lru = len(self._stack) + len(self._lru)
-        return stack_and_lru + self.num_blocks - self._next_fresh - self._num_gone
+        stack_and_cached = len(self._stack) + self._cached.num_blocks
+        return stack_and_cached + self.num_blocks - self._next_fresh - self._num_gone
 
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
         if self._num_gone:
@@ -124,15 +121,9 @@ class LRUFreeQueue(FreeQueue):
             blocks.extend(range(self._next_fresh, self._next_fresh + fresh))
             self._next_fresh += fresh
             rest -= fresh
-        seqs = self._pop_lru(blocks, rest)
-        return blocks, (fresh, seqs)
-
-    def _pop_lru(self, blocks: list[int], num_blocks: int) -> list[int]:
-        lru = self._lru
-        taken = list(islice(lru, num_blocks))
-        seqs = list(map(lru.pop, taken))
-        blocks += taken
-        return seqs
+        if not rest:
+            return blocks, (fresh, 0, None)
+        return blocks, (fresh, rest, self._cached.pop(blocks, rest))
 
     def _pop_around_gone(self, num_blocks: int) -> tuple[list[int], _GonePop]:
         stack, stale, relive = self._stack, self._stale, self._relive
@@ -171,8 +162,9 @@ class LRUFreeQueue(FreeQueue):
             fresh += 1
         self._next_fresh = fresh
         self._num_gone -= len(passed)
-        seqs = self._pop_lru(blocks, num_blocks - len(blocks))
-        return blocks, _GonePop(raw, stale_taken, relive_taken, first_fresh, passed, seqs)
+        rest = num_blocks - len(blocks)
+        cached = self._cached.pop(blocks, rest) if rest else None
+        return blocks, _GonePop(raw, stale_taken, relive_taken, first_fresh, passed, rest, cached)
 
     def unpop(self, blocks: list[int], token: Any) -> None:
         if token is None:
@@ -181,20 +173,16 @@ class LRUFreeQueue(FreeQueue):
         if isinstance(token, _GonePop):
             self._unpop_around_gone(blocks, token)
             return
-        fresh, seqs = token
-        tail = len(blocks) - len(seqs)
-        self._unpop_lru(blocks[tail:], seqs)
+        fresh, num_cached, cached = token
+        tail = len(blocks) - num_cached
+        if cached is not None:
+            self._cached.unpop(blocks[tail:], cached)
         self._next_fresh -= fresh
         self._stack.extend(reversed(blocks[: tail - fresh]))
 
-    def _unpop_lru(self, blocks: list[int], seqs: list[int]) -> None:
-        lru = self._lru
-        for block, seq in zip(reversed(blocks), reversed(seqs)):
-            lru[block] = seq
-            lru.move_to_end(block, last=False)
-
     def _unpop_around_gone(self, blocks: list[int], token: _GonePop) -> None:
-        self._unpop_lru(blocks[len(blocks) - len(token.seqs) :], token.seqs)
+        if token.cached is not None:
+            self._cached.unpop(blocks[len(blocks) - token.num_cached :], token.cached)
         self._next_fresh = token.first_fresh
         self._holes.update(token.passed_holes)
         self._stack.extend(token.raw_stack)
@@ -211,39 +199,31 @@ class LRUFreeQueue(FreeQueue):
             self._relive.update(block for block in blocks if block in stale)
 
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
-        lru = self._lru
-        if not evict_first:
-            seq = self._seq
-            for block in blocks:
-                lru[block] = seq
-                seq += 1
-            self._seq = seq
-            return
-        move = lru.move_to_end
-        for block in reversed(blocks):
-            self._front_seq -= 1
-            lru[block] = self._front_seq
-            move(block, last=False)
+        if evict_first:
+            self._cached.push_front(blocks)
+        else:
+            self._cached.push(blocks)
 
     def remove(self, block: int) -> Any:
-        token = self._lru.pop(block, None)  # a cached block: its LRU sequence
+        token = self._cached.remove(block)  # a cached block: its position there
         return self._remove_uncached(block) if token is None else token
 
     def remove_many(self, blocks: Sequence[int]) -> list[Any]:
-        tokens: list[Any] = []
-        try:
-            tokens.extend(map(self._lru.pop, blocks))  # cached blocks: their LRU sequences
-        except KeyError:  # extend keeps the tokens taken before the first miss
-            self._remove_rest(blocks, tokens)
+        tokens: list[Any] = self._cached.remove_many(blocks)
+        if None in tokens:
+            for index, block in enumerate(blocks):
+                if tokens[index] is None:
+                    tokens[index] = self._remove_uncached(block)
         return tokens
 
-    def _remove_rest(self, blocks: Sequence[int], tokens: list[Any]) -> None:
-        """``remove_many`` from the first block outside the LRU part on (``tokens`` holds
-        the ones before it)."""
-        lru = self._lru
-        for block in blocks[len(tokens) :]:
-            token: Any = lru.pop(block, None)
-            tokens.append(self._remove_uncached(block) if token is None else token)
+    def reserve_ids(self, num_ids: int) -> None:
+        """Let ``push_cached`` take block ids below ``num_ids``, beyond the pool's own (a
+        queue that holds blocks of its caller's numbering)."""
+        self._cached.reserve(num_ids)
+
+    def cached_order(self) -> list[int]:
+        """The free blocks that keep their hash, next evicted first (the queue's tail)."""
+        return self._cached.order()
 
     def _remove_uncached(self, block: int) -> tuple[str, bool]:
         """A free block outside the LRU part: a never-used id or a stack entry."""
@@ -268,17 +248,8 @@ class LRUFreeQueue(FreeQueue):
     def reinsert(self, block: int, token: Any) -> None:
         if isinstance(token, tuple):
             self._reinsert_uncached(block, token)
-            return
-        lru = self._lru
-        if not lru or next(reversed(lru.values())) < token:
-            lru[block] = token
-            return
-        lru[block] = token
-        if next(iter(lru.values())) > token:
-            lru.move_to_end(block, last=False)
-            return
-        for later in [b for b, seq in lru.items() if seq > token]:
-            lru.move_to_end(later)
+        else:
+            self._cached.reinsert(block, token)
 
     def _reinsert_uncached(self, block: int, token: tuple[str, bool]) -> None:
         where, relive = token
@@ -300,7 +271,7 @@ class LRUFreeQueue(FreeQueue):
     def order(self) -> list[int]:
         fresh = range(self._next_fresh, self.num_blocks)
         if not self._num_gone:
-            return [*reversed(self._stack), *fresh, *self._lru]
+            return [*reversed(self._stack), *fresh, *self._cached.order()]
         holes, stale, relive = self._holes, self._stale, self._relive
         live: list[int] = []
         taken: set[int] = set()
@@ -311,7 +282,7 @@ class LRUFreeQueue(FreeQueue):
                 taken.add(block)
                 live.append(block)
         live += [block for block in fresh if block not in holes]
-        return [*live, *self._lru]
+        return [*live, *self._cached.order()]
 
 
 _HOLE, _TOP, _STALE = "hole", "top", "stale"  # where a removed uncached block was
@@ -325,4 +296,5 @@ class _GonePop(NamedTuple):
     relive_taken: list[int]
     first_fresh: int
     passed_holes: list[int]
-    seqs: list[int]
+    num_cached: int  # blocks taken from the cached part
+    cached: CachedPop | None

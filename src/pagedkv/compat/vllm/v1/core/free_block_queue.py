@@ -121,6 +121,8 @@ class FreeKVCacheBlockQueue:
                 raise ValueError(f"{block} is already in a free block queue")
         if len(set(ids)) != len(ids):
             raise ValueError(f"blocks to queue repeat a block id: {ids}")
+        if ids:
+            self._order.reserve_ids(max(ids) + 1)
         self._order.push_cached(ids, priority=0, evict_first=at_head)
         for block in blocks:
             block._free_queue = self
