@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagedkv.errors import NoFreeBlocksError
+from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
 from pagedkv.runtime import BlockPool, Request
 from pagedkv.runtime.free_queue import FreeQueue, LRUFreeQueue
 from pagedkv.runtime.hashing import BlockHasher
@@ -62,12 +62,23 @@ def test_remove_and_pop_undone_in_reverse_restore_the_exact_order(
         elif op == 1 and queue.cached_order():
             block = data.draw(st.sampled_from(list(queue.cached_order())))
             undo.append(("remove", (block, queue.remove(block))))
+        assert len(queue) == len(queue.order())
     for kind, arg in reversed(undo):
         if kind == "pop":
             queue.unpop(*arg)
         else:
             queue.reinsert(*arg)
-    assert queue.order() == before
+    assert queue.order() == before and len(queue) == len(before)
+
+
+def test_removing_a_block_outside_the_pool_is_refused_and_changes_nothing() -> None:
+    queue = LRUFreeQueue(6)
+    blocks, _ = queue.pop(3)
+    queue.push_cached(blocks, 0)
+    before = queue.order()
+    with pytest.raises(KVCacheRuntimeError, match="outside the pool"):
+        queue.remove_many([blocks[0], 99])
+    assert queue.order() == before and len(queue) == 5
 
 
 class FIFOQueue(FreeQueue):

@@ -89,6 +89,7 @@ def test_plain_steps_are_taken_where_nothing_overrides_them(
 ) -> None:
     manager = make_manager(specs, num_blocks=64, **kwargs)
     assert (manager._step_plainly is not None) == plain
+    assert (manager._plain_idle is not None) == plain
 
 
 def test_a_group_keying_partial_tails_takes_no_plain_steps() -> None:
@@ -130,7 +131,7 @@ def test_plain_steps_change_what_the_general_path_changes(
 ) -> None:
     plain = make_manager([full()], num_blocks=24, enable_events=events)
     general = make_manager([full()], num_blocks=24, enable_events=events)
-    general._step_plainly = None
+    general._step_plainly = general._plain_idle = None  # the coordinator's own steps
     prompts = [[i % 3] * 6 + list(range(i, i + 9)) for i in range(6)]
     for op, i in ops:
         results = []

@@ -97,12 +97,13 @@ class LRUFreeQueue(FreeQueue):
         self._stale: dict[int, int] = {}
         self._relive: set[int] = set()
         self._num_gone = 0  # holes plus stale stack entries
+        self._num_free = num_blocks - 1  # kept by every change: read on every step
 
     def __len__(self) -> int:
-        stack_and_cached = len(self._stack) + self._cached.num_blocks
-        return stack_and_cached + self.num_blocks - self._next_fresh - self._num_gone
+        return self._num_free
 
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
+        self._num_free -= num_blocks
         if self._num_gone:
             return self._pop_around_gone(num_blocks)
         stack = self._stack
@@ -167,6 +168,7 @@ class LRUFreeQueue(FreeQueue):
         return blocks, _GonePop(raw, stale_taken, relive_taken, first_fresh, passed, rest, cached)
 
     def unpop(self, blocks: list[int], token: Any) -> None:
+        self._num_free += len(blocks)
         if token is None:
             self._stack.extend(reversed(blocks))
             return
@@ -193,27 +195,39 @@ class LRUFreeQueue(FreeQueue):
         self._num_gone += len(token.passed_holes) + len(token.stale_taken)
 
     def push_uncached(self, blocks: Sequence[int], priority: int) -> None:
+        self._num_free += len(blocks)
         self._stack.extend(reversed(blocks))
         if self._stale:
             stale = self._stale
             self._relive.update(block for block in blocks if block in stale)
 
     def push_cached(self, blocks: Sequence[int], priority: int, evict_first: bool = False) -> None:
+        self._num_free += len(blocks)
         if evict_first:
             self._cached.push_front(blocks)
         else:
             self._cached.push(blocks)
 
     def remove(self, block: int) -> Any:
-        token = self._cached.remove(block)  # a cached block: its position there
-        return self._remove_uncached(block) if token is None else token
+        token: Any = self._cached.remove(block)  # a cached block: its position there
+        if token is None:
+            token = self._remove_uncached(block)
+        self._num_free -= 1
+        return token
 
     def remove_many(self, blocks: Sequence[int]) -> list[Any]:
-        tokens: list[Any] = self._cached.remove_many(blocks)
+        try:
+            tokens: list[Any] = self._cached.remove_many(blocks)
+        except IndexError:
+            raise KVCacheRuntimeError(
+                f"free queue: a block of {list(blocks)} is outside the pool "
+                f"(0 .. {self.num_blocks - 1})"
+            ) from None
         if None in tokens:
             for index, block in enumerate(blocks):
                 if tokens[index] is None:
                     tokens[index] = self._remove_uncached(block)
+        self._num_free -= len(blocks)
         return tokens
 
     def reserve_ids(self, num_ids: int) -> None:
@@ -246,6 +260,7 @@ class LRUFreeQueue(FreeQueue):
         return _STALE, relive
 
     def reinsert(self, block: int, token: Any) -> None:
+        self._num_free += 1
         if isinstance(token, tuple):
             self._reinsert_uncached(block, token)
         else:

@@ -236,8 +236,12 @@ class KVCacheManager:
             self._idle_tail_keyers = check.tail_keyers
             self._idle_counts_new_blocks = check.counts_new_blocks
         self._step_plainly = None
+        self._plain_idle: tuple[dict[str, list[int]], dict[str, int], int] | None = None
         if isinstance(coordinator, UnitaryCoordinator) and coordinator.plain_step is not None:
             self._step_plainly = coordinator.step_plainly
+            tables, cached_by_request, block_size = coordinator.plain_step[:3]
+            if check is not None and not check.speculative and not check.tail_keyers:
+                self._plain_idle = (tables, cached_by_request, block_size)
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
         self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
@@ -437,8 +441,23 @@ class KVCacheManager:
                     elif total_computed >= floors.get(request_id, 0):
                         remove(request_id, total_computed, peers, num_prompt)
                         floors[request_id] = next_skip(total_computed) or 0
+            plain = self._plain_idle
             idle_groups = self._idle_groups
-            if idle_groups is not None:
+            if plain is not None:
+                # The IdleStepCheck of one group that takes plain steps, shortest.
+                tables, cached_by_request, block_size = plain
+                num_new = -(-num_slots // block_size) - len(tables[request_id])
+                cache_tokens = len(request.all_token_ids) if cache else 0
+                if cache_tokens > num_main:
+                    cache_tokens = num_main
+                grows = num_new > 0
+                caches = cache_tokens // block_size > cached_by_request[request_id]
+                if not (grows or caches):
+                    if reserved_blocks and reserved_blocks > self.num_free_blocks:
+                        return None  # vLLM's: nothing to allocate still needs the reserve
+                    return self._empty
+                needed = num_new if grows else 0
+            elif idle_groups is not None:
                 # The coordinator's IdleStepCheck, inline: most decode steps end here.
                 cache_tokens = len(request.all_token_ids) if cache else 0
                 if cache_tokens > num_main:
