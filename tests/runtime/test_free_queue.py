@@ -78,6 +78,8 @@ def test_removing_a_block_outside_the_pool_is_refused_and_changes_nothing() -> N
     before = queue.order()
     with pytest.raises(KVCacheRuntimeError, match="outside the pool"):
         queue.remove_many([blocks[0], 99])
+    with pytest.raises(KVCacheRuntimeError, match="outside the pool"):
+        queue.remove(99)
     assert queue.order() == before and len(queue) == 5
 
 

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagedkv import KVCacheSpec
+from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import KVCacheManager, Request
 from pagedkv.runtime.coordinators import UnitaryCoordinator
 from pagedkv.runtime.managers.base import Retention
@@ -90,6 +91,14 @@ def test_plain_steps_are_taken_where_nothing_overrides_them(
     manager = make_manager(specs, num_blocks=64, **kwargs)
     assert (manager._step_plainly is not None) == plain
     assert (manager._plain_idle is not None) == plain
+
+
+def test_a_plain_step_is_refused_where_the_group_takes_none() -> None:
+    manager = make_manager([swa(8)], num_blocks=64)
+    coordinator = manager.coordinator
+    assert isinstance(coordinator, UnitaryCoordinator)
+    with pytest.raises(KVCacheRuntimeError, match="takes no plain steps"):
+        coordinator.step_plainly(Request("a", [1, 2]), 2, 2, True)
 
 
 def test_a_group_keying_partial_tails_takes_no_plain_steps() -> None:

@@ -145,7 +145,7 @@ class BlockPool:
             num_evicted = len(evicted_blocks)
             undo = (self._undo_pop_one_map, (blocks, evicted_blocks, evicted_hashes, token))
         else:
-            evicted = self._evict_popped(blocks)
+            evicted = self._evict_popped(blocks, plain)
             num_evicted = len(evicted)
             undo = (self._undo_pop, (blocks, evicted, token))
         self.num_evictions += num_evicted
@@ -153,13 +153,12 @@ class BlockPool:
             self._journal.append(undo)
         return blocks
 
-    def _evict_popped(self, blocks: list[int]) -> list[tuple[Any, ...]]:
-        """Take one reference on each popped block and drop its keys; returns what undoes
-        each drop (``_drop_all_keys``)."""
+    def _evict_popped(self, blocks: list[int], plain: bool) -> list[tuple[Any, ...]]:
+        """Take one reference on each popped block and drop its keys (``plain``: no events
+        and one key per block); returns what undoes each drop (``_drop_all_keys``)."""
         ref = self.ref_cnt
         hashes, groups, maps, dups = self.block_hash, self.block_group, self._maps, self._dups
         evicted: list[tuple[Any, ...]] = []
-        plain = self._events is None and not self._key_tokens and not self._extra_keys
         for block in blocks:
             ref[block] = 1
             h = hashes[block]
@@ -671,10 +670,7 @@ class BlockPool:
                 key[0](*key[1])
             else:
                 self._restore_key(*key)
-        self.num_evictions -= len(evicted)
-        for block in blocks:
-            self.ref_cnt[block] = 0
-        self.queue.unpop(blocks, token)
+        self._unpop(blocks, len(evicted), token)
 
     def _undo_pop_one_map(
         self,
@@ -688,7 +684,11 @@ class BlockPool:
         for block, h in zip(reversed(evicted_blocks), reversed(evicted_hashes)):
             hashes[block] = h
             m[h] = block
-        self.num_evictions -= len(evicted_blocks)
+        self._unpop(blocks, len(evicted_blocks), token)
+
+    def _unpop(self, blocks: list[int], num_evicted: int, token: Any) -> None:
+        # The rest of a pop's undo, once the evicted keys are back.
+        self.num_evictions -= num_evicted
         for block in blocks:
             self.ref_cnt[block] = 0
         self.queue.unpop(blocks, token)

@@ -40,6 +40,10 @@ class CachedPop(NamedTuple):
     head: int  # the log head's position before the pop
     positions: Sequence[int]  # positions of the log blocks it took, in order
 
+    @property
+    def num_blocks(self) -> int:
+        return len(self.front_positions) + len(self.positions)
+
 
 class CachedLog:
     """Freed blocks that keep their hash, evicted oldest first (``evict_first`` ones

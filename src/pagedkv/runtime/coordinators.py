@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pagedkv.errors import ConfigError, KVCacheRuntimeError, RegistryError
 from pagedkv.planning.types import KVCacheConfig, KVCacheGroupSpec
@@ -721,9 +721,10 @@ class UnitaryCoordinator(KVCacheCoordinator):
             num_computed_tokens: tokens computed after the step (``cache_blocks``').
             cache: cache the blocks that became full.
         """
-        tables, cached_by_request, block_size, hash_block_size, group_id, caches = cast(
-            PlainStep, self.plain_step
-        )
+        plain = self.plain_step
+        if plain is None:
+            raise KVCacheRuntimeError(f"{type(self.managers[0]).__name__} takes no plain steps")
+        tables, cached_by_request, block_size, hash_block_size, group_id, caches = plain
         request_id = request.request_id
         pool = self.block_pool
         table = tables[request_id]

@@ -122,9 +122,7 @@ class LRUFreeQueue(FreeQueue):
             blocks.extend(range(self._next_fresh, self._next_fresh + fresh))
             self._next_fresh += fresh
             rest -= fresh
-        if not rest:
-            return blocks, (fresh, 0, None)
-        return blocks, (fresh, rest, self._cached.pop(blocks, rest))
+        return blocks, (fresh, self._cached.pop(blocks, rest) if rest else None)
 
     def _pop_around_gone(self, num_blocks: int) -> tuple[list[int], _GonePop]:
         stack, stale, relive = self._stack, self._stale, self._relive
@@ -165,7 +163,7 @@ class LRUFreeQueue(FreeQueue):
         self._num_gone -= len(passed)
         rest = num_blocks - len(blocks)
         cached = self._cached.pop(blocks, rest) if rest else None
-        return blocks, _GonePop(raw, stale_taken, relive_taken, first_fresh, passed, rest, cached)
+        return blocks, _GonePop(raw, stale_taken, relive_taken, first_fresh, passed, cached)
 
     def unpop(self, blocks: list[int], token: Any) -> None:
         self._num_free += len(blocks)
@@ -175,16 +173,17 @@ class LRUFreeQueue(FreeQueue):
         if isinstance(token, _GonePop):
             self._unpop_around_gone(blocks, token)
             return
-        fresh, num_cached, cached = token
-        tail = len(blocks) - num_cached
+        fresh, cached = token
+        tail = len(blocks)
         if cached is not None:
+            tail -= cached.num_blocks
             self._cached.unpop(blocks[tail:], cached)
         self._next_fresh -= fresh
         self._stack.extend(reversed(blocks[: tail - fresh]))
 
     def _unpop_around_gone(self, blocks: list[int], token: _GonePop) -> None:
         if token.cached is not None:
-            self._cached.unpop(blocks[len(blocks) - token.num_cached :], token.cached)
+            self._cached.unpop(blocks[len(blocks) - token.cached.num_blocks :], token.cached)
         self._next_fresh = token.first_fresh
         self._holes.update(token.passed_holes)
         self._stack.extend(token.raw_stack)
@@ -209,7 +208,10 @@ class LRUFreeQueue(FreeQueue):
             self._cached.push(blocks)
 
     def remove(self, block: int) -> Any:
-        token: Any = self._cached.remove(block)  # a cached block: its position there
+        try:
+            token: Any = self._cached.remove(block)  # a cached block: its position there
+        except IndexError:
+            raise self._outside([block]) from None
         if token is None:
             token = self._remove_uncached(block)
         self._num_free -= 1
@@ -219,16 +221,19 @@ class LRUFreeQueue(FreeQueue):
         try:
             tokens: list[Any] = self._cached.remove_many(blocks)
         except IndexError:
-            raise KVCacheRuntimeError(
-                f"free queue: a block of {list(blocks)} is outside the pool "
-                f"(0 .. {self.num_blocks - 1})"
-            ) from None
+            raise self._outside(blocks) from None
         if None in tokens:
             for index, block in enumerate(blocks):
                 if tokens[index] is None:
                     tokens[index] = self._remove_uncached(block)
         self._num_free -= len(blocks)
         return tokens
+
+    def _outside(self, blocks: Sequence[int]) -> KVCacheRuntimeError:
+        return KVCacheRuntimeError(
+            f"free queue: a block of {list(blocks)} is outside the pool "
+            f"(0 .. {self.num_blocks - 1})"
+        )
 
     def reserve_ids(self, num_ids: int) -> None:
         """Let ``push_cached`` take block ids below ``num_ids``, beyond the pool's own (a
@@ -311,5 +316,4 @@ class _GonePop(NamedTuple):
     relive_taken: list[int]
     first_fresh: int
     passed_holes: list[int]
-    num_cached: int  # blocks taken from the cached part
-    cached: CachedPop | None
+    cached: CachedPop | None  # None: nothing taken from the cached part
