@@ -13,7 +13,7 @@ from pagedkv.runtime.cached_log import CachedLog
 
 NUM_IDS = 40
 
-step = st.tuples(st.sampled_from(["push", "front", "pop", "remove"]), st.integers(1, 6))
+step = st.tuples(st.sampled_from(["push", "front", "pop", "pop_one", "remove"]), st.integers(1, 6))
 transaction = st.tuples(st.lists(step, min_size=1, max_size=6), st.booleans())
 
 
@@ -44,6 +44,13 @@ def test_cached_log_keeps_the_order_of_a_list_and_undoes_exactly(
                         log.push_front(blocks)
                         model[:0] = blocks
                     before = list(model)  # outside the transaction: not rolled back
+                elif op == "pop_one" and model:
+                    if undo:
+                        continue  # no undo: only outside a transaction
+                    block = log.pop_one()
+                    assert block == model.pop(0)
+                    held.append(block)
+                    before = list(model)
                 elif op == "pop" and model:
                     out: list[int] = []
                     token = log.pop(out, min(n, len(model)))

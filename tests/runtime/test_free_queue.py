@@ -216,7 +216,12 @@ class ListModel:
 
 def _queue_op(queue: LRUFreeQueue, model: ListModel, held: list[int], data: st.DataObject) -> Any:
     """One random operation on both; returns its undo for pop/remove, else None."""
-    op = data.draw(st.sampled_from(["pop", "remove", "push_uncached", "push_cached"]))
+    op = data.draw(st.sampled_from(["pop", "pop_one", "remove", "push_uncached", "push_cached"]))
+    if op == "pop_one" and model.order:  # never undone: it ends a transaction, as a push
+        block = queue.pop_one()
+        assert [block] == model.pop(1)
+        held.append(block)
+        return None
     if op == "pop" and model.order:
         n = data.draw(st.integers(1, len(model.order)))
         blocks, token = queue.pop(n)

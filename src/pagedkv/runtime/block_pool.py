@@ -13,7 +13,7 @@ needs no undo; the free queue undoes only its ``pop`` and ``remove``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from pagedkv.errors import KVCacheRuntimeError, NoFreeBlocksError
 from pagedkv.runtime.events import AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
@@ -25,6 +25,8 @@ __all__ = [
     "NULL_BLOCK",
     "BlockPool",
 ]
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from pagedkv.runtime.request import Request
@@ -125,13 +127,10 @@ class BlockPool:
             )
         blocks, token = queue.pop(num_blocks)
         ref = self.ref_cnt
-        hashes, maps, dups = self.block_hash, self._maps, self._dups
+        hashes = self.block_hash
         undo: tuple[Callable[..., None], tuple[Any, ...]]
-        plain = self._events is None and not self._key_tokens and not self._extra_keys
-        if plain and len(maps) == 1 and not dups[0]:
-            # One hash map, no duplicate keys, one key per block: a keyed block is its
-            # key's only entry.
-            m = maps[0]
+        m = self._plain_map()
+        if m is not None:
             evicted_blocks: list[int] = []
             evicted_hashes: list[BlockHash] = []
             for block in blocks:
@@ -145,6 +144,7 @@ class BlockPool:
             num_evicted = len(evicted_blocks)
             undo = (self._undo_pop_one_map, (blocks, evicted_blocks, evicted_hashes, token))
         else:
+            plain = self._events is None and not self._key_tokens and not self._extra_keys
             evicted = self._evict_popped(blocks, plain)
             num_evicted = len(evicted)
             undo = (self._undo_pop, (blocks, evicted, token))
@@ -152,6 +152,29 @@ class BlockPool:
         if self._journal is not None:
             self._journal.append(undo)
         return blocks
+
+    def get_new_block(self) -> int:
+        """``get_new_blocks(1)``'s block, for a caller outside a transaction (nothing is
+        journaled): a decode step's one new block, cheaper."""
+        m = self._plain_map()
+        if m is None or self._journal is not None or not len(self.queue):
+            return self._atomically(self.get_new_blocks, 1)[0]
+        block = self.queue.pop_one()
+        self.ref_cnt[block] = 1
+        h = self.block_hash[block]
+        if h is not None:
+            del m[h]
+            self.block_hash[block] = None
+            self.num_evictions += 1
+        return block
+
+    def _plain_map(self) -> dict[BlockHash, int] | None:
+        # The one hash map, when a keyed block is its key's only entry (no duplicate or
+        # extra keys) and no event is recorded: evicting a block is one ``del``.
+        maps = self._maps
+        if len(maps) != 1 or self._dups[0] or self._events is not None:
+            return None
+        return None if self._key_tokens or self._extra_keys else maps[0]
 
     def _evict_popped(self, blocks: list[int], plain: bool) -> list[tuple[Any, ...]]:
         """Take one reference on each popped block and drop its keys (``plain``: no events
@@ -291,6 +314,41 @@ class BlockPool:
                     group_id,
                 )
             )
+
+    def cache_full_block(
+        self, request: Request, blocks: Sequence[int], index: int, block_size: int, group_id: int
+    ) -> None:
+        """``cache_full_blocks`` of table position ``index`` alone (a decode step's), done
+        whole or not at all; cheaper for a block with no key yet, outside a transaction,
+        with no events.
+
+        Args:
+            request: the request whose ``block_hashes`` key the block.
+            blocks: the group's block table for the request.
+            index: the table position to cache (full, not cached yet).
+            block_size: the group's tokens per block.
+            group_id: the KV cache group the key belongs to.
+        """
+        block = blocks[index]
+        scale = 1 if self.hash_block_size is None else block_size // self.hash_block_size
+        position = (index + 1) * scale - 1  # of the hash that keys the block
+        hashes = request.block_hashes
+        if (
+            self._journal is None
+            and self._events is None
+            and position < len(hashes)
+            and block
+            and self.block_hash[block] is None
+        ):
+            h = hashes[position]
+            self.block_hash[block] = h
+            self.block_group[block] = group_id
+            if self.hash_map(group_id).setdefault(h, block) != block:
+                self._dups[group_id].setdefault(h, []).append(block)
+            return
+        self._atomically(
+            self.cache_full_blocks, request, blocks, index, index + 1, block_size, group_id
+        )
 
     def emit_cached_block_events(
         self, request: Request, num_blocks: int, block_size: int, group_id: int
@@ -648,6 +706,19 @@ class BlockPool:
             change(*args)
         else:
             self._on_commit.append((change, args))
+
+    def _atomically(self, change: Callable[..., _T], *args: Any) -> _T:
+        # ``change(*args)``, undone if it raises (inside an open transaction: its part).
+        if self._journal is not None:
+            return change(*args)
+        savepoint = self.begin()
+        try:
+            result = change(*args)
+        except BaseException:
+            self.rollback(savepoint)
+            raise
+        self.commit()
+        return result
 
     def record(self, undo: Callable[..., object], *args: Any) -> None:
         """Inside a transaction: call ``undo(*args)`` on rollback."""

@@ -132,6 +132,23 @@ class CachedLog:
         self.num_blocks -= num_blocks
         return CachedPop(front_raw, front_positions, start, positions)
 
+    def pop_one(self) -> int:
+        """``pop`` of one block (``len(self)`` > 0) that will never be undone: no token."""
+        if self._num_front:
+            out: list[int] = []
+            self.pop(out, 1)
+            return out[0]
+        log, pos, base = self._log, self._pos, self._base
+        index = self._head
+        block = log[index]
+        while pos[block] != index + base:  # dead entries
+            index += 1
+            block = log[index]
+        pos[block] = _NOT_HERE
+        self._head = index + 1
+        self.num_blocks -= 1
+        return block
+
     def _pop_past_dead(self, out: list[int], num_blocks: int) -> list[int]:
         log, pos, base = self._log, self._pos, self._base
         positions: list[int] = []

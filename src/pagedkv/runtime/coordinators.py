@@ -712,8 +712,10 @@ class UnitaryCoordinator(KVCacheCoordinator):
         self, request: Request, num_tokens: int, num_computed_tokens: int, cache: bool
     ) -> tuple[list[int], ...]:
         """A running request's step when the group takes plain steps (``plain_step`` set):
-        ``journal_tables``, ``allocate_new_blocks`` and ``cache_blocks`` in one call, inside
-        the pool's transaction. Returns the new blocks (one list).
+        ``journal_tables``, ``allocate_new_blocks`` and ``cache_blocks`` in one call. A
+        step that takes one block or caches one (a decode step's) changes one thing after
+        every check and needs no transaction; any other runs inside one of the pool's,
+        undone if anything raises. Returns the new blocks (one list).
 
         Args:
             request: the running request.
@@ -729,18 +731,39 @@ class UnitaryCoordinator(KVCacheCoordinator):
         pool = self.block_pool
         table = tables[request_id]
         length = len(table)
-        num_cached = cached_by_request[request_id]
-        pool.record(_restore_plain_table, table, length, cached_by_request, request_id, num_cached)
         num_new = -(-num_tokens // block_size) - length  # cdiv inline: see _grow_table
-        new = pool.get_new_blocks(num_new) if num_new > 0 else []
-        table.extend(new)
+        num_cached = num_full = cached_by_request[request_id]
         if cache and caches:
             num_final = num_computed_tokens - self.num_reprefillable_tokens
             num_hashed = len(request.block_hashes) * hash_block_size
             num_full = (num_final if num_final < num_hashed else num_hashed) // block_size
+            if num_full < num_cached:
+                num_full = num_cached
+        if num_full == num_cached:
+            if num_new <= 0:
+                return ([],)
+            if num_new == 1:
+                block = pool.get_new_block()
+                table.append(block)
+                return ([block],)
+        elif num_new <= 0 and num_full == num_cached + 1:
+            pool.cache_full_block(request, table, num_cached, block_size, group_id)
+            cached_by_request[request_id] = num_full
+            return ([],)
+        savepoint = pool.begin()
+        try:
+            pool.record(
+                _restore_plain_table, table, length, cached_by_request, request_id, num_cached
+            )
+            new = pool.get_new_blocks(num_new) if num_new > 0 else []
+            table.extend(new)
             if num_full > num_cached:
                 pool.cache_full_blocks(request, table, num_cached, num_full, block_size, group_id)
                 cached_by_request[request_id] = num_full
+        except BaseException:
+            pool.rollback(savepoint)
+            raise
+        pool.commit()
         return (new,)
 
 

@@ -33,6 +33,11 @@ class FreeQueue(ABC):
     def pop(self, num_blocks: int) -> tuple[list[int], Any]:
         """Take ``num_blocks`` blocks from the head; returns them and a token for ``unpop``."""
 
+    def pop_one(self) -> int:
+        """``pop(1)`` that will never be undone (outside the pool's transactions): the
+        block alone. Override for a cheaper path."""
+        return self.pop(1)[0][0]
+
     def unpop(self, blocks: list[int], token: Any) -> None:
         """Undo of ``pop``: ``blocks`` back at the head, ``blocks[0]`` first. Optional:
         the pool undoes a queue without ``unpop`` and ``reinsert`` by replay
@@ -123,6 +128,18 @@ class LRUFreeQueue(FreeQueue):
             self._next_fresh += fresh
             rest -= fresh
         return blocks, (fresh, self._cached.pop(blocks, rest) if rest else None)
+
+    def pop_one(self) -> int:
+        if self._num_gone:
+            return self.pop(1)[0][0]
+        self._num_free -= 1
+        if self._stack:
+            return self._stack.pop()
+        block = self._next_fresh
+        if block < self.num_blocks:
+            self._next_fresh = block + 1
+            return block
+        return self._cached.pop_one()
 
     def _pop_around_gone(self, num_blocks: int) -> tuple[list[int], _GonePop]:
         stack, stale, relive = self._stack, self._stale, self._relive

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from enum import Enum
 from typing import NamedTuple
 
@@ -52,6 +53,15 @@ class BlockCopy(NamedTuple):
 class BlockCopies(NamedTuple):
     copies: list[BlockCopy]
     retained_blocks: list[int]
+
+
+# A one-group model's plain steps: its tables, cached counts, block size and step_plainly.
+PlainSteps = tuple[
+    dict[str, list[int]],
+    dict[str, int],
+    int,
+    Callable[[Request, int, int, bool], tuple[list[int], ...]],
+]
 
 
 class _FromConfig(Enum):
@@ -235,13 +245,17 @@ class KVCacheManager:
             self._idle_cache_step = check.cache_step
             self._idle_tail_keyers = check.tail_keyers
             self._idle_counts_new_blocks = check.counts_new_blocks
-        self._step_plainly = None
-        self._plain_idle: tuple[dict[str, list[int]], dict[str, int], int] | None = None
-        if isinstance(coordinator, UnitaryCoordinator) and coordinator.plain_step is not None:
-            self._step_plainly = coordinator.step_plainly
+        # One group that takes plain steps: its idle check, then ``step_plainly``.
+        self._plain: PlainSteps | None = None
+        if (
+            isinstance(coordinator, UnitaryCoordinator)
+            and coordinator.plain_step is not None
+            and check is not None
+            and not check.speculative
+            and not check.tail_keyers
+        ):
             tables, cached_by_request, block_size = coordinator.plain_step[:3]
-            if check is not None and not check.speculative and not check.tail_keyers:
-                self._plain_idle = (tables, cached_by_request, block_size)
+            self._plain = (tables, cached_by_request, block_size, coordinator.step_plainly)
         self._no_hits: tuple[list[int], ...] = tuple([] for _ in managers)
         self._empty = KVCacheBlocks(self._no_hits)
         self._group_meta = [
@@ -441,11 +455,11 @@ class KVCacheManager:
                     elif total_computed >= floors.get(request_id, 0):
                         remove(request_id, total_computed, peers, num_prompt)
                         floors[request_id] = next_skip(total_computed) or 0
-            plain = self._plain_idle
+            plain = self._plain
             idle_groups = self._idle_groups
             if plain is not None:
                 # The IdleStepCheck of one group that takes plain steps, shortest.
-                tables, cached_by_request, block_size = plain
+                tables, cached_by_request, block_size, step_plainly = plain
                 num_new = -(-num_slots // block_size) - len(tables[request_id])
                 cache_tokens = len(request.all_token_ids) if cache else 0
                 if cache_tokens > num_main:
@@ -456,7 +470,13 @@ class KVCacheManager:
                     if reserved_blocks and reserved_blocks > self.num_free_blocks:
                         return None  # vLLM's: nothing to allocate still needs the reserve
                     return self._empty
-                needed = num_new if grows else 0
+                if (num_new if grows else 0) + reserved_blocks > self.num_free_blocks:
+                    return None
+                if cache and request.hasher is not self.hasher:
+                    self._attach_hasher(request)
+                num_computed = min(num_main, len(request.all_token_ids))
+                new_blocks = step_plainly(request, num_slots, num_computed, cache)
+                return KVCacheBlocks(new_blocks) if new_blocks[0] else self._empty
             elif idle_groups is not None:
                 # The coordinator's IdleStepCheck, inline: most decode steps end here.
                 cache_tokens = len(request.all_token_ids) if cache else 0
@@ -542,24 +562,18 @@ class KVCacheManager:
         coordinator = self.coordinator
         pool = self.block_pool
         num_computed = min(num_main, len(request.all_token_ids))
-        step_plainly = self._step_plainly
         savepoint = pool.begin()
         try:
-            if running and step_plainly is not None:
-                new_blocks = step_plainly(request, num_slots, num_computed, cache)
-            else:
-                coordinator.journal_tables(request_id)
-                if not running:
-                    coordinator.allocate_new_computed_blocks(
-                        request_id, hits, total_computed, external
-                    )
-                new_blocks = self._no_hits
-                if grows:
-                    new_blocks = coordinator.allocate_new_blocks(
-                        request_id, num_slots, num_main, num_encoder_tokens
-                    )
-                if cache:
-                    coordinator.cache_blocks(request, num_computed)
+            coordinator.journal_tables(request_id)
+            if not running:
+                coordinator.allocate_new_computed_blocks(request_id, hits, total_computed, external)
+            new_blocks = self._no_hits
+            if grows:
+                new_blocks = coordinator.allocate_new_blocks(
+                    request_id, num_slots, num_main, num_encoder_tokens
+                )
+            if cache:
+                coordinator.cache_blocks(request, num_computed)
         except BaseException:
             pool.rollback(savepoint)
             raise
