@@ -444,8 +444,6 @@ class KVCacheManager:
             if whole_needed + self._reserve(running, has_scheduled_reqs) > self.num_free_blocks:
                 return None
         cache = self.enable_caching and not delay_cache_blocks
-        needed: int | None = None  # free blocks the step takes, once counted
-        grows = caches = True  # the step may grow a table, may cache a block
         if running:
             if self._skip_steps:  # the coordinator's remove_skipped_blocks, inline
                 num_prompt = request.num_prompt_tokens
@@ -456,7 +454,6 @@ class KVCacheManager:
                         remove(request_id, total_computed, peers, num_prompt)
                         floors[request_id] = next_skip(total_computed) or 0
             plain = self._plain
-            idle_groups = self._idle_groups
             if plain is not None:
                 # The IdleStepCheck of one group that takes plain steps, shortest.
                 tables, cached_by_request, block_size, step_plainly = plain
@@ -470,14 +467,18 @@ class KVCacheManager:
                     if reserved_blocks and reserved_blocks > self.num_free_blocks:
                         return None  # vLLM's: nothing to allocate still needs the reserve
                     return self._empty
-                if (num_new if grows else 0) + reserved_blocks > self.num_free_blocks:
+                if (num_new if grows else 0) + reserved_blocks > len(self.block_pool.queue):
                     return None
                 if cache and request.hasher is not self.hasher:
                     self._attach_hasher(request)
                 num_computed = min(num_main, len(request.all_token_ids))
                 new_blocks = step_plainly(request, num_slots, num_computed, cache)
                 return KVCacheBlocks(new_blocks) if new_blocks[0] else self._empty
-            elif idle_groups is not None:
+        needed: int | None = None  # free blocks the step takes, once counted
+        grows = caches = True  # the step may grow a table, may cache a block
+        if running:
+            idle_groups = self._idle_groups
+            if idle_groups is not None:
                 # The coordinator's IdleStepCheck, inline: most decode steps end here.
                 cache_tokens = len(request.all_token_ids) if cache else 0
                 if cache_tokens > num_main:
