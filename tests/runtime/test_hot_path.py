@@ -13,6 +13,7 @@ from pagedkv import KVCacheSpec
 from pagedkv.errors import KVCacheRuntimeError
 from pagedkv.runtime import KVCacheManager, Request
 from pagedkv.runtime.coordinators import UnitaryCoordinator
+from pagedkv.runtime.hashing import BlockHasher
 from pagedkv.runtime.managers.base import Retention
 from pagedkv.runtime.managers.full import FullAttentionManager
 
@@ -195,3 +196,19 @@ def _state(manager: KVCacheManager) -> tuple[Any, ...]:
         manager.num_evictions,
         manager.take_events(),
     )
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_a_step_that_delays_caching_still_takes_the_managers_hasher(plain: bool) -> None:
+    # An equivalent but distinct hasher (an engine's own) is replaced as on every path.
+    manager = make_manager([full()], num_blocks=16)
+    if not plain:
+        manager._plain = None
+    req = Request("a", list(range(8)), hasher=manager.hasher)
+    assert manager.allocate_slots(req, 8) is not None
+    req.num_computed_tokens = 8
+    req.append_output_token_ids(8)
+    req.hasher = BlockHasher(manager.hasher.block_size, manager.hasher.hash_algo)
+    assert manager.allocate_slots(req, 1, delay_cache_blocks=True) is not None  # a new block
+    assert req.hasher is manager.hasher
+    assert manager.managers[0].num_cached_block["a"] == 2  # the admission's two blocks

@@ -469,10 +469,10 @@ class KVCacheManager:
                     return self._empty
                 if (num_new if grows else 0) + reserved_blocks > len(self.block_pool.queue):
                     return None
-                if cache and request.hasher is not self.hasher:
+                if self.enable_caching and request.hasher is not self.hasher:
                     self._attach_hasher(request)
                 num_computed = min(num_main, len(request.all_token_ids))
-                new_blocks = step_plainly(request, num_slots, num_computed, cache)
+                new_blocks = step_plainly(request, num_slots, num_computed, cache and caches)
                 return KVCacheBlocks(new_blocks) if new_blocks[0] else self._empty
         needed: int | None = None  # free blocks the step takes, once counted
         grows = caches = True  # the step may grow a table, may cache a block
