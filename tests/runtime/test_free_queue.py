@@ -318,3 +318,19 @@ def test_a_policy_queue_takes_uncached_hits_from_its_uncached_part() -> None:
     for block, token in zip(reversed(taken), reversed(tokens)):
         queue.reinsert(block, token)
     assert queue.order() == before
+
+
+def test_a_subclass_that_overrides_pop_sees_a_decode_steps_pop() -> None:
+    class Counting(LRUFreeQueue):
+        def __init__(self, num_blocks: int) -> None:
+            super().__init__(num_blocks)
+            self.popped: list[int] = []
+
+        def pop(self, num_blocks: int) -> tuple[list[int], Any]:
+            blocks, token = super().pop(num_blocks)
+            self.popped += blocks
+            return blocks, token
+
+    queue = Counting(8)
+    assert queue.pop_one() == 1 and queue.popped == [1]
+    assert LRUFreeQueue(8).pop_one() == 1  # the built-in queue's own path

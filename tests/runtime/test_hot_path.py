@@ -212,3 +212,20 @@ def test_a_step_that_delays_caching_still_takes_the_managers_hasher(plain: bool)
     assert manager.allocate_slots(req, 1, delay_cache_blocks=True) is not None  # a new block
     assert req.hasher is manager.hasher
     assert manager.managers[0].num_cached_block["a"] == 2  # the admission's two blocks
+
+
+def test_a_plain_step_is_refused_inside_an_open_transaction() -> None:
+    manager = make_manager([full()], num_blocks=16)
+    req = Request("a", list(range(8)), hasher=manager.hasher)
+    assert manager.allocate_slots(req, 8) is not None
+    req.num_computed_tokens = 8
+    req.append_output_token_ids(8)
+    coordinator = manager.coordinator
+    assert isinstance(coordinator, UnitaryCoordinator)
+    pool = manager.block_pool
+    before = (pool.queue.order(), list(pool.ref_cnt), manager.get_block_ids("a"))
+    savepoint = pool.begin()
+    with pytest.raises(KVCacheRuntimeError, match="outside one"):
+        coordinator.step_plainly(req, 9, 9, True)
+    pool.rollback(savepoint)
+    assert (pool.queue.order(), list(pool.ref_cnt), manager.get_block_ids("a")) == before

@@ -686,6 +686,11 @@ class BlockPool:
         self._events = []
         return events
 
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open (between ``begin`` and ``commit``/``rollback``)."""
+        return self._journal is not None
+
     def begin(self) -> int:
         """Start journaling changes; returns the savepoint ``rollback`` takes."""
         self._journal = []

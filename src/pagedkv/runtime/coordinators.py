@@ -715,7 +715,8 @@ class UnitaryCoordinator(KVCacheCoordinator):
         ``journal_tables``, ``allocate_new_blocks`` and ``cache_blocks`` in one call. A
         step that takes one block or caches one (a decode step's) changes one thing after
         every check and needs no transaction; any other runs inside one of the pool's,
-        undone if anything raises. Returns the new blocks (one list).
+        undone if anything raises. Returns the new blocks (one list). It opens its own
+        transaction, so it is called outside one (``allocate_slots`` does).
 
         Args:
             request: the running request.
@@ -729,6 +730,8 @@ class UnitaryCoordinator(KVCacheCoordinator):
         tables, cached_by_request, block_size, hash_block_size, group_id, caches = plain
         request_id = request.request_id
         pool = self.block_pool
+        if pool.in_transaction:
+            raise KVCacheRuntimeError("step_plainly opens its own transaction; call it outside one")
         table = tables[request_id]
         length = len(table)
         num_new = -(-num_tokens // block_size) - length  # cdiv inline: see _grow_table

@@ -103,6 +103,8 @@ class LRUFreeQueue(FreeQueue):
         self._relive: set[int] = set()
         self._num_gone = 0  # holes plus stale stack entries
         self._num_free = num_blocks - 1  # kept by every change: read on every step
+        # A subclass that overrides ``pop`` sees every pop, ``pop_one``'s too.
+        self._pops_itself = type(self).pop is LRUFreeQueue.pop
 
     def __len__(self) -> int:
         return self._num_free
@@ -130,7 +132,7 @@ class LRUFreeQueue(FreeQueue):
         return blocks, (fresh, self._cached.pop(blocks, rest) if rest else None)
 
     def pop_one(self) -> int:
-        if self._num_gone:
+        if self._num_gone or not self._pops_itself:
             return self.pop(1)[0][0]
         self._num_free -= 1
         if self._stack:
