@@ -99,6 +99,9 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         return (table[index], boundary) if index < len(table) else None
 
 
+_BISECTED_CHUNK = 64  # hashes in a chunk worth one probe of its last hash first
+
+
 def _extend_into_block(query: HitQuery, lists: list[list[int]], num_tokens: int) -> int:
     # Partial hits: probe the hash boundaries inside the block after the full-block hit,
     # longest first; a hit there adds that block.
@@ -119,11 +122,25 @@ def _extend_into_block(query: HitQuery, lists: list[list[int]], num_tokens: int)
 def _leading_hits(
     lookup: Callable[[BlockHash], int | None], hashes: list[BlockHash], limit: int
 ) -> list[int]:
-    # Looked up in growing chunks at C speed (``map`` over ``dict.get``).
+    # Looked up in growing chunks at C speed (``map`` over ``dict.get``). A long chunk
+    # whose last hash misses holds the first miss: a bisection finds a miss with a hit
+    # before it (the first miss if the hits form one run), and only the hashes up to that
+    # miss are mapped, where any earlier miss still shows.
     hit: list[int] = []
     start, step = 0, 8
     while start < limit:
         end = min(start + step, limit)
+        if end - start >= _BISECTED_CHUNK and lookup(hashes[end - 1]) is None:
+            low, end = start, end - 1
+            while low < end:
+                middle = (low + end) // 2
+                if lookup(hashes[middle]) is None:
+                    end = middle
+                else:
+                    low = middle + 1
+            chunk = list(map(lookup, hashes[start:end]))
+            hit.extend(chunk[: chunk.index(None)] if None in chunk else chunk)  # type: ignore[arg-type]
+            break
         chunk = list(map(lookup, hashes[start:end]))
         if None in chunk:
             hit.extend(chunk[: chunk.index(None)])  # type: ignore[arg-type]
