@@ -123,28 +123,36 @@ def _leading_hits(
     lookup: Callable[[BlockHash], int | None], hashes: list[BlockHash], limit: int
 ) -> list[int]:
     # Looked up in growing chunks at C speed (``map`` over ``dict.get``). A long chunk
-    # whose last hash misses holds the first miss: a bisection finds a miss with a hit
-    # before it (the first miss if the hits form one run), and only the hashes up to that
-    # miss are mapped, where any earlier miss still shows.
+    # whose last hash misses holds the first miss: it is cut at the miss a bisection finds
+    # (one with a hit before it: the first miss if the hits form one run), and mapping the
+    # rest still shows any earlier miss.
     hit: list[int] = []
     start, step = 0, 8
     while start < limit:
         end = min(start + step, limit)
-        if end - start >= _BISECTED_CHUNK and lookup(hashes[end - 1]) is None:
-            low, end = start, end - 1
-            while low < end:
-                middle = (low + end) // 2
-                if lookup(hashes[middle]) is None:
-                    end = middle
-                else:
-                    low = middle + 1
-            chunk = list(map(lookup, hashes[start:end]))
-            hit.extend(chunk[: chunk.index(None)] if None in chunk else chunk)  # type: ignore[arg-type]
-            break
+        missed = end - start >= _BISECTED_CHUNK and lookup(hashes[end - 1]) is None
+        if missed:
+            end = _bisect_miss(lookup, hashes, start, end - 1)
         chunk = list(map(lookup, hashes[start:end]))
         if None in chunk:
             hit.extend(chunk[: chunk.index(None)])  # type: ignore[arg-type]
             break
         hit.extend(chunk)  # type: ignore[arg-type]
+        if missed:
+            break
         start, step = end, step * 2
     return hit
+
+
+def _bisect_miss(
+    lookup: Callable[[BlockHash], int | None], hashes: list[BlockHash], low: int, miss: int
+) -> int:
+    # A missing index in [low, miss] whose predecessor (if at least low) hits, given that
+    # ``miss`` misses.
+    while low < miss:
+        middle = (low + miss) // 2
+        if lookup(hashes[middle]) is None:
+            miss = middle
+        else:
+            low = middle + 1
+    return miss
